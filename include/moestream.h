@@ -1,0 +1,124 @@
+/* moestream.h - the one public header of the moestream engine.
+ *
+ * moestream runs Kimi K3 (and checkpoints in its released layout) on a CPU
+ * machine. The engine holds the weights (resident or streamed); a session
+ * holds one sequence's state (KDA state, conv history, latent MLA cache).
+ * Programs (cli/, server/) include only this header.
+ *
+ * Threading: an engine may be shared by sessions, but calls that compute
+ * (ms_session_feed) must not run concurrently on one engine; the engine uses
+ * its own thread pool internally. Output bits do not depend on n_threads.
+ *
+ * Errors: every call returns an ms_status; a message for the last failure is
+ * available from ms_engine_error()/ms_session_error(). A session whose result
+ * is no longer sound (e.g. an expert could not be read) enters a sticky
+ * MS_E_UNSOUND state: every later feed fails with it.
+ */
+#ifndef MOESTREAM_H
+#define MOESTREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ms_status {
+    MS_OK = 0,
+    MS_E_USAGE = -1,     /* bad argument or flag */
+    MS_E_MODEL = -2,     /* unreadable or invalid model / checkpoint / config */
+    MS_E_IO = -3,        /* an I/O operation failed */
+    MS_E_NOMEM = -4,     /* allocation failed */
+    MS_E_BUDGET = -5,    /* the plan does not fit the RAM budget */
+    MS_E_UNSOUND = -6,   /* the result is no longer sound (sticky) */
+    MS_E_INTERNAL = -7,
+    MS_E_CANCELLED = -8,
+    MS_E_CONTEXT = -9    /* session context is full */
+} ms_status;
+
+const char *ms_status_name(ms_status s);
+
+typedef enum ms_log_level {
+    MS_LOG_ERROR = 0, MS_LOG_WARN = 1, MS_LOG_INFO = 2, MS_LOG_DEBUG = 3
+} ms_log_level;
+
+typedef void (*ms_log_fn)(void *user, ms_log_level level, const char *line);
+
+typedef struct ms_engine ms_engine;
+typedef struct ms_session ms_session;
+
+typedef struct ms_engine_params {
+    const char *model_dir;      /* directory holding config.json + safetensors */
+    int n_threads;              /* compute threads; 0 = number of online CPUs */
+    int64_t ram_bytes;          /* hard ceiling on resident memory; 0 = no limit */
+    int64_t max_context;        /* positions a session may hold; 0 = 4096 */
+    ms_log_fn log;              /* NULL = silent */
+    void *log_user;
+    ms_log_level log_level;
+} ms_engine_params;
+
+ms_engine_params ms_engine_default_params(void);
+
+/* Open the model in p->model_dir. On failure returns a negative status,
+ * *out is NULL and `errbuf` (if not NULL) holds a one-line message. */
+ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out,
+                         char *errbuf, size_t errbuf_len);
+void ms_engine_close(ms_engine *e);
+const char *ms_engine_error(const ms_engine *e);
+
+typedef struct ms_model_info {
+    int64_t n_vocab;
+    int64_t n_layer;
+    int64_t n_embd;
+    int64_t n_expert;
+    int64_t n_expert_used;
+    int64_t bos_id, eos_id, pad_id;
+    int64_t max_context;
+} ms_model_info;
+
+void ms_engine_info(const ms_engine *e, ms_model_info *info);
+
+/* Counters since the engine was opened (or since ms_engine_stats_reset). */
+typedef struct ms_stats {
+    int64_t n_tokens_prefill;   /* tokens fed through multi-token feeds */
+    int64_t n_tokens_decode;    /* tokens fed one at a time */
+    double prefill_s, decode_s; /* wall time inside feeds */
+    double io_wait_s;           /* time the compute thread waited for weights */
+    int64_t trunk_bytes_read;
+    int64_t expert_bytes_read;
+    int64_t reads_issued;
+    int64_t expert_requests;    /* (layer, expert) uses */
+    int64_t expert_hits;        /* uses served from memory without any read */
+    int64_t scale255_groups;    /* MXFP4 groups with scale byte 255 (add zero) */
+    int64_t peak_rss_bytes;     /* from the kernel, filled by ms_engine_stats */
+} ms_stats;
+
+void ms_engine_stats(const ms_engine *e, ms_stats *st);
+void ms_engine_stats_reset(ms_engine *e);
+
+ms_status ms_session_open(ms_engine *e, ms_session **out);
+void ms_session_close(ms_session *s);
+const char *ms_session_error(const ms_session *s);
+
+/* Feed n >= 1 tokens, all in one pass over the weights per chunk. After
+ * success ms_session_logits() holds the logits after the last token. If
+ * all_logits is not NULL it receives [n, n_vocab] logits, one row per fed
+ * token. Bits are identical whether tokens are fed one at a time or together. */
+ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n,
+                          float *all_logits);
+
+/* Logits [n_vocab] after the last fed token; NULL before any feed. */
+const float *ms_session_logits(const ms_session *s);
+int64_t ms_session_n_past(const ms_session *s);
+
+/* Forget all tokens (state back to the start of a sequence). */
+void ms_session_reset(ms_session *s);
+
+/* Index of the largest logit; ties go to the lower index. */
+int32_t ms_argmax(const float *logits, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,61 @@
+/* text/tokenizer.h - the Kimi K3 tokenizer: tiktoken-format byte-level BPE.
+ *
+ * Owns: loading tiktoken.model (base64(bytes) SPACE rank per line) and the
+ *   special tokens of tokenizer_config.json (added_tokens_decoder), the K3
+ *   pre-tokenizer regular expression (PCRE2, spec section 5), BPE merging by
+ *   rank, and decoding ids back to bytes.
+ * Idea: text is split by the pre-tokenizer, each piece is BPE-merged
+ *   separately (lowest-rank adjacent pair first); keys are raw bytes.
+ *   ms_tok_encode never produces special tokens: a user typing "<|open|>" gets
+ *   ordinary tokens. Special tokens are looked up by name and emitted by the
+ *   chat renderer only.
+ * Invariants: decode(encode(b)) == b for every byte string b, including
+ *   invalid UTF-8; ids of specials are >= n_ranks; every id < n_vocab decodes.
+ * Thread safety: a loaded tokenizer is read-only; encode/decode may run
+ *   concurrently (each call uses its own match data / scratch).
+ */
+#ifndef MS_TEXT_TOKENIZER_H
+#define MS_TEXT_TOKENIZER_H
+
+#include "base/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ms_tok ms_tok;
+
+/* Load MODEL_DIR/tiktoken.model and MODEL_DIR/tokenizer_config.json.
+ * n_vocab: the model's vocab size (ids >= n_vocab are refused; ids without a
+ * name in [n_ranks, n_vocab) are "<|reserved_token_{id}|>"). */
+ms_status ms_tok_load(const char *model_dir, int64_t n_vocab, ms_tok **out, ms_err *err);
+/* Load from memory (for tests and fuzzing): tiktoken text and tokenizer_config
+ * JSON text (may be NULL). */
+ms_status ms_tok_load_mem(const char *ranks_text, size_t ranks_len,
+                          const char *config_json, size_t config_len,
+                          int64_t n_vocab, ms_tok **out, ms_err *err);
+void ms_tok_free(ms_tok *t);
+
+int64_t ms_tok_n_vocab(const ms_tok *t);
+
+/* Encode bytes (any bytes; invalid UTF-8 allowed) with specials disabled.
+ * Appends to a growable array: *ids (realloc'd, caller frees with free()),
+ * *n_ids (in/out count), *cap (in/out capacity). */
+ms_status ms_tok_encode(const ms_tok *t, const char *text, size_t len,
+                        int32_t **ids, int64_t *n_ids, int64_t *cap, ms_err *err);
+
+/* The bytes of one token (special tokens: their name, e.g. "<|open|>").
+ * Returns the length, sets *bytes (owned by the tokenizer); -1 for a bad id. */
+int64_t ms_tok_token_bytes(const ms_tok *t, int32_t id, const char **bytes);
+
+/* Is `id` a special token (id >= number of BPE ranks)? */
+int ms_tok_is_special(const ms_tok *t, int32_t id);
+
+/* Id of a special token by its content, e.g. "<|end_of_msg|>"; -1 if none. */
+int32_t ms_tok_special_id(const ms_tok *t, const char *name);
+
+/* Decode ids to bytes (specials rendered by name). *out is malloc'd, NUL
+ * terminated (not counted in *len); caller frees. */
+ms_status ms_tok_decode(const ms_tok *t, const int32_t *ids, int64_t n,
+                        char **out, size_t *len, ms_err *err);
+
+#endif
