@@ -1,0 +1,118 @@
+/* base/pool.c - see pool.h. Workers sleep on a condition variable; a job is
+ * published with a generation counter; the caller runs part 0 itself and
+ * waits until the count of finished parts reaches the number of parts. */
+#include "base/pool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+struct ms_pool {
+    int n_threads;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    uint64_t generation;
+    int stop;
+    /* current job */
+    ms_pool_fn fn;
+    void *ctx;
+    int64_t n, grain;
+    int n_parts, n_done;
+};
+
+static void part_range(const ms_pool *p, int ip, int64_t *b, int64_t *e) {
+    int64_t n_grains = (p->n + p->grain - 1) / p->grain;
+    int64_t g0 = n_grains * ip / p->n_parts, g1 = n_grains * (ip + 1) / p->n_parts;
+    *b = g0 * p->grain;
+    *e = g1 * p->grain < p->n ? g1 * p->grain : p->n;
+}
+
+typedef struct { ms_pool *p; int index; } worker_arg;
+
+static void *worker(void *arg) {
+    worker_arg *wa = arg;
+    ms_pool *p = wa->p;
+    int ip = wa->index;
+    free(wa);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->cv_work, &p->mu);
+        if (p->stop) break;
+        seen = p->generation;
+        if (ip < p->n_parts) {
+            int64_t b, e;
+            part_range(p, ip, &b, &e);
+            ms_pool_fn fn = p->fn;
+            void *ctx = p->ctx;
+            pthread_mutex_unlock(&p->mu);
+            if (e > b) fn(ctx, b, e);
+            pthread_mutex_lock(&p->mu);
+            if (++p->n_done == p->n_parts) pthread_cond_signal(&p->cv_done);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+ms_status ms_pool_open(int n_threads, ms_pool **out, ms_err *err) {
+    *out = NULL;
+    if (n_threads < 1) n_threads = 1;
+    ms_pool *p = calloc(1, sizeof *p);
+    if (!p) return ms_err_set(err, MS_E_NOMEM, "thread pool: out of memory");
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv_work, NULL);
+    pthread_cond_init(&p->cv_done, NULL);
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) { free(p); return ms_err_set(err, MS_E_NOMEM, "thread pool: out of memory"); }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) { p->n_threads = i; ms_pool_close(p); return ms_err_set(err, MS_E_NOMEM, "thread pool: out of memory"); }
+        wa->p = p; wa->index = i;
+        if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
+            free(wa);
+            p->n_threads = i;
+            ms_pool_close(p);
+            return ms_err_set(err, MS_E_INTERNAL, "thread pool: cannot create thread %d", i);
+        }
+    }
+    *out = p;
+    return MS_OK;
+}
+
+void ms_pool_close(ms_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv_work);
+    pthread_cond_destroy(&p->cv_done);
+    free(p->threads);
+    free(p);
+}
+
+int ms_pool_n_threads(const ms_pool *p) { return p ? p->n_threads : 1; }
+
+void ms_pool_for(ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int64_t n_grains = (n + grain - 1) / grain;
+    int n_parts = (!p || p->n_threads == 1) ? 1 : (int)(n_grains < p->n_threads ? n_grains : p->n_threads);
+    if (n_parts <= 1) { fn(ctx, 0, n); return; }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn; p->ctx = ctx; p->n = n; p->grain = grain;
+    p->n_parts = n_parts; p->n_done = 1;   /* part 0 is ours */
+    p->generation++;
+    pthread_cond_broadcast(&p->cv_work);
+    int64_t b, e;
+    part_range(p, 0, &b, &e);
+    pthread_mutex_unlock(&p->mu);
+    if (e > b) fn(ctx, b, e);
+    pthread_mutex_lock(&p->mu);
+    while (p->n_done < p->n_parts) pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,285 @@
+/* engine/engine.c - implements include/moestream.h.
+ *
+ * The only place that wires format + store + model (+ later text and sample)
+ * together. An engine owns the checkpoint table, the store, the bound model
+ * and the thread pool; a session owns one sequence's state and the forward
+ * scratch. A session that failed mid-forward is unsound: its state may hold a
+ * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
+ */
+#include "moestream.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/pool.h"
+#include "format/config.h"
+#include "format/safetensors.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "store/store.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MS_DEFAULT_CONTEXT 4096
+#define MS_CHUNK 32
+
+struct ms_engine {
+    ms_engine_params p;
+    ms_logger log;
+    ms_config cfg;
+    ms_ckpt *ckpt;
+    ms_store *store;
+    ms_model model;
+    int model_bound;
+    ms_pool *pool;
+    ms_stats stats;
+    int64_t scale255;
+    char error[512];
+};
+
+struct ms_session {
+    ms_engine *e;
+    ms_state st;
+    ms_fwd *fwd;
+    float *logits;              /* [n_vocab] */
+    int has_logits;
+    ms_status sticky;
+    char error[512];
+};
+
+const char *ms_status_name(ms_status s) {
+    switch (s) {
+    case MS_OK: return "ok";
+    case MS_E_USAGE: return "usage";
+    case MS_E_MODEL: return "invalid model";
+    case MS_E_IO: return "I/O error";
+    case MS_E_NOMEM: return "out of memory";
+    case MS_E_BUDGET: return "over budget";
+    case MS_E_UNSOUND: return "unsound";
+    case MS_E_INTERNAL: return "internal error";
+    case MS_E_CANCELLED: return "cancelled";
+    case MS_E_CONTEXT: return "context full";
+    }
+    return "unknown";
+}
+
+ms_engine_params ms_engine_default_params(void) {
+    ms_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.log_level = MS_LOG_INFO;
+    return p;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
+    *out = NULL;
+    ms_err err;
+    ms_err_clear(&err);
+    ms_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "out of memory");
+        return MS_E_NOMEM;
+    }
+    e->p = *p;
+    e->log = (ms_logger){ p->log, p->log_user, p->log_level };
+    if (e->p.max_context <= 0) e->p.max_context = MS_DEFAULT_CONTEXT;
+    int n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads < 1) n_threads = 1;
+    ms_status st = MS_OK;
+    char path[4096];
+    if (!p->model_dir) {
+        st = ms_err_set(&err, MS_E_USAGE, "no model directory given");
+        goto fail;
+    }
+    snprintf(path, sizeof path, "%s/config.json", p->model_dir);
+    if ((st = ms_config_load(path, &e->cfg, &err)) != MS_OK) goto fail;
+    if ((st = ms_ckpt_open(p->model_dir, &e->ckpt, &err)) != MS_OK) goto fail;
+    ms_store_params sp = { p->ram_bytes, &e->log };
+    if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
+    e->model.kern = NULL;
+    if ((st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err)) != MS_OK) goto fail;
+    e->model_bound = 1;
+    e->model.kern = ms_kernels_select(NULL);
+    MS_ASSERT(e->model.kern != NULL);
+    if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;
+    if ((st = ms_pool_open(n_threads, &e->pool, &err)) != MS_OK) goto fail;
+    ms_log(&e->log, MS_LOG_INFO, "model: %lld layers (%lld MLA, %lld KDA), hidden %lld, %lld experts (top %lld), vocab %lld; kernels %s; %d threads",
+           (long long)e->cfg.num_hidden_layers, (long long)e->cfg.n_mla_layers,
+           (long long)e->cfg.n_kda_layers, (long long)e->cfg.hidden_size,
+           (long long)e->cfg.num_experts, (long long)e->cfg.num_experts_per_token,
+           (long long)e->cfg.vocab_size, e->model.kern->name, n_threads);
+    *out = e;
+    return MS_OK;
+fail:
+    if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);
+    ms_engine_close(e);
+    return st;
+}
+
+void ms_engine_close(ms_engine *e) {
+    if (!e) return;
+    ms_pool_close(e->pool);
+    if (e->model_bound) ms_model_free(&e->model);
+    ms_store_close(e->store);
+    ms_ckpt_close(e->ckpt);
+    free(e);
+}
+
+const char *ms_engine_error(const ms_engine *e) { return e ? e->error : ""; }
+
+void ms_engine_info(const ms_engine *e, ms_model_info *info) {
+    memset(info, 0, sizeof *info);
+    info->n_vocab = e->cfg.vocab_size;
+    info->n_layer = e->cfg.num_hidden_layers;
+    info->n_embd = e->cfg.hidden_size;
+    info->n_expert = e->cfg.num_experts;
+    info->n_expert_used = e->cfg.num_experts_per_token;
+    info->bos_id = e->cfg.bos_token_id;
+    info->eos_id = e->cfg.eos_token_id;
+    info->pad_id = e->cfg.pad_token_id;
+    info->max_context = e->p.max_context;
+}
+
+static int64_t peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+void ms_engine_stats(const ms_engine *e, ms_stats *st) {
+    *st = e->stats;
+    ms_store_stats ss;
+    ms_store_get_stats(e->store, &ss);
+    st->trunk_bytes_read = ss.trunk_bytes_read + ss.global_bytes_read;
+    st->expert_bytes_read = ss.expert_bytes_read;
+    st->reads_issued = ss.reads_issued;
+    st->expert_requests = ss.expert_requests;
+    st->expert_hits = ss.expert_hits;
+    st->io_wait_s = 1e-9 * (double)ss.io_wait_ns;
+    st->scale255_groups = e->scale255;
+    st->peak_rss_bytes = peak_rss_bytes();
+}
+
+void ms_engine_stats_reset(ms_engine *e) {
+    memset(&e->stats, 0, sizeof e->stats);
+    e->scale255 = 0;
+    ms_store_reset_stats(e->store);
+}
+
+ms_status ms_session_open(ms_engine *e, ms_session **out) {
+    *out = NULL;
+    ms_err err;
+    ms_err_clear(&err);
+    ms_session *s = calloc(1, sizeof *s);
+    if (!s) return MS_E_NOMEM;
+    s->e = e;
+    ms_status st;
+    if ((st = ms_state_init(&s->st, &e->model, e->p.max_context, &err)) != MS_OK) goto fail;
+    if ((st = ms_fwd_init(&s->fwd, &e->model, MS_CHUNK, &err)) != MS_OK) goto fail;
+    s->logits = malloc((size_t)e->cfg.vocab_size * sizeof(float));
+    if (!s->logits) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
+    *out = s;
+    return MS_OK;
+fail:
+    snprintf(e->error, sizeof e->error, "%s", err.msg);
+    if (s->fwd) ms_fwd_free(s->fwd);
+    if (s->st.kda_S) ms_state_free(&s->st, &e->model);
+    free(s);
+    return st;
+}
+
+void ms_session_close(ms_session *s) {
+    if (!s) return;
+    ms_fwd_free(s->fwd);
+    ms_state_free(&s->st, &s->e->model);
+    free(s->logits);
+    free(s);
+}
+
+const char *ms_session_error(const ms_session *s) { return s ? s->error : ""; }
+
+ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits) {
+    if (s->sticky != MS_OK) return s->sticky;
+    if (n < 1) {
+        snprintf(s->error, sizeof s->error, "feed: no tokens");
+        return MS_E_USAGE;
+    }
+    ms_engine *e = s->e;
+    const int64_t V = e->cfg.vocab_size;
+    if (s->st.n_past + n > s->st.max_ctx) {
+        snprintf(s->error, sizeof s->error, "context full: %lld + %lld tokens > max_context %lld",
+                 (long long)s->st.n_past, (long long)n, (long long)s->st.max_ctx);
+        return MS_E_CONTEXT;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V) {
+            snprintf(s->error, sizeof s->error, "token id %d at position %lld is out of range [0, %lld)",
+                     ids[i], (long long)i, (long long)V);
+            return MS_E_USAGE;
+        }
+    ms_err err;
+    ms_err_clear(&err);
+    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0 };
+    double t0 = now_s();
+    ms_status st = MS_OK;
+    for (int64_t i = 0; i < n && st == MS_OK; i += MS_CHUNK) {
+        int64_t T = n - i < MS_CHUNK ? n - i : MS_CHUNK;
+        float *out = all_logits ? all_logits + i * V : s->logits;
+        st = ms_forward(&ctx, s->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
+        if (st == MS_OK && all_logits)
+            memcpy(s->logits, all_logits + (i + T - 1) * V, (size_t)V * sizeof(float));
+    }
+    double dt = now_s() - t0;
+    e->scale255 += ctx.scale255;
+    if (n == 1) { e->stats.n_tokens_decode++; e->stats.decode_s += dt; }
+    else { e->stats.n_tokens_prefill += n; e->stats.prefill_s += dt; }
+    if (st == MS_OK) {
+        for (int64_t i = 0; i < V; i++)
+            if (!isfinite(s->logits[i])) {
+                st = ms_err_set(&err, MS_E_UNSOUND, "non-finite logit %lld after position %lld",
+                                (long long)i, (long long)s->st.n_past);
+                break;
+            }
+    }
+    if (st != MS_OK) {
+        snprintf(s->error, sizeof s->error, "%s", err.msg);
+        /* the state may hold a half-applied chunk: nothing after it is sound */
+        s->sticky = MS_E_UNSOUND;
+        s->has_logits = 0;
+        return st == MS_E_UNSOUND ? st : MS_E_UNSOUND;
+    }
+    s->has_logits = 1;
+    return MS_OK;
+}
+
+const float *ms_session_logits(const ms_session *s) { return s->has_logits ? s->logits : NULL; }
+
+int64_t ms_session_n_past(const ms_session *s) { return s->st.n_past; }
+
+void ms_session_reset(ms_session *s) {
+    ms_state_reset(&s->st, &s->e->model);
+    s->has_logits = 0;
+    s->sticky = MS_OK;
+    s->error[0] = '\0';
+}
+
+int32_t ms_argmax(const float *logits, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return (int32_t)best;
+}

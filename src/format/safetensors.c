@@ -1,0 +1,843 @@
+/* format/safetensors.c - safetensors headers, the index, the checkpoint table.
+ *
+ * Owns: the checks of spec section 1 on every shard header and on
+ *   model.safetensors.index.json, and the name -> tensor hash table.
+ * Idea: a shard file is
+ *
+ *     +----------------+------------------------+---------------------------+
+ *     | N (u64 LE, 8 B)| N bytes of JSON header | data section              |
+ *     +----------------+------------------------+---------------------------+
+ *     0                8                        8 + N                       file_bytes
+ *
+ *   and a tensor's data_offsets [begin, end) are relative to the data section;
+ *   everything handed out is ABSOLUTE (8 + N + begin). The checkpoint keeps all
+ *   names in one string arena and one open-addressing table (FNV-1a, linear
+ *   probing, load <= 1/2) of 8-byte slots: (32-bit hash tag << 32) | (index + 1).
+ * Invariants:
+ *   1. tensors[] is in (shard, absolute offset) order;
+ *   2. every tensor's [offset, offset + n_bytes) lies in its shard's data
+ *      section, and the non-empty ranges of one shard do not overlap;
+ *   3. a name occurs once in the checkpoint; with an index, the index and the
+ *      shards agree name by name.
+ * Does not: read tensor data, keep file descriptors open after ms_ckpt_open.
+ */
+#include "format/safetensors.h"
+#include "format/json_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* a header is JSON text; the release's are ~1 MB. More is refused, not parsed. */
+#define ST_MAX_HEADER_BYTES (100LL * 1024 * 1024)
+/* the release's index is ~55 MB (497,220 names) */
+#define ST_MAX_INDEX_BYTES (512LL * 1024 * 1024)
+#define ST_INDEX_FILE "model.safetensors.index.json"
+#define ST_SUFFIX ".safetensors"
+
+static const char *const dtype_names[MS_DT_COUNT] = {
+    [MS_DT_F32] = "F32", [MS_DT_BF16] = "BF16", [MS_DT_F16] = "F16",
+    [MS_DT_U8] = "U8", [MS_DT_I8] = "I8", [MS_DT_I32] = "I32",
+    [MS_DT_I64] = "I64", [MS_DT_F64] = "F64", [MS_DT_BOOL] = "BOOL",
+    [MS_DT_U16] = "U16", [MS_DT_I16] = "I16", [MS_DT_U32] = "U32",
+    [MS_DT_U64] = "U64", [MS_DT_F8_E4M3] = "F8_E4M3", [MS_DT_F8_E5M2] = "F8_E5M2",
+};
+
+static const int64_t dtype_sizes[MS_DT_COUNT] = {
+    [MS_DT_F32] = 4, [MS_DT_BF16] = 2, [MS_DT_F16] = 2, [MS_DT_U8] = 1,
+    [MS_DT_I8] = 1, [MS_DT_I32] = 4, [MS_DT_I64] = 8, [MS_DT_F64] = 8,
+    [MS_DT_BOOL] = 1, [MS_DT_U16] = 2, [MS_DT_I16] = 2, [MS_DT_U32] = 4,
+    [MS_DT_U64] = 8, [MS_DT_F8_E4M3] = 1, [MS_DT_F8_E5M2] = 1,
+};
+
+/* The safetensors name of a dtype ("BF16"); "?" for a value out of range.
+ * Static string; thread-safe. */
+const char *ms_dtype_name(ms_dtype dt) {
+    if ((int)dt < 0 || dt >= MS_DT_COUNT) return "?";
+    return dtype_names[dt];
+}
+
+/* Bytes per element of a dtype; -1 for a value out of range. Thread-safe. */
+int64_t ms_dtype_size(ms_dtype dt) {
+    if ((int)dt < 0 || dt >= MS_DT_COUNT) return -1;
+    return dtype_sizes[dt];
+}
+
+static int dtype_parse(const char *s, ms_dtype *out) {
+    for (int i = 0; i < MS_DT_COUNT; i++) {
+        if (strcmp(s, dtype_names[i]) == 0) {
+            *out = (ms_dtype)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* "[3, 4]" into buf (large enough for MS_MAX_DIMS 20-digit dims). */
+#define SHAPE_STR_BYTES (MS_MAX_DIMS * 22 + 4)
+static void shape_str(char *buf, const int64_t *shape, int n_dim) {
+    size_t at = 0;
+    buf[at++] = '[';
+    for (int i = 0; i < n_dim; i++)
+        at += (size_t)snprintf(buf + at, SHAPE_STR_BYTES - at, "%s%lld",
+                               i ? ", " : "", (long long)shape[i]);
+    snprintf(buf + at, SHAPE_STR_BYTES - at, "]");
+}
+
+/* ---- one shard header ------------------------------------------------------ */
+
+typedef struct st_entry {
+    ms_tensor_info info;
+    int64_t begin, end;         /* relative to the data section */
+} st_entry;
+
+static int entry_cmp(const void *pa, const void *pb) {
+    const st_entry *a = pa, *b = pb;
+    if (a->begin != b->begin) return a->begin < b->begin ? -1 : 1;
+    if (a->end != b->end) return a->end < b->end ? -1 : 1;
+    return strcmp(a->info.name, b->info.name);
+}
+
+/* Messages name the file and tensor with bounded widths, so the part that
+ * says what was expected and found always fits in ms_err.msg. */
+#define F_ "%.120s"
+#define T_ "%.200s"
+
+/* A non-negative JSON integer, or -1 with *why set. */
+static int64_t json_nonneg(const json_t *v, const char **why) {
+    if (!json_is_integer(v)) {
+        *why = ms_json_type_name(v);
+        return -1;
+    }
+    json_int_t x = json_integer_value(v);
+    if (x < 0) {
+        *why = "a negative integer";
+        return -1;
+    }
+    return (int64_t)x;
+}
+
+static ms_status check_entry(const char *file, const char *name, const json_t *v,
+                             int64_t data_bytes, int64_t data_offset,
+                             int shard_index, st_entry *e, ms_err *err) {
+    memset(e, 0, sizeof *e);
+    e->info.name = name;
+    e->info.shard = shard_index;
+    if (!json_is_object(v))
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': entry: expected an object, found %s",
+                          file, name, ms_json_type_name(v));
+
+    const json_t *jd = json_object_get(v, "dtype");
+    if (!json_is_string(jd))
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': dtype: expected a string, found %s",
+                          file, name, ms_json_type_name(jd));
+    if (dtype_parse(json_string_value(jd), &e->info.dtype) != 0)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': unknown dtype '%.40s'",
+                          file, name, json_string_value(jd));
+
+    const json_t *js = json_object_get(v, "shape");
+    if (!json_is_array(js))
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': shape: expected an array, found %s",
+                          file, name, ms_json_type_name(js));
+    size_t n_dim = json_array_size(js);
+    if (n_dim > MS_MAX_DIMS)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': shape has %zu dims, at most %d supported",
+                          file, name, n_dim, MS_MAX_DIMS);
+    e->info.n_dim = (int)n_dim;
+    int64_t numel = 1;
+    for (size_t i = 0; i < n_dim; i++) {
+        const char *why = NULL;
+        int64_t d = json_nonneg(json_array_get(js, i), &why);
+        if (d < 0)
+            return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': shape[%zu]: expected a non-negative integer, found %s",
+                              file, name, i, why);
+        e->info.shape[i] = d;
+    }
+    char shp[SHAPE_STR_BYTES];
+    shape_str(shp, e->info.shape, e->info.n_dim);
+    for (size_t i = 0; i < n_dim; i++) {
+        if (ms_mul_i64(numel, e->info.shape[i], &numel) != 0)
+            return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': shape %s: element count overflows int64",
+                              file, name, shp);
+    }
+    e->info.numel = numel;
+    int64_t need;
+    if (ms_mul_i64(numel, ms_dtype_size(e->info.dtype), &need) != 0)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': %s %s: byte count overflows int64",
+                          file, name, ms_dtype_name(e->info.dtype), shp);
+    e->info.n_bytes = need;
+
+    const json_t *jo = json_object_get(v, "data_offsets");
+    if (!json_is_array(jo) || json_array_size(jo) != 2)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets: expected an array of 2 integers, found %s%s",
+                          file, name, ms_json_type_name(jo),
+                          json_is_array(jo) ? " of another length" : "");
+    const char *why = NULL;
+    int64_t begin = json_nonneg(json_array_get(jo, 0), &why);
+    if (begin < 0)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets[0]: expected a non-negative integer, found %s",
+                          file, name, why);
+    int64_t end = json_nonneg(json_array_get(jo, 1), &why);
+    if (end < 0)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets[1]: expected a non-negative integer, found %s",
+                          file, name, why);
+    if (begin > end)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld): begin > end",
+                          file, name, (long long)begin, (long long)end);
+    if (end - begin != need)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) hold %lld bytes but %s %s needs %lld",
+                          file, name, (long long)begin, (long long)end, (long long)(end - begin),
+                          ms_dtype_name(e->info.dtype), shp, (long long)need);
+    if (end > data_bytes)
+        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) end beyond the data section of %lld bytes",
+                          file, name, (long long)begin, (long long)end, (long long)data_bytes);
+    e->begin = begin;
+    e->end = end;
+    e->info.offset = data_offset + begin;   /* cannot overflow: end <= file_bytes - data_offset */
+    return MS_OK;
+}
+
+/* Parse and check one shard header; see safetensors.h. Calls `add` once per
+ * tensor in data-offset order; info->name points into the parsed JSON and is
+ * valid only during the call (copy it to keep it). Errors: MS_E_MODEL with a
+ * message naming the file and (where there is one) the tensor; MS_E_NOMEM;
+ * MS_E_USAGE for bad arguments; or the negative value `add` returned.
+ * Allocates only temporaries; thread-safe. */
+ms_status ms_st_parse_header(const uint8_t *buf, size_t n, int64_t file_bytes,
+                             const char *file, int shard_index,
+                             ms_st_add_fn add, void *user, ms_err *err) {
+    if (!file) file = "(safetensors)";
+    if (!buf && n > 0)
+        return ms_err_set(err, MS_E_USAGE, F_ ": no buffer", file);
+    if (n < 8 || file_bytes < 8)
+        return ms_err_set(err, MS_E_MODEL, F_ ": truncated: %lld bytes, a safetensors file needs at least 8",
+                          file, (long long)(n < 8 ? (int64_t)n : file_bytes));
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+    if (hlen > (uint64_t)ST_MAX_HEADER_BYTES)
+        return ms_err_set(err, MS_E_MODEL, F_ ": header length %llu is more than the %lld bytes allowed",
+                          file, (unsigned long long)hlen, ST_MAX_HEADER_BYTES);
+    int64_t data_offset = 8 + (int64_t)hlen;
+    if (data_offset > file_bytes)
+        return ms_err_set(err, MS_E_MODEL, F_ ": truncated: header length %llu needs %lld bytes but the file has %lld",
+                          file, (unsigned long long)hlen, (long long)data_offset, (long long)file_bytes);
+    if ((uint64_t)data_offset > (uint64_t)n)
+        return ms_err_set(err, MS_E_USAGE, F_ ": header length %llu needs %lld bytes but the buffer holds %zu",
+                          file, (unsigned long long)hlen, (long long)data_offset, n);
+    int64_t data_bytes = file_bytes - data_offset;
+
+    const char *text = (const char *)buf + 8;
+    json_error_t je;
+    json_t *root = json_loadb(text, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        char key[256];
+        if (ms_json_dup_key(text, (size_t)hlen, &je, key, sizeof key) == 0)
+            return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': duplicate name in the header",
+                              file, key);
+        return ms_err_set(err, MS_E_MODEL, F_ ": header is not valid JSON (byte %d): %.200s",
+                          file, je.position, je.text);
+    }
+    ms_status st = MS_OK;
+    st_entry *ents = NULL;
+    if (!json_is_object(root)) {
+        st = ms_err_set(err, MS_E_MODEL, F_ ": header is a JSON %s, expected an object",
+                        file, ms_json_type_name(root));
+        goto done;
+    }
+    size_t cap = json_object_size(root);
+    ents = calloc(cap ? cap : 1, sizeof *ents);
+    if (!ents) {
+        st = ms_err_set(err, MS_E_NOMEM, F_ ": cannot allocate %zu header entries", file, cap);
+        goto done;
+    }
+    size_t n_ent = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!json_is_object(val)) {
+                st = ms_err_set(err, MS_E_MODEL, F_ ": __metadata__: expected an object, found %s",
+                                file, ms_json_type_name(val));
+                goto done;
+            }
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(val, mk, mv) {
+                if (!json_is_string(mv)) {
+                    st = ms_err_set(err, MS_E_MODEL, F_ ": __metadata__ '%.100s': expected a string, found %s",
+                                    file, mk, ms_json_type_name(mv));
+                    goto done;
+                }
+            }
+            continue;
+        }
+        st = check_entry(file, key, val, data_bytes, data_offset, shard_index, &ents[n_ent], err);
+        if (st < 0) goto done;
+        n_ent++;
+    }
+
+    /* overlap check: sorted by (begin, end), a non-empty range overlaps an
+     * earlier one iff it starts before the furthest end seen so far. Empty
+     * ranges hold no bytes and overlap nothing. */
+    qsort(ents, n_ent, sizeof *ents, entry_cmp);
+    int64_t max_end = 0;
+    const st_entry *max_owner = NULL;
+    for (size_t i = 0; i < n_ent; i++) {
+        const st_entry *e = &ents[i];
+        if (e->begin == e->end) continue;
+        if (max_owner && e->begin < max_end) {
+            st = ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) overlap tensor '%.120s' at [%lld, %lld)",
+                            file, e->info.name, (long long)e->begin, (long long)e->end,
+                            max_owner->info.name, (long long)max_owner->begin, (long long)max_end);
+            goto done;
+        }
+        if (!max_owner || e->end > max_end) {
+            max_end = e->end;
+            max_owner = e;
+        }
+    }
+    if (add) {
+        for (size_t i = 0; i < n_ent; i++) {
+            int r = add(user, &ents[i].info, err);
+            if (r < 0) {
+                st = (ms_status)r;
+                goto done;
+            }
+        }
+    }
+done:
+    free(ents);
+    json_decref(root);
+    return st;
+}
+
+/* ---- the index --------------------------------------------------------------- */
+
+static int bad_shard_file(const char *f) {
+    return f[0] == '\0' || strchr(f, '/') != NULL || strstr(f, "..") != NULL;
+}
+
+/* Parse model.safetensors.index.json text; see safetensors.h. Calls `add` per
+ * weight_map entry in file order; name and file point into the parsed JSON and
+ * are valid only during the call. Refuses: invalid JSON, duplicate names, a
+ * missing or ill-typed weight_map, a shard file that is empty or contains '/'
+ * or "..". Errors: MS_E_MODEL naming `file` and the tensor; MS_E_NOMEM; or
+ * the negative value `add` returned. Allocates only temporaries; thread-safe. */
+ms_status ms_index_parse(const char *text, size_t n, const char *file,
+                         ms_index_add_fn add, void *user, ms_err *err) {
+    if (!file) file = ST_INDEX_FILE;
+    if (!text && n > 0)
+        return ms_err_set(err, MS_E_USAGE, F_ ": no buffer", file);
+    json_error_t je;
+    json_t *root = json_loadb(text ? text : "", n, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        char key[256];
+        if (ms_json_dup_key(text, n, &je, key, sizeof key) == 0)
+            return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': listed twice", file, key);
+        return ms_err_set(err, MS_E_MODEL, F_ ": not valid JSON (byte %d): %.200s",
+                          file, je.position, je.text);
+    }
+    ms_status st = MS_OK;
+    json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(root)) {
+        st = ms_err_set(err, MS_E_MODEL, F_ ": top level is a JSON %s, expected an object",
+                        file, ms_json_type_name(root));
+    } else if (!wm) {
+        st = ms_err_set(err, MS_E_MODEL, F_ ": weight_map missing", file);
+    } else if (!json_is_object(wm)) {
+        st = ms_err_set(err, MS_E_MODEL, F_ ": weight_map: expected an object, found %s",
+                        file, ms_json_type_name(wm));
+    } else {
+        const char *key;
+        json_t *val;
+        json_object_foreach(wm, key, val) {
+            if (!json_is_string(val)) {
+                st = ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': shard: expected a string, found %s",
+                                file, key, ms_json_type_name(val));
+                break;
+            }
+            const char *sf = json_string_value(val);
+            if (bad_shard_file(sf)) {
+                st = ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': shard file '%.100s' is not a plain file name (empty, '/' or '..')",
+                                file, key, sf);
+                break;
+            }
+            if (add) {
+                int r = add(user, key, sf, err);
+                if (r < 0) {
+                    st = (ms_status)r;
+                    break;
+                }
+            }
+        }
+    }
+    json_decref(root);
+    return st;
+}
+
+/* ---- name table: one arena, open addressing ----------------------------------- */
+
+typedef struct name_tab {
+    char *arena;                /* all names, NUL-terminated, back to back */
+    int64_t arena_len, arena_cap;
+    int64_t *off;               /* off[i]: name i in the arena */
+    int64_t n, cap;
+    uint64_t *slots;            /* (tag << 32) | (i + 1); 0 = empty */
+    int64_t n_slots;            /* power of two, >= 2 * n */
+} name_tab;
+
+#define TAB_MAX_NAMES ((int64_t)UINT32_MAX - 1)
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        h ^= *p;
+        h *= 1099511628211ULL;
+    }
+    /* FNV's low bits mix poorly for keys differing only in the last bytes
+     * (layers.1 vs layers.2); fold the high half in before masking. */
+    return h ^ (h >> 29);
+}
+
+static void tab_free(name_tab *t) {
+    free(t->arena);
+    free(t->off);
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+static const char *tab_name(const name_tab *t, int64_t i) { return t->arena + t->off[i]; }
+
+/* index of name, or -1 */
+static int64_t tab_find_h(const name_tab *t, const char *name, uint64_t h) {
+    if (t->n_slots == 0) return -1;
+    uint64_t mask = (uint64_t)t->n_slots - 1;
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t s = h & mask;; s = (s + 1) & mask) {
+        uint64_t v = t->slots[s];
+        if (v == 0) return -1;
+        if ((uint32_t)(v >> 32) == tag) {
+            int64_t i = (int64_t)(uint32_t)v - 1;
+            if (strcmp(tab_name(t, i), name) == 0) return i;
+        }
+    }
+}
+
+static int64_t tab_find(const name_tab *t, const char *name) {
+    return tab_find_h(t, name, fnv1a(name));
+}
+
+static void slot_put(uint64_t *slots, int64_t n_slots, uint64_t h, int64_t i) {
+    uint64_t mask = (uint64_t)n_slots - 1;
+    uint64_t s = h & mask;
+    while (slots[s] != 0) s = (s + 1) & mask;
+    slots[s] = ((h >> 32) << 32) | (uint64_t)(i + 1);
+}
+
+/* Append a name known to be absent (h = fnv1a(name)); returns its index or -1
+ * on allocation failure / too many names. */
+static int64_t tab_add(name_tab *t, const char *name, uint64_t h) {
+    if (t->n >= TAB_MAX_NAMES) return -1;
+    if ((t->n + 1) * 2 > t->n_slots) {
+        int64_t ns = t->n_slots ? t->n_slots * 2 : 1024;
+        uint64_t *slots = calloc((size_t)ns, sizeof *slots);
+        if (!slots) return -1;
+        for (int64_t i = 0; i < t->n; i++) slot_put(slots, ns, fnv1a(tab_name(t, i)), i);
+        free(t->slots);
+        t->slots = slots;
+        t->n_slots = ns;
+    }
+    if (t->n == t->cap) {
+        int64_t nc = t->cap ? t->cap * 2 : 1024;
+        int64_t *off = realloc(t->off, (size_t)nc * sizeof *off);
+        if (!off) return -1;
+        t->off = off;
+        t->cap = nc;
+    }
+    size_t len = strlen(name) + 1;
+    if ((size_t)(t->arena_cap - t->arena_len) < len) {
+        int64_t nc = t->arena_cap ? t->arena_cap : 65536;
+        while ((size_t)(nc - t->arena_len) < len) nc *= 2;
+        char *a = realloc(t->arena, (size_t)nc);
+        if (!a) return -1;
+        t->arena = a;
+        t->arena_cap = nc;
+    }
+    memcpy(t->arena + t->arena_len, name, len);
+    t->off[t->n] = t->arena_len;
+    t->arena_len += (int64_t)len;
+    slot_put(t->slots, t->n_slots, h, t->n);
+    return t->n++;
+}
+
+/* ---- the checkpoint ------------------------------------------------------------- */
+
+struct ms_ckpt {
+    ms_shard_info *shards;
+    int n_shards;
+    name_tab names;             /* tensor i is names entry i */
+    ms_tensor_info *tensors;
+    int64_t n_tensors, cap_tensors;
+};
+
+/* Add a tensor parsed from shard `info->shard`; refuses a name seen before. */
+static int ckpt_add_tensor(void *user, const ms_tensor_info *info, ms_err *err) {
+    ms_ckpt *c = user;
+    uint64_t h = fnv1a(info->name);
+    int64_t prev = tab_find_h(&c->names, info->name, h);
+    if (prev >= 0)
+        return ms_err_set(err, MS_E_MODEL, "tensor '" T_ "' is in both %.100s and %.100s",
+                          info->name, c->shards[c->tensors[prev].shard].file,
+                          c->shards[info->shard].file);
+    if (c->n_tensors == c->cap_tensors) {
+        int64_t nc = c->cap_tensors ? c->cap_tensors * 2 : 1024;
+        ms_tensor_info *t = realloc(c->tensors, (size_t)nc * sizeof *t);
+        if (!t) return ms_err_set(err, MS_E_NOMEM, "cannot allocate %lld tensor records", (long long)nc);
+        c->tensors = t;
+        c->cap_tensors = nc;
+    }
+    int64_t i = tab_add(&c->names, info->name, h);
+    if (i < 0)
+        return ms_err_set(err, MS_E_NOMEM, "cannot add tensor '" T_ "' to the name table", info->name);
+    MS_ASSERT(i == c->n_tensors);
+    c->tensors[i] = *info;
+    c->tensors[i].name = NULL;  /* set once the arena stops moving */
+    c->n_tensors++;
+    return 0;
+}
+
+static ms_status pread_full(int fd, void *buf, size_t n, int64_t off, const char *path, ms_err *err) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + (int64_t)got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return ms_err_set(err, MS_E_IO, "%.200s: read failed: %s", path, strerror(errno));
+        if (r == 0)
+            return ms_err_set(err, MS_E_IO, "%.200s: short read: %zu of %zu bytes at offset %lld",
+                              path, got, n, (long long)off);
+        got += (size_t)r;
+    }
+    return MS_OK;
+}
+
+/* Read a shard's first 8 bytes, then (if the length is sane) the header, into
+ * a malloc'd buffer; the fd is closed before returning. A length the parser
+ * will refuse is not read: the parser reports it from the 8 bytes. */
+static ms_status read_shard_header(ms_shard_info *sh, const char *why_named,
+                                   uint8_t **out, size_t *out_n, ms_err *err) {
+    *out = NULL;
+    *out_n = 0;
+    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return ms_err_set(err, e == ENOENT ? MS_E_MODEL : MS_E_IO, "%.200s: cannot open shard%s: %s",
+                          sh->path, why_named, strerror(e));
+    }
+    ms_status st = MS_OK;
+    uint8_t *buf = NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = ms_err_set(err, MS_E_IO, "%.200s: cannot stat: %s", sh->path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = ms_err_set(err, MS_E_MODEL, "%.200s: not a regular file", sh->path);
+        goto done;
+    }
+    sh->file_bytes = (int64_t)sb.st_size;
+    size_t first = sh->file_bytes < 8 ? (size_t)sh->file_bytes : 8;
+    uint8_t len8[8];
+    st = pread_full(fd, len8, first, 0, sh->path, err);
+    if (st < 0) goto done;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | len8[i];
+    size_t total = first;
+    if (first == 8 && hlen <= (uint64_t)ST_MAX_HEADER_BYTES && 8 + (int64_t)hlen <= sh->file_bytes)
+        total = 8 + (size_t)hlen;
+    buf = malloc(total ? total : 1);
+    if (!buf) {
+        st = ms_err_set(err, MS_E_NOMEM, "%.200s: cannot allocate %zu header bytes", sh->path, total);
+        goto done;
+    }
+    memcpy(buf, len8, first);
+    if (total > first) {
+        st = pread_full(fd, buf + 8, total - 8, 8, sh->path, err);
+        if (st < 0) goto done;
+    }
+    *out = buf;
+    *out_n = total;
+    buf = NULL;
+done:
+    free(buf);
+    close(fd);
+    return st;
+}
+
+static int str_ptr_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n > k && strcmp(s + n - k, suf) == 0;
+}
+
+/* dir + "/" + file, malloc'd */
+static char *path_join(const char *dir, const char *file) {
+    size_t a = strlen(dir), b = strlen(file);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, file, b + 1);
+    return p;
+}
+
+/* Shard list from sorted file names (borrowed). */
+static ms_status set_shards(ms_ckpt *c, const char *dir, char **files, int64_t n, ms_err *err) {
+    if (n > 1000000)
+        return ms_err_set(err, MS_E_MODEL, "%.200s: %lld shards, more than supported", dir, (long long)n);
+    c->shards = calloc((size_t)(n ? n : 1), sizeof *c->shards);
+    if (!c->shards) return ms_err_set(err, MS_E_NOMEM, "cannot allocate %lld shard records", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        ms_shard_info *sh = &c->shards[i];
+        sh->path = path_join(dir, files[i]);
+        if (!sh->path) return ms_err_set(err, MS_E_NOMEM, "cannot allocate a shard path");
+        sh->file = sh->path + strlen(dir) + 1;
+        c->n_shards++;
+    }
+    return MS_OK;
+}
+
+/* The index as read: names -> file index (into `files`), files deduplicated. */
+typedef struct index_map {
+    name_tab names;             /* tensor names */
+    int32_t *file_of;           /* per name: index into files */
+    int64_t cap_file_of;
+    name_tab files;             /* distinct shard file names */
+} index_map;
+
+static int index_add(void *user, const char *name, const char *file, ms_err *err) {
+    index_map *m = user;
+    uint64_t hf = fnv1a(file);
+    int64_t f = tab_find_h(&m->files, file, hf);
+    if (f < 0) {
+        if (m->files.n >= INT32_MAX / 2)
+            return ms_err_set(err, MS_E_MODEL, ST_INDEX_FILE ": too many shard files");
+        f = tab_add(&m->files, file, hf);
+        if (f < 0) return ms_err_set(err, MS_E_NOMEM, ST_INDEX_FILE ": out of memory");
+    }
+    if (m->names.n == m->cap_file_of) {
+        int64_t nc = m->cap_file_of ? m->cap_file_of * 2 : 1024;
+        int32_t *p = realloc(m->file_of, (size_t)nc * sizeof *p);
+        if (!p) return ms_err_set(err, MS_E_NOMEM, ST_INDEX_FILE ": out of memory");
+        m->file_of = p;
+        m->cap_file_of = nc;
+    }
+    /* names are unique: the parser refuses duplicate keys */
+    int64_t i = tab_add(&m->names, name, fnv1a(name));
+    if (i < 0) return ms_err_set(err, MS_E_NOMEM, ST_INDEX_FILE ": out of memory");
+    m->file_of[i] = (int32_t)f;
+    return 0;
+}
+
+/* Read the index, set the shards (its distinct files, sorted) and return the
+ * shard each indexed name is mapped to in m->file_of (remapped to shard order). */
+static ms_status open_index(ms_ckpt *c, const char *dir, const char *index_path,
+                            index_map *m, ms_err *err) {
+    char *text = NULL;
+    size_t n = 0;
+    ms_status st = ms_json_read_file(index_path, ST_MAX_INDEX_BYTES, &text, &n, err);
+    if (st < 0) return st;
+    st = ms_index_parse(text, n, ST_INDEX_FILE, index_add, m, err);
+    free(text);
+    if (st < 0) return st;
+    int64_t nf = m->files.n;
+    if (nf == 0)
+        return ms_err_set(err, MS_E_MODEL, "%.200s: weight_map names no tensor", index_path);
+    char **files = malloc((size_t)nf * sizeof *files);
+    int32_t *rank = malloc((size_t)nf * sizeof *rank);
+    if (!files || !rank) {
+        free(files);
+        free(rank);
+        return ms_err_set(err, MS_E_NOMEM, "cannot allocate the shard list");
+    }
+    for (int64_t i = 0; i < nf; i++) files[i] = m->files.arena + m->files.off[i];
+    qsort(files, (size_t)nf, sizeof *files, str_ptr_cmp);
+    for (int64_t i = 0; i < nf; i++) rank[tab_find(&m->files, files[i])] = (int32_t)i;
+    for (int64_t i = 0; i < m->names.n; i++) m->file_of[i] = rank[m->file_of[i]];
+    st = set_shards(c, dir, files, nf, err);
+    free(files);
+    free(rank);
+    return st;
+}
+
+/* Without an index: every regular *.safetensors file in dir, sorted by name. */
+static ms_status list_shards(ms_ckpt *c, const char *dir, ms_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return ms_err_set(err, MS_E_IO, "%.200s: cannot open directory: %s", dir, strerror(errno));
+    char **files = NULL;
+    int64_t n = 0, cap = 0;
+    ms_status st = MS_OK;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!has_suffix(de->d_name, ST_SUFFIX)) continue;
+        char *p = path_join(dir, de->d_name);
+        struct stat sb;
+        int ok = p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode);   /* follows symlinks */
+        free(p);
+        if (!ok) continue;
+        if (n == cap) {
+            int64_t nc = cap ? cap * 2 : 64;
+            char **f = realloc(files, (size_t)nc * sizeof *f);
+            if (!f) {
+                st = ms_err_set(err, MS_E_NOMEM, "cannot allocate the shard list");
+                goto done;
+            }
+            files = f;
+            cap = nc;
+        }
+        files[n] = strdup(de->d_name);
+        if (!files[n]) {
+            st = ms_err_set(err, MS_E_NOMEM, "cannot allocate the shard list");
+            goto done;
+        }
+        n++;
+    }
+    if (n == 0) {
+        st = ms_err_set(err, MS_E_MODEL, "%.200s: no " ST_INDEX_FILE " and no *" ST_SUFFIX " file", dir);
+        goto done;
+    }
+    qsort(files, (size_t)n, sizeof *files, str_ptr_cmp);
+    st = set_shards(c, dir, files, n, err);
+done:
+    for (int64_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+    closedir(d);
+    return st;
+}
+
+/* With an index: every shard tensor indexed to its shard, every indexed name
+ * present. Run after all shards are read, so a name in two shards is reported
+ * as such (naming both files) rather than as an index mismatch. */
+static ms_status check_index(const ms_ckpt *c, const index_map *m, ms_err *err) {
+    for (int64_t i = 0; i < c->n_tensors; i++) {
+        const ms_tensor_info *t = &c->tensors[i];
+        int64_t j = tab_find(&m->names, t->name);
+        if (j < 0)
+            return ms_err_set(err, MS_E_MODEL, "%.100s: tensor '" T_ "' is not in " ST_INDEX_FILE,
+                              c->shards[t->shard].file, t->name);
+        if (m->file_of[j] != t->shard)
+            return ms_err_set(err, MS_E_MODEL, "%.100s: tensor '" T_ "' is here but " ST_INDEX_FILE " maps it to %.100s",
+                              c->shards[t->shard].file, t->name, c->shards[m->file_of[j]].file);
+    }
+    for (int64_t j = 0; j < m->names.n; j++) {
+        const char *name = tab_name(&m->names, j);
+        if (tab_find(&c->names, name) < 0)
+            return ms_err_set(err, MS_E_MODEL, ST_INDEX_FILE ": tensor '" T_ "' is mapped to %.100s, which has no such tensor",
+                              name, c->shards[m->file_of[j]].file);
+    }
+    return MS_OK;
+}
+
+/* Open a checkpoint directory; see safetensors.h. On success *out owns every
+ * name and path (valid until ms_ckpt_close) and no file descriptor stays open.
+ * Errors: MS_E_MODEL (invalid header / index, missing shard, name clash; the
+ * message names the file and tensor), MS_E_IO, MS_E_NOMEM, MS_E_USAGE; *out is
+ * NULL then. Allocates ~ (tensors x 100 + names) bytes. Thread-safe for
+ * distinct calls; the result is read-only and may be shared by threads. */
+ms_status ms_ckpt_open(const char *dir, ms_ckpt **out, ms_err *err) {
+    if (!out) return ms_err_set(err, MS_E_USAGE, "ms_ckpt_open: out is NULL");
+    *out = NULL;
+    if (!dir || !dir[0]) return ms_err_set(err, MS_E_USAGE, "ms_ckpt_open: no directory");
+    ms_ckpt *c = calloc(1, sizeof *c);
+    if (!c) return ms_err_set(err, MS_E_NOMEM, "cannot allocate a checkpoint");
+    index_map m;
+    memset(&m, 0, sizeof m);
+    ms_status st = MS_OK;
+    char *index_path = path_join(dir, ST_INDEX_FILE);
+    if (!index_path) {
+        st = ms_err_set(err, MS_E_NOMEM, "cannot allocate a path");
+        goto done;
+    }
+    struct stat sb;
+    int have_index = stat(index_path, &sb) == 0;
+    if (!have_index && errno != ENOENT) {
+        st = ms_err_set(err, MS_E_IO, "%.200s: cannot stat: %s", index_path, strerror(errno));
+        goto done;
+    }
+    st = have_index ? open_index(c, dir, index_path, &m, err) : list_shards(c, dir, err);
+    if (st < 0) goto done;
+
+    for (int s = 0; s < c->n_shards; s++) {
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        st = read_shard_header(&c->shards[s], have_index ? " named by " ST_INDEX_FILE : "",
+                               &buf, &n, err);
+        if (st < 0) goto done;
+        ms_shard_info *sh = &c->shards[s];
+        st = ms_st_parse_header(buf, n, sh->file_bytes, sh->file, s, ckpt_add_tensor, c, err);
+        free(buf);
+        if (st < 0) goto done;
+        sh->data_offset = (int64_t)n;   /* a parsed header was read whole: n = 8 + N */
+    }
+    /* the arena no longer moves: hand out names */
+    for (int64_t i = 0; i < c->n_tensors; i++) c->tensors[i].name = tab_name(&c->names, i);
+    if (have_index) {
+        st = check_index(c, &m, err);
+        if (st < 0) goto done;
+    }
+done:
+    free(index_path);
+    tab_free(&m.names);
+    tab_free(&m.files);
+    free(m.file_of);
+    if (st < 0) {
+        ms_ckpt_close(c);
+        return st;
+    }
+    *out = c;
+    return MS_OK;
+}
+
+/* Free everything; NULL is a no-op. Invalidates every pointer handed out. */
+void ms_ckpt_close(ms_ckpt *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n_shards; i++) free(c->shards[i].path);
+    free(c->shards);
+    tab_free(&c->names);
+    free(c->tensors);
+    free(c);
+}
+
+/* Tensor by name: O(1) expected; NULL if absent (or c / name NULL). The result
+ * lives until ms_ckpt_close. Read-only: safe from many threads. */
+const ms_tensor_info *ms_ckpt_find(const ms_ckpt *c, const char *name) {
+    if (!c || !name) return NULL;
+    int64_t i = tab_find(&c->names, name);
+    return i < 0 ? NULL : &c->tensors[i];
+}
+
+/* Number of tensors in the checkpoint (0 for NULL). */
+int64_t ms_ckpt_n_tensors(const ms_ckpt *c) { return c ? c->n_tensors : 0; }
+
+/* Tensor i in (shard, offset) order; NULL if i is out of range. */
+const ms_tensor_info *ms_ckpt_tensor(const ms_ckpt *c, int64_t i) {
+    if (!c || i < 0 || i >= c->n_tensors) return NULL;
+    return &c->tensors[i];
+}
+
+/* Number of shards (0 for NULL). */
+int ms_ckpt_n_shards(const ms_ckpt *c) { return c ? c->n_shards : 0; }
+
+/* Shard i (sorted by file name); NULL if i is out of range. */
+const ms_shard_info *ms_ckpt_shard(const ms_ckpt *c, int i) {
+    if (!c || i < 0 || i >= c->n_shards) return NULL;
+    return &c->shards[i];
+}

@@ -1,0 +1,306 @@
+/* model/bind.c - binding the released tensor names to typed views.
+ *
+ * Every tensor the model uses is looked up by its released name, its dtype
+ * and shape are checked against the config, and it is assigned to a store
+ * region. A region's ranges are the region's tensors sorted by file offset
+ * and coalesced where one ends exactly where the next begins: in the released
+ * layout a layer's dense part and each expert's six tensors are one range
+ * each (one read); anything else falls back to one range per run.
+ */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PFX "language_model.model."
+#define MAX_REGION_TENSORS 64
+
+enum { DT_BF16 = 1 << MS_DT_BF16, DT_F32 = 1 << MS_DT_F32, DT_U8 = 1 << MS_DT_U8 };
+
+typedef struct group {
+    int n;
+    ms_wt *wt[MAX_REGION_TENSORS];
+    const ms_tensor_info *ti[MAX_REGION_TENSORS];
+    int64_t *ext_off[MAX_REGION_TENSORS];   /* where to store the offset instead of wt */
+} group;
+
+static void fmt_shape(char *buf, size_t n, int nd, const int64_t *d) {
+    size_t at = 0;
+    at += (size_t)snprintf(buf + at, n - at, "[");
+    for (int i = 0; i < nd && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? ", " : "", (long long)d[i]);
+    if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+static const char *dt_set_name(int mask) {
+    if (mask == DT_BF16) return "BF16";
+    if (mask == DT_F32) return "F32";
+    if (mask == DT_U8) return "U8";
+    return "BF16 or F32";
+}
+
+/* Look up `name`, check dtype in `dt_mask` and shape == dims[0..nd) (for
+ * `flat`, only the element count must equal dims[0] with any shape), add it to
+ * group g. Returns the tensor info or NULL with err set. */
+static const ms_tensor_info *want(const ms_ckpt *ck, group *g, ms_wt *wt, int64_t *ext_off,
+                                  const char *name, int dt_mask, int nd, const int64_t *dims,
+                                  int flat, ms_err *err) {
+    const ms_tensor_info *ti = ms_ckpt_find(ck, name);
+    char exp_s[128], got_s[128];
+    fmt_shape(exp_s, sizeof exp_s, nd, dims);
+    if (!ti) {
+        ms_err_set(err, MS_E_MODEL, "tensor '%s' is missing from the checkpoint (expected %s %s)",
+                   name, dt_set_name(dt_mask), exp_s);
+        return NULL;
+    }
+    fmt_shape(got_s, sizeof got_s, ti->n_dim, ti->shape);
+    int shape_ok;
+    if (flat) shape_ok = ti->numel == dims[0];
+    else {
+        shape_ok = ti->n_dim == nd;
+        for (int i = 0; shape_ok && i < nd; i++) shape_ok = ti->shape[i] == dims[i];
+    }
+    if (!((1 << ti->dtype) & dt_mask) || !shape_ok) {
+        ms_err_set(err, MS_E_MODEL, "%s: tensor '%s': expected %s %s%s, found %s %s",
+                   ms_ckpt_shard(ck, ti->shard)->file, name, dt_set_name(dt_mask), exp_s,
+                   flat ? " (any shape with that many elements)" : "", ms_dtype_name(ti->dtype), got_s);
+        return NULL;
+    }
+    if (ti->offset % ms_dtype_size(ti->dtype) != 0) {
+        ms_err_set(err, MS_E_MODEL, "%s: tensor '%s': data offset %lld is not aligned to its %lld-byte elements",
+                   ms_ckpt_shard(ck, ti->shard)->file, name, (long long)ti->offset,
+                   (long long)ms_dtype_size(ti->dtype));
+        return NULL;
+    }
+    MS_ASSERT(g->n < MAX_REGION_TENSORS);
+    g->wt[g->n] = wt;
+    g->ti[g->n] = ti;
+    g->ext_off[g->n] = ext_off;
+    g->n++;
+    if (wt) {
+        wt->dtype = ti->dtype;
+        wt->rows = (flat || nd == 1) ? 1 : dims[0];
+        wt->cols = 1;
+        for (int i = (flat || nd == 1) ? 0 : 1; i < (flat ? 1 : nd); i++) wt->cols *= dims[i];
+    }
+    return ti;
+}
+
+static int cmp_by_offset(const void *a, const void *b) {
+    const ms_tensor_info *x = *(const ms_tensor_info * const *)a;
+    const ms_tensor_info *y = *(const ms_tensor_info * const *)b;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Turn a group into one store region; fill every member's offset. */
+static int make_region(ms_store *store, ms_region_class cls, group *g, ms_err *err) {
+    const ms_tensor_info *sorted[MAX_REGION_TENSORS];
+    memcpy(sorted, g->ti, (size_t)g->n * sizeof *sorted);
+    qsort(sorted, (size_t)g->n, sizeof *sorted, cmp_by_offset);
+    ms_range ranges[MAX_REGION_TENSORS];
+    int n_ranges = 0;
+    for (int i = 0; i < g->n; i++) {
+        const ms_tensor_info *t = sorted[i];
+        if (n_ranges > 0 && ranges[n_ranges - 1].shard == t->shard &&
+            ranges[n_ranges - 1].offset + ranges[n_ranges - 1].n_bytes == t->offset) {
+            ranges[n_ranges - 1].n_bytes += t->n_bytes;
+        } else {
+            ranges[n_ranges].shard = t->shard;
+            ranges[n_ranges].offset = t->offset;
+            ranges[n_ranges].n_bytes = t->n_bytes;
+            n_ranges++;
+        }
+    }
+    int64_t pos[MAX_REGION_TENSORS];
+    int id = ms_store_add_region(store, cls, ranges, n_ranges, pos, err);
+    if (id < 0) return id;
+    for (int i = 0; i < g->n; i++) {
+        const ms_tensor_info *t = g->ti[i];
+        int64_t off = -1;
+        for (int r = 0; r < n_ranges; r++)
+            if (ranges[r].shard == t->shard && t->offset >= ranges[r].offset &&
+                t->offset + t->n_bytes <= ranges[r].offset + ranges[r].n_bytes) {
+                off = pos[r] + (t->offset - ranges[r].offset);
+                break;
+            }
+        MS_ASSERT(off >= 0);
+        if (g->wt[i]) { g->wt[i]->region = id; g->wt[i]->off = off; }
+        if (g->ext_off[i]) *g->ext_off[i] = off;
+    }
+    return id;
+}
+
+#define D1(a) 1, (int64_t[]){ (a) }
+#define D2(a, b) 2, (int64_t[]){ (a), (b) }
+#define D3(a, b, c) 3, (int64_t[]){ (a), (b), (c) }
+
+static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int il, ms_err *err) {
+    const ms_config *c = &m->cfg;
+    ms_layer *L = &m->layers[il];
+    const int64_t H = c->hidden_size;
+    char name[256];
+    group g = {0};
+#define NAME(...) (snprintf(name, sizeof name, PFX "layers.%d." __VA_ARGS__), name)
+#define WANT(wt, dtm, ...) \
+    if (!want(ck, &g, (wt), NULL, name, (dtm), __VA_ARGS__, 0, err)) return err->status
+#define WANTV(wt, n) \
+    if (!want(ck, &g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
+
+    NAME("input_layernorm.weight", il);              WANTV(&L->input_norm, H);
+    NAME("post_attention_layernorm.weight", il);     WANTV(&L->post_attn_norm, H);
+    NAME("self_attention_res_norm.weight", il);      WANTV(&L->attn_res_norm, H);
+    NAME("self_attention_res_proj.weight", il);      WANTV(&L->attn_res_proj, H);
+    NAME("mlp_res_norm.weight", il);                 WANTV(&L->mlp_res_norm, H);
+    NAME("mlp_res_proj.weight", il);                 WANTV(&L->mlp_res_proj, H);
+
+    if (L->is_mla) {
+        const int64_t nh = c->num_attention_heads;
+        const int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+        NAME("self_attn.q_a_proj.weight", il);       WANT(&L->q_a, DT_BF16, D2(c->q_lora_rank, H));
+        NAME("self_attn.q_a_layernorm.weight", il);  WANTV(&L->q_a_norm, c->q_lora_rank);
+        NAME("self_attn.q_b_proj.weight", il);       WANT(&L->q_b, DT_BF16, D2(nh * qk, c->q_lora_rank));
+        NAME("self_attn.kv_a_proj_with_mqa.weight", il);
+        WANT(&L->kv_a, DT_BF16, D2(c->kv_lora_rank + c->qk_rope_head_dim, H));
+        NAME("self_attn.kv_a_layernorm.weight", il); WANTV(&L->kv_a_norm, c->kv_lora_rank);
+        NAME("self_attn.kv_b_proj.weight", il);
+        WANT(&L->kv_b, DT_BF16, D2(nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank));
+        NAME("self_attn.g_proj.weight", il);         WANT(&L->g_proj, DT_BF16, D2(nh * c->v_head_dim, H));
+        NAME("self_attn.o_proj.weight", il);         WANT(&L->o_proj, DT_BF16, D2(H, nh * c->v_head_dim));
+    } else {
+        const int64_t nh = c->kda_num_heads, hd = c->kda_head_dim, P = nh * hd;
+        const int64_t K = c->short_conv_kernel_size;
+        NAME("self_attn.q_proj.weight", il);         WANT(&L->q_proj, DT_BF16, D2(P, H));
+        NAME("self_attn.k_proj.weight", il);         WANT(&L->k_proj, DT_BF16, D2(P, H));
+        NAME("self_attn.v_proj.weight", il);         WANT(&L->v_proj, DT_BF16, D2(P, H));
+        NAME("self_attn.g_proj.weight", il);         WANT(&L->g_proj, DT_BF16, D2(P, H));
+        NAME("self_attn.o_proj.weight", il);         WANT(&L->o_proj, DT_BF16, D2(H, P));
+        NAME("self_attn.q_conv1d.weight", il);       WANT(&L->q_conv, DT_F32, D3(P, 1, K));
+        NAME("self_attn.k_conv1d.weight", il);       WANT(&L->k_conv, DT_F32, D3(P, 1, K));
+        NAME("self_attn.v_conv1d.weight", il);       WANT(&L->v_conv, DT_F32, D3(P, 1, K));
+        /* f_a_proj's rank is not in the config: take it from the tensor */
+        NAME("self_attn.f_a_proj.weight", il);
+        const ms_tensor_info *fa = ms_ckpt_find(ck, name);
+        int64_t rank = fa && fa->n_dim == 2 ? fa->shape[0] : hd;
+        WANT(&L->f_a, DT_BF16, D2(rank, H));
+        NAME("self_attn.f_b_proj.weight", il);       WANT(&L->f_b, DT_BF16, D2(P, rank));
+        NAME("self_attn.b_proj.weight", il);         WANT(&L->b_proj, DT_BF16, D2(nh, H));
+        NAME("self_attn.dt_bias", il);               WANT(&L->dt_bias, DT_F32 | DT_BF16, D1(P));
+        /* A_log is padded to head_dim (spec 3, trap): only the first nh entries,
+         * one per head, are used; the forward indexes it by head */
+        NAME("self_attn.A_log", il);                 WANT(&L->a_log, DT_F32, D1(hd));
+        NAME("self_attn.o_norm.weight", il);         WANTV(&L->o_norm, hd);
+    }
+
+    if (L->is_dense) {
+        const int64_t I = c->intermediate_size;
+        NAME("mlp.gate_proj.weight", il);            WANT(&L->mlp_gate, DT_BF16, D2(I, H));
+        NAME("mlp.up_proj.weight", il);              WANT(&L->mlp_up, DT_BF16, D2(I, H));
+        NAME("mlp.down_proj.weight", il);            WANT(&L->mlp_down, DT_BF16, D2(H, I));
+    } else {
+        const int64_t E = c->num_experts, lat = c->routed_expert_hidden_size;
+        const int64_t S = c->num_shared_experts * c->moe_intermediate_size;
+        NAME("block_sparse_moe.gate.weight", il);    WANT(&L->router, DT_BF16, D2(E, H));
+        NAME("block_sparse_moe.gate.e_score_correction_bias", il);
+        WANT(&L->router_bias, DT_F32 | DT_BF16, D1(E));
+        NAME("block_sparse_moe.routed_expert_down_proj.weight", il); WANT(&L->lat_down, DT_BF16, D2(lat, H));
+        NAME("block_sparse_moe.routed_expert_norm.weight", il);      WANTV(&L->lat_norm, lat);
+        NAME("block_sparse_moe.routed_expert_up_proj.weight", il);   WANT(&L->lat_up, DT_BF16, D2(H, lat));
+        NAME("block_sparse_moe.shared_experts.gate_proj.weight", il); WANT(&L->sh_gate, DT_BF16, D2(S, H));
+        NAME("block_sparse_moe.shared_experts.up_proj.weight", il);   WANT(&L->sh_up, DT_BF16, D2(S, H));
+        NAME("block_sparse_moe.shared_experts.down_proj.weight", il); WANT(&L->sh_down, DT_BF16, D2(H, S));
+    }
+#undef WANT
+#undef WANTV
+    int id = make_region(store, MS_REGION_TRUNK, &g, err);
+    if (id < 0) return (ms_status)id;
+    L->trunk_region = id;
+
+    if (!L->is_dense) {
+        const int64_t E = c->num_experts, lat = c->routed_expert_hidden_size;
+        const int64_t I = c->moe_intermediate_size, gs = c->quant_group_size;
+        L->expert_off = calloc((size_t)E, sizeof *L->expert_off);
+        if (!L->expert_off) return ms_err_set(err, MS_E_NOMEM, "out of memory binding experts");
+        static const char *part[MS_EXP_N] = {
+            "w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+            "w2.weight_scale", "w3.weight_packed", "w3.weight_scale" };
+        for (int64_t ie = 0; ie < E; ie++) {
+            group eg = {0};
+            for (int k = 0; k < MS_EXP_N; k++) {
+                int is_w2 = k == MS_EXP_W2P || k == MS_EXP_W2S;
+                int is_scale = k % 2 == 1;
+                int64_t rows = is_w2 ? lat : I, in = is_w2 ? I : lat;
+                int64_t cols = is_scale ? in / gs : in / 2;
+                snprintf(name, sizeof name, PFX "layers.%d.block_sparse_moe.experts.%lld.%s",
+                         il, (long long)ie, part[k]);
+                if (!want(ck, &eg, NULL, &L->expert_off[ie][k], name, DT_U8, D2(rows, cols), 0, err))
+                    return err->status;
+            }
+            int rid = make_region(store, MS_REGION_EXPERT, &eg, err);
+            if (rid < 0) return (ms_status)rid;
+            if (ie == 0) L->expert_region0 = rid;
+            MS_ASSERT(rid == L->expert_region0 + ie);
+        }
+    }
+    return MS_OK;
+#undef NAME
+}
+
+ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
+                        ms_store *store, ms_err *err) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    const ms_config *c = &m->cfg;
+    const int64_t H = c->hidden_size, V = c->vocab_size;
+    m->n_layer = (int)c->num_hidden_layers;
+    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+    if (!m->layers) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    int n_kda = 0, n_mla = 0;
+    for (int il = 0; il < m->n_layer; il++) {
+        ms_layer *L = &m->layers[il];
+        L->is_mla = c->layer_is_mla[il];
+        L->is_dense = il < c->first_k_dense_replace;
+        L->kda_index = L->is_mla ? -1 : n_kda++;
+        L->mla_index = L->is_mla ? n_mla++ : -1;
+        L->expert_region0 = -1;
+    }
+    m->expert_bytes = c->num_experts > 0 ?
+        2 * (c->moe_intermediate_size * c->routed_expert_hidden_size / 2 +
+             c->moe_intermediate_size * c->routed_expert_hidden_size / c->quant_group_size) +
+        (c->routed_expert_hidden_size * c->moe_intermediate_size / 2 +
+         c->routed_expert_hidden_size * c->moe_intermediate_size / c->quant_group_size) : 0;
+
+    group g = {0};
+    if (!want(ck, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(V, H), 0, err))
+        return err->status;
+    int id = make_region(store, MS_REGION_GLOBAL, &g, err);
+    if (id < 0) return (ms_status)id;
+    m->embed_region = id;
+
+    ms_status st;
+    for (int il = 0; il < m->n_layer; il++)
+        if ((st = bind_layer(m, ck, store, il, err)) != MS_OK) return st;
+
+    memset(&g, 0, sizeof g);
+    if (!want(ck, &g, &m->final_norm, NULL, PFX "norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
+        !want(ck, &g, &m->out_res_norm, NULL, PFX "output_attn_res_norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
+        !want(ck, &g, &m->out_res_proj, NULL, PFX "output_attn_res_proj.weight", DT_BF16 | DT_F32, D1(H), 1, err))
+        return err->status;
+    if ((id = make_region(store, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
+    m->final_region = id;
+
+    memset(&g, 0, sizeof g);
+    if (!want(ck, &g, &m->lm_head, NULL, "language_model.lm_head.weight", DT_BF16, D2(V, H), 0, err))
+        return err->status;
+    if ((id = make_region(store, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
+    m->lm_head_region = id;
+    return MS_OK;
+}
+
+void ms_model_free(ms_model *m) {
+    if (!m || !m->layers) return;
+    for (int il = 0; il < m->n_layer; il++) free(m->layers[il].expert_off);
+    free(m->layers);
+    m->layers = NULL;
+}

@@ -1,0 +1,618 @@
+/* model/forward.c - the Kimi K3 forward pass over a chunk of T tokens.
+ *
+ * Reads like spec section 4: attention residuals (4.2) around each layer, KDA
+ * (4.3) or gated NoPE MLA (4.4) as the mixer, a dense MLP (layer 0) or the
+ * Stable LatentMoE (4.5) as the FFN, and the final read + norm + lm_head.
+ *
+ * A chunk is processed layer by layer for all its tokens, so each layer's
+ * weights are acquired once per chunk and each routed expert once per layer
+ * per chunk, applied to every token that chose it. Every number a token gets
+ * is computed by the same operations in the same order whatever T is and
+ * however rows are split across threads (docs/DETERMINISM.md), so prefill in
+ * chunks is bit-identical to decoding token by token.
+ *
+ * Precision: activations fp32; matrix products use the T16 tree of
+ * kernels.h; norms, softmax and attention dot products accumulate in double in
+ * index order; everything else is float arithmetic in the order written here
+ * (the file is compiled without contraction).
+ */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ms_fwd {
+    int64_t max_T;
+    int64_t nb_max;             /* bank capacity: snapshots per token */
+    float *run, *h, *x, *a, *ffn, *bank;
+    float *vec0, *vec1, *vec2;  /* converted 1-D weights [max width] */
+    float *tmp;                 /* [max(H, ...)] */
+    float *sc;                  /* residual-read scores [nb_max + 1] */
+    /* KDA */
+    float *kq, *kk, *kv, *kg, *kfa, *kf, *kb, *ky;
+    /* MLA */
+    float *cq, *q, *ckv, *mg, *mo;
+    float *att;                 /* per head: qa [kvr] + ol [kvr] + scores [max_ctx] */
+    int64_t att_stride;
+    /* FFN */
+    float *fg, *fu;             /* [T, max(I, S, Im)] */
+    float *rl;                  /* router logits [T, E] */
+    int32_t *sel;               /* [T, k] */
+    float *selw;                /* [T, k] */
+    float *z, *zr;              /* [T, lat] */
+    float *ey;                  /* expert outputs [T, k, lat] */
+    float *zg, *eo;             /* gathered inputs / outputs [T, lat] */
+    int32_t *etok, *eslot;      /* [T] */
+    int32_t *ecount;            /* [E] */
+    int *eregion;               /* [E] */
+    const uint8_t **eptr;       /* [E] */
+    float *y;                   /* final [T, H] */
+};
+
+/* ------------------------------------------------------------------------ */
+/* threaded matrix products                                                  */
+
+typedef struct mm_job {
+    const ms_kern *k;
+    float *Y;
+    int64_t ldy;
+    const void *W;
+    const uint8_t *scales;      /* MXFP4 only */
+    const float *X;
+    int64_t ldx, T, cols;
+    int kind;                   /* 0 bf16, 1 mxfp4 */
+    int64_t n255;
+} mm_job;
+
+static void mm_part(void *ctx, int64_t r0, int64_t r1) {
+    mm_job *j = ctx;
+    if (j->kind == 0) {
+        if (j->T == 1) j->k->matvec_bf16(j->Y, j->W, j->X, r0, r1, j->cols);
+        else j->k->matmat_bf16(j->Y, j->ldy, j->W, j->X, j->ldx, j->T, r0, r1, j->cols);
+    } else {
+        int64_t n = j->T == 1
+            ? j->k->matvec_mxfp4(j->Y, j->W, j->scales, j->X, r0, r1, j->cols)
+            : j->k->matmat_mxfp4(j->Y, j->ldy, j->W, j->scales, j->X, j->ldx, j->T, r0, r1, j->cols);
+        if (n) __atomic_fetch_add(&j->n255, n, __ATOMIC_RELAXED);
+    }
+}
+
+/* Y[t][r] = W[r,:] . X[t,:] for a BF16 matrix W [rows, cols]. */
+static void mm_bf16(ms_fwd_ctx *c, float *Y, int64_t ldy, const uint8_t *base, const ms_wt *w,
+                    const float *X, int64_t ldx, int64_t T) {
+    MS_ASSERT(w->dtype == MS_DT_BF16);
+    mm_job j = { c->m->kern, Y, ldy, base + w->off, NULL, X, ldx, T, w->cols, 0, 0 };
+    ms_pool_for(c->pool, w->rows, 16, mm_part, &j);
+}
+
+static void mm_mxfp4(ms_fwd_ctx *c, float *Y, int64_t ldy, const uint8_t *packed,
+                     const uint8_t *scales, int64_t rows, int64_t cols, const float *X,
+                     int64_t ldx, int64_t T) {
+    mm_job j = { c->m->kern, Y, ldy, packed, scales, X, ldx, T, cols, 1, 0 };
+    ms_pool_for(c->pool, rows, 16, mm_part, &j);
+    c->scale255 += j.n255;
+}
+
+/* A 1-D weight as floats (BF16 or F32 in the file). */
+static const float *vec(const uint8_t *base, const ms_wt *w, float *out) {
+    const uint8_t *p = base + w->off;
+    if (w->dtype == MS_DT_F32) return (const float *)p;
+    const uint16_t *b = (const uint16_t *)p;
+    for (int64_t i = 0; i < w->cols; i++) out[i] = ms_bf16_to_f32(b[i]);
+    return out;
+}
+
+/* ------------------------------------------------------------------------ */
+/* attention residuals (spec 4.2)                                            */
+
+/* out = sum_j softmax_j(s)_j * V_j, s_j = RMSNorm(V_j; wn) . wp. Mixes the RAW
+ * candidates (trap: not the normalised ones; test trap_attnres_mix_normed). */
+static void res_read(float *out, const float *const *cand, int n, const float *wn,
+                     const float *wp, int64_t H, float eps, float *tmp, float *s) {
+    for (int j = 0; j < n; j++) {
+        ms_rmsnorm(tmp, cand[j], wn, H, eps);
+        double acc = 0.0;
+        for (int64_t i = 0; i < H; i++) acc += (double)tmp[i] * (double)wp[i];
+        s[j] = (float)acc;
+    }
+    ms_softmax_inplace(s, n);
+    for (int64_t i = 0; i < H; i++) out[i] = s[0] * cand[0][i];
+    for (int j = 1; j < n; j++)
+        for (int64_t i = 0; i < H; i++) out[i] = out[i] + s[j] * cand[j][i];
+}
+
+/* Candidates of token t: its bank snapshots, then run. */
+static void res_read_token(ms_fwd *f, int64_t t, int nb, int64_t H, const float *wn,
+                           const float *wp, float eps, float *out) {
+    const float *cand[MS_MAX_LAYERS + 1];
+    for (int j = 0; j < nb; j++) cand[j] = f->bank + (t * f->nb_max + j) * H;
+    cand[nb] = f->run + t * H;
+    res_read(out, cand, nb + 1, wn, wp, H, eps, f->tmp, f->sc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* KDA (spec 4.3)                                                            */
+
+typedef struct kda_job {
+    const ms_config *c;
+    ms_fwd *f;
+    const uint8_t *base;
+    const ms_layer *L;
+    float *S, *conv;
+    int64_t T;
+} kda_job;
+
+static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
+    kda_job *j = ctx;
+    const ms_config *c = j->c;
+    ms_fwd *f = j->f;
+    const int64_t nh = c->kda_num_heads, dk = c->kda_head_dim, dv = dk, P = nh * dk;
+    const int64_t K = c->short_conv_kernel_size;
+    const float lb = (float)c->gate_lower_bound, eps = (float)c->rms_norm_eps;
+    const float qscale = (float)(1.0 / sqrt((double)dk));
+    const float *wconv[3] = {
+        (const float *)(j->base + j->L->q_conv.off), (const float *)(j->base + j->L->k_conv.off),
+        (const float *)(j->base + j->L->v_conv.off) };
+    const float *a_log = (const float *)(j->base + j->L->a_log.off);
+    float *io[3] = { f->kq, f->kk, f->kv };
+    float u[1024], d[1024], o[1024], alpha[1024], onorm_w[1024];
+    MS_ASSERT(dk <= 1024);
+    const float *onw = vec(j->base, &j->L->o_norm, onorm_w);
+    float dtb_buf[1024];
+    for (int64_t h = h0; h < h1; h++) {
+        float *S = j->S + h * dk * dv;
+        /* A_log is indexed PER HEAD (trap: test trap_alog_per_channel) */
+        const float A = ms_expf(a_log[h]);
+        const float *dtb;
+        if (j->L->dt_bias.dtype == MS_DT_F32) dtb = (const float *)(j->base + j->L->dt_bias.off) + h * dk;
+        else {
+            const uint16_t *bb = (const uint16_t *)(j->base + j->L->dt_bias.off) + h * dk;
+            for (int64_t i = 0; i < dk; i++) dtb_buf[i] = ms_bf16_to_f32(bb[i]);
+            dtb = dtb_buf;
+        }
+        for (int64_t t = 0; t < j->T; t++) {
+            /* causal depthwise conv, oldest tap first, then SiLU, in place */
+            for (int s = 0; s < 3; s++) {
+                float *x = io[s] + t * P + h * dk;
+                float *hist = j->conv + (int64_t)s * P * (K - 1);
+                for (int64_t i = 0; i < dk; i++) {
+                    int64_t ch = h * dk + i;
+                    const float *w = wconv[s] + ch * K;
+                    float *hc = hist + ch * (K - 1);
+                    float acc = 0.0f;
+                    for (int64_t tap = 0; tap < K - 1; tap++) acc = acc + w[tap] * hc[tap];
+                    acc = acc + w[K - 1] * x[i];
+                    for (int64_t tap = 0; tap + 1 < K - 1; tap++) hc[tap] = hc[tap + 1];
+                    if (K > 1) hc[K - 2] = x[i];
+                    x[i] = ms_siluf(acc);
+                }
+            }
+            float *q = f->kq + t * P + h * dk, *k = f->kk + t * P + h * dk, *v = f->kv + t * P + h * dv;
+            /* L2 norm by the SUM of squares (trap: test trap_l2_mean); v is not normed */
+            ms_l2norm_inplace(q, dk, 1e-6f);
+            ms_l2norm_inplace(k, dk, 1e-6f);
+            const float *fr = f->kf + t * P + h * dk;
+            for (int64_t i = 0; i < dk; i++) {
+                float g = lb * ms_sigmoidf(A * (fr[i] + dtb[i]));
+                alpha[i] = ms_expf(g);
+            }
+            const float beta = ms_sigmoidf(f->kb[t * nh + h]);
+            /* 1. decay rows; 2. u = S^T k; 3. delta-rule write; 4. o = S^T q/sqrt(dk) */
+            for (int64_t a = 0; a < dk; a++)
+                for (int64_t b = 0; b < dv; b++) S[a * dv + b] = alpha[a] * S[a * dv + b];
+            for (int64_t b = 0; b < dv; b++) u[b] = 0.0f;
+            for (int64_t a = 0; a < dk; a++)
+                for (int64_t b = 0; b < dv; b++) u[b] = u[b] + S[a * dv + b] * k[a];
+            for (int64_t b = 0; b < dv; b++) d[b] = beta * (v[b] - u[b]);
+            for (int64_t a = 0; a < dk; a++)
+                for (int64_t b = 0; b < dv; b++) S[a * dv + b] = S[a * dv + b] + k[a] * d[b];
+            for (int64_t b = 0; b < dv; b++) o[b] = 0.0f;
+            for (int64_t a = 0; a < dk; a++) {
+                const float qa = q[a] * qscale;
+                for (int64_t b = 0; b < dv; b++) o[b] = o[b] + S[a * dv + b] * qa;
+            }
+            /* RMSNorm FIRST, then the sigmoid gate (trap: test trap_kda_gate_then_norm) */
+            float *y = f->ky + t * P + h * dv;
+            const float *gt = f->kg + t * P + h * dv;
+            ms_rmsnorm(y, o, onw, dv, eps);
+            for (int64_t b = 0; b < dv; b++) y[b] = y[b] * ms_sigmoidf(gt[b]);
+        }
+    }
+}
+
+static void kda_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *L,
+                        const uint8_t *base, int64_t T) {
+    const ms_config *cf = &c->m->cfg;
+    const int64_t H = cf->hidden_size, P = cf->kda_num_heads * cf->kda_head_dim;
+    mm_bf16(c, f->kq, P, base, &L->q_proj, f->x, H, T);
+    mm_bf16(c, f->kk, P, base, &L->k_proj, f->x, H, T);
+    mm_bf16(c, f->kv, P, base, &L->v_proj, f->x, H, T);
+    mm_bf16(c, f->kg, P, base, &L->g_proj, f->x, H, T);
+    mm_bf16(c, f->kfa, L->f_a.rows, base, &L->f_a, f->x, H, T);
+    mm_bf16(c, f->kf, P, base, &L->f_b, f->kfa, L->f_a.rows, T);
+    mm_bf16(c, f->kb, cf->kda_num_heads, base, &L->b_proj, f->x, H, T);
+    kda_job j = { cf, f, base, L, st->kda_S[L->kda_index], st->kda_conv[L->kda_index], T };
+    ms_pool_for(c->pool, cf->kda_num_heads, 1, kda_heads, &j);
+    mm_bf16(c, f->a, H, base, &L->o_proj, f->ky, P, T);
+}
+
+/* ------------------------------------------------------------------------ */
+/* gated NoPE MLA (spec 4.4), absorbed form over the latent cache            */
+
+typedef struct mla_job {
+    const ms_config *c;
+    const ms_kern *k;
+    ms_fwd *f;
+    const uint8_t *base;
+    const ms_layer *L;
+    const float *cache;
+    int64_t T, p0;
+} mla_job;
+
+static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
+    mla_job *j = ctx;
+    const ms_config *c = j->c;
+    ms_fwd *f = j->f;
+    const int64_t nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
+    const int64_t dvh = c->v_head_dim, kvr = c->kv_lora_rank, pw = kvr + dr;
+    const int64_t qw = dn + dr, kvw = dn + dvh;
+    /* scale over the full q/k width (trap: test trap_mla_scale_128) */
+    const double scale = 1.0 / sqrt((double)(dn + dr));
+    const uint16_t *kvb = (const uint16_t *)(j->base + j->L->kv_b.off);
+    for (int64_t h = h0; h < h1; h++) {
+        float *qa = f->att + h * f->att_stride, *ol = qa + kvr, *sc = ol + kvr;
+        const uint16_t *wk = kvb + h * kvw * kvr;            /* k_nope rows [dn, kvr] */
+        const uint16_t *wv = wk + dn * kvr;                  /* v rows [dvh, kvr] */
+        for (int64_t t = 0; t < j->T; t++) {
+            const float *q = f->q + t * nh * qw + h * qw;   /* [q_nope | q_rope] */
+            /* absorb W_UK: qa = W_k^T q_nope */
+            for (int64_t i = 0; i < kvr; i++) {
+                double acc = 0.0;
+                for (int64_t n = 0; n < dn; n++)
+                    acc += (double)q[n] * (double)ms_bf16_to_f32(wk[n * kvr + i]);
+                qa[i] = (float)acc;
+            }
+            const int64_t n_pos = j->p0 + t + 1;
+            for (int64_t s = 0; s < n_pos; s++) {
+                const float *ce = j->cache + s * pw;
+                double acc = 0.0;
+                for (int64_t i = 0; i < kvr; i++) acc += (double)qa[i] * (double)ce[i];
+                /* the rope slots are scored UNROTATED against the one shared k_rope
+                 * (trap: test trap_mla_rope_rotated) */
+                for (int64_t r = 0; r < dr; r++) acc += (double)q[dn + r] * (double)ce[kvr + r];
+                sc[s] = (float)(acc * scale);
+            }
+            ms_softmax_inplace(sc, n_pos);
+            for (int64_t i = 0; i < kvr; i++) {
+                double acc = 0.0;
+                for (int64_t s = 0; s < n_pos; s++) acc += (double)sc[s] * (double)j->cache[s * pw + i];
+                ol[i] = (float)acc;
+            }
+            float *o = f->mo + t * nh * dvh + h * dvh;
+            j->k->matvec_bf16(o, wv, ol, 0, dvh, kvr);       /* W_UV after attention */
+            const float *g = f->mg + t * nh * dvh + h * dvh;
+            for (int64_t b = 0; b < dvh; b++) o[b] = o[b] * ms_sigmoidf(g[b]);   /* gate before o_proj */
+        }
+    }
+}
+
+static void mla_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *L,
+                        const uint8_t *base, int64_t T) {
+    const ms_config *cf = &c->m->cfg;
+    const int64_t H = cf->hidden_size, nh = cf->num_attention_heads;
+    const int64_t qr = cf->q_lora_rank, kvr = cf->kv_lora_rank, dr = cf->qk_rope_head_dim;
+    const int64_t qw = cf->qk_nope_head_dim + dr, pw = kvr + dr;
+    const float eps = (float)cf->rms_norm_eps;
+    float *cache = st->mla_cache[L->mla_index];
+    mm_bf16(c, f->cq, qr, base, &L->q_a, f->x, H, T);
+    const float *qan = vec(base, &L->q_a_norm, f->vec0);
+    for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->cq + t * qr, f->cq + t * qr, qan, qr, eps);
+    mm_bf16(c, f->q, nh * qw, base, &L->q_b, f->cq, qr, T);
+    mm_bf16(c, f->ckv, pw, base, &L->kv_a, f->x, H, T);
+    const float *kvn = vec(base, &L->kv_a_norm, f->vec1);
+    for (int64_t t = 0; t < T; t++) {
+        float *ce = cache + (st->n_past + t) * pw;
+        ms_rmsnorm(ce, f->ckv + t * pw, kvn, kvr, eps);         /* c_kv normed */
+        memcpy(ce + kvr, f->ckv + t * pw + kvr, (size_t)dr * sizeof(float)); /* k_rope, not normed */
+    }
+    mm_bf16(c, f->mg, nh * cf->v_head_dim, base, &L->g_proj, f->x, H, T);
+    mla_job j = { cf, c->m->kern, f, base, L, cache, T, st->n_past };
+    ms_pool_for(c->pool, nh, 1, mla_heads, &j);
+    mm_bf16(c, f->a, H, base, &L->o_proj, f->mo, nh * cf->v_head_dim, T);
+}
+
+/* ------------------------------------------------------------------------ */
+/* FFN: dense MLP and Stable LatentMoE (spec 4.5)                            */
+
+static void situ_rows(const ms_config *c, float *out, const float *g, const float *u, int64_t n) {
+    ms_situ_glu(out, g, u, n, (float)c->activation_situ_beta, (float)c->activation_situ_linear_beta);
+}
+
+static void dense_mlp(ms_fwd_ctx *c, ms_fwd *f, const ms_wt *wg, const ms_wt *wu, const ms_wt *wd,
+                      const uint8_t *base, const float *X, float *Y, int64_t T) {
+    const ms_config *cf = &c->m->cfg;
+    const int64_t H = cf->hidden_size, I = wg->rows;
+    mm_bf16(c, f->fg, I, base, wg, X, H, T);
+    mm_bf16(c, f->fu, I, base, wu, X, H, T);
+    situ_rows(cf, f->fg, f->fg, f->fu, T * I);
+    mm_bf16(c, Y, H, base, wd, f->fg, I, T);
+}
+
+/* top-k of choice[] by value, ties to the lower index, in descending order */
+static void topk(const float *choice, int64_t E, int64_t k, int32_t *idx) {
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int64_t q = 0; q < j; q++) taken |= idx[q] == e;
+            if (taken) continue;
+            if (best < 0 || choice[e] > choice[best]) best = e;
+        }
+        idx[j] = (int32_t)best;
+    }
+}
+
+static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base,
+                             int64_t T, ms_err *err) {
+    const ms_config *cf = &c->m->cfg;
+    const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
+    const int64_t lat = cf->routed_expert_hidden_size, Im = cf->moe_intermediate_size;
+    const float eps = (float)cf->rms_norm_eps;
+    /* router: sigmoid scores in fp32 from T16 logits; the bias steers selection
+     * only (trap: test trap_router_bias_weights) */
+    mm_bf16(c, f->rl, E, base, &L->router, f->x, H, T);
+    const float *bias = vec(base, &L->router_bias, f->vec0);
+    for (int64_t t = 0; t < T; t++) {
+        float *s = f->rl + t * E, *choice = f->tmp;
+        for (int64_t e = 0; e < E; e++) {
+            s[e] = ms_sigmoidf(s[e]);
+            choice[e] = s[e] + bias[e];
+        }
+        int32_t *idx = f->sel + t * k;
+        float *w = f->selw + t * k;
+        topk(choice, E, k, idx);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < k; j++) { w[j] = s[idx[j]]; sum = sum + w[j]; }
+        const float denom = sum + 1e-20f, rsf = (float)cf->routed_scaling_factor;
+        for (int64_t j = 0; j < k; j++) {
+            if (cf->moe_renormalize) w[j] = w[j] / denom;
+            w[j] = w[j] * rsf;
+        }
+    }
+    /* latent input */
+    mm_bf16(c, f->z, lat, base, &L->lat_down, f->x, H, T);
+    /* the experts this chunk needs, acquired together, in expert order */
+    int n_used = 0;
+    for (int64_t e = 0; e < E; e++) f->ecount[e] = 0;
+    for (int64_t i = 0; i < T * k; i++) f->ecount[f->sel[i]]++;
+    for (int64_t e = 0; e < E; e++)
+        if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
+    ms_status st = ms_store_acquire_batch(c->store, f->eregion, n_used, f->eptr, err);
+    if (st != MS_OK) return st;
+    for (int iu = 0; iu < n_used; iu++) {
+        const int64_t e = f->eregion[iu] - L->expert_region0;
+        const uint8_t *eb = f->eptr[iu];
+        const int64_t *off = L->expert_off[e];
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < k; j++)
+                if (f->sel[t * k + j] == e) {
+                    f->etok[n] = (int32_t)t;
+                    f->eslot[n] = (int32_t)j;
+                    memcpy(f->zg + n * lat, f->z + t * lat, (size_t)lat * sizeof(float));
+                    n++;
+                }
+        mm_mxfp4(c, f->fg, Im, eb + off[MS_EXP_W1P], eb + off[MS_EXP_W1S], Im, lat, f->zg, lat, n);
+        mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
+        situ_rows(cf, f->fg, f->fg, f->fu, n * Im);
+        mm_mxfp4(c, f->eo, lat, eb + off[MS_EXP_W2P], eb + off[MS_EXP_W2S], lat, Im, f->fg, Im, n);
+        for (int64_t r = 0; r < n; r++)
+            memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * lat, f->eo + r * lat,
+                   (size_t)lat * sizeof(float));
+    }
+    for (int iu = 0; iu < n_used; iu++) ms_store_release(c->store, f->eregion[iu]);
+    /* weighted sum in selection order, then ONE RMSNorm on the aggregate
+     * (trap: test trap_latent_norm_per_expert) */
+    const float *ln = vec(base, &L->lat_norm, f->vec1);
+    for (int64_t t = 0; t < T; t++) {
+        float *r = f->zr + t * lat;
+        const float *w = f->selw + t * k;
+        const float *y0 = f->ey + t * k * lat;
+        for (int64_t i = 0; i < lat; i++) r[i] = w[0] * y0[i];
+        for (int64_t j = 1; j < k; j++) {
+            const float *yj = f->ey + (t * k + j) * lat;
+            for (int64_t i = 0; i < lat; i++) r[i] = r[i] + w[j] * yj[i];
+        }
+        ms_rmsnorm(r, r, ln, lat, eps);
+    }
+    mm_bf16(c, f->ffn, H, base, &L->lat_up, f->zr, lat, T);
+    /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted) */
+    dense_mlp(c, f, &L->sh_gate, &L->sh_up, &L->sh_down, base, f->x, f->a, T);
+    for (int64_t i = 0; i < T * H; i++) f->ffn[i] = f->ffn[i] + f->a[i];
+    return MS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the whole model                                                           */
+
+static float *alloc_f(int64_t n, int *ok) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) *ok = 0;
+    return p;
+}
+
+ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *err) {
+    const ms_config *c = &m->cfg;
+    ms_fwd *f = calloc(1, sizeof *f);
+    if (!f) return ms_err_set(err, MS_E_NOMEM, "forward scratch: out of memory");
+    const int64_t T = max_T, H = c->hidden_size, B = c->attn_res_block_size;
+    const int64_t P = c->kda_num_heads * c->kda_head_dim, nh = c->num_attention_heads;
+    const int64_t E = c->num_experts, k = c->num_experts_per_token, lat = c->routed_expert_hidden_size;
+    const int64_t S = c->num_shared_experts * c->moe_intermediate_size;
+    int64_t wide = c->intermediate_size;
+    if (S > wide) wide = S;
+    if (c->moe_intermediate_size > wide) wide = c->moe_intermediate_size;
+    int64_t vmax = H;
+    if (P > vmax) vmax = P;
+    if (E > vmax) vmax = E;
+    if (c->q_lora_rank > vmax) vmax = c->q_lora_rank;
+    if (c->kv_lora_rank > vmax) vmax = c->kv_lora_rank;
+    if (lat > vmax) vmax = lat;
+    int64_t fa_rank = c->kda_head_dim;
+    for (int il = 0; il < m->n_layer; il++)
+        if (!m->layers[il].is_mla && m->layers[il].f_a.rows > fa_rank) fa_rank = m->layers[il].f_a.rows;
+    f->max_T = T;
+    f->nb_max = (c->num_hidden_layers + B - 1) / B + 1;
+    int ok = 1;
+    f->run = alloc_f(T * H, &ok); f->h = alloc_f(T * H, &ok); f->x = alloc_f(T * H, &ok);
+    f->a = alloc_f(T * H, &ok); f->ffn = alloc_f(T * H, &ok); f->y = alloc_f(T * H, &ok);
+    f->bank = alloc_f(T * f->nb_max * H, &ok);
+    f->vec0 = alloc_f(vmax, &ok); f->vec1 = alloc_f(vmax, &ok); f->vec2 = alloc_f(vmax, &ok);
+    f->tmp = alloc_f(vmax, &ok);
+    f->sc = alloc_f(f->nb_max + 1, &ok);
+    if (c->n_kda_layers > 0) {
+        f->kq = alloc_f(T * P, &ok); f->kk = alloc_f(T * P, &ok); f->kv = alloc_f(T * P, &ok);
+        f->kg = alloc_f(T * P, &ok); f->kf = alloc_f(T * P, &ok); f->ky = alloc_f(T * P, &ok);
+        f->kfa = alloc_f(T * fa_rank, &ok); f->kb = alloc_f(T * c->kda_num_heads, &ok);
+    }
+    if (c->n_mla_layers > 0) {
+        const int64_t qw = c->qk_nope_head_dim + c->qk_rope_head_dim;
+        f->cq = alloc_f(T * c->q_lora_rank, &ok);
+        f->q = alloc_f(T * nh * qw, &ok);
+        f->ckv = alloc_f(T * (c->kv_lora_rank + c->qk_rope_head_dim), &ok);
+        f->mg = alloc_f(T * nh * c->v_head_dim, &ok);
+        f->mo = alloc_f(T * nh * c->v_head_dim, &ok);
+        f->att_stride = 0;      /* sized per context by ensure_att */
+    }
+    f->fg = alloc_f(T * wide, &ok); f->fu = alloc_f(T * wide, &ok);
+    if (E > 0) {
+        f->rl = alloc_f(T * E, &ok); f->selw = alloc_f(T * k, &ok);
+        f->z = alloc_f(T * lat, &ok); f->zr = alloc_f(T * lat, &ok);
+        f->ey = alloc_f(T * k * lat, &ok);
+        f->zg = alloc_f(T * k * lat, &ok); f->eo = alloc_f(T * k * lat, &ok);
+        f->sel = malloc((size_t)(T * k) * sizeof(int32_t));
+        f->etok = malloc((size_t)(T * k) * sizeof(int32_t));
+        f->eslot = malloc((size_t)(T * k) * sizeof(int32_t));
+        f->ecount = malloc((size_t)E * sizeof(int32_t));
+        f->eregion = malloc((size_t)E * sizeof(int));
+        f->eptr = malloc((size_t)E * sizeof(*f->eptr));
+        if (!f->sel || !f->etok || !f->eslot || !f->ecount || !f->eregion || !f->eptr) ok = 0;
+    }
+    if (!ok) {
+        ms_fwd_free(f);
+        return ms_err_set(err, MS_E_NOMEM, "forward scratch: out of memory (chunk %lld)", (long long)T);
+    }
+    *out = f;
+    return MS_OK;
+}
+
+/* Attention scratch depends on the context length: [nh][2 kvr + max_ctx]. */
+static ms_status ensure_att(ms_fwd *f, const ms_config *c, int64_t n_ctx, ms_err *err) {
+    if (c->n_mla_layers == 0) return MS_OK;
+    int64_t need = 2 * c->kv_lora_rank + n_ctx;
+    if (f->att && f->att_stride >= need) return MS_OK;
+    int64_t stride = need < 1024 ? 1024 : need;
+    float *p = realloc(f->att, (size_t)(stride * c->num_attention_heads) * sizeof(float));
+    if (!p) return ms_err_set(err, MS_E_NOMEM, "attention scratch: out of memory");
+    f->att = p;
+    f->att_stride = stride;
+    return MS_OK;
+}
+
+void ms_fwd_free(ms_fwd *f) {
+    if (!f) return;
+    float *fl[] = { f->run, f->h, f->x, f->a, f->ffn, f->y, f->bank, f->vec0, f->vec1, f->vec2,
+                    f->tmp, f->sc, f->kq, f->kk, f->kv, f->kg, f->kf, f->ky, f->kfa, f->kb,
+                    f->cq, f->q, f->ckv, f->mg, f->mo, f->att, f->fg, f->fu, f->rl, f->selw,
+                    f->z, f->zr, f->ey, f->zg, f->eo };
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) free(fl[i]);
+    free(f->sel); free(f->etok); free(f->eslot); free(f->ecount); free(f->eregion);
+    free((void *)f->eptr);
+    free(f);
+}
+
+ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
+                     int64_t T, float *logits, int all_logits, ms_err *err) {
+    const ms_model *m = c->m;
+    const ms_config *cf = &m->cfg;
+    const int64_t H = cf->hidden_size, V = cf->vocab_size, B = cf->attn_res_block_size;
+    const float eps = (float)cf->rms_norm_eps;
+    MS_ASSERT(T >= 1 && T <= f->max_T);
+    if (st->n_past + T > st->max_ctx)
+        return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
+                          (long long)st->n_past, (long long)T, (long long)st->max_ctx);
+    for (int64_t t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= V)
+            return ms_err_set(err, MS_E_USAGE, "token id %d out of range [0, %lld)", ids[t], (long long)V);
+    ms_status s = ensure_att(f, cf, st->n_past + T, err);
+    if (s != MS_OK) return s;
+
+    /* run = the token's embedding row, used as is */
+    const uint8_t *eb = ms_store_acquire(c->store, m->embed_region, err);
+    if (!eb) return err->status;
+    const uint16_t *emb = (const uint16_t *)(eb + m->embed.off);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < H; i++) f->run[t * H + i] = ms_bf16_to_f32(emb[(int64_t)ids[t] * H + i]);
+    ms_store_release(c->store, m->embed_region);
+
+    int nb = 0;             /* snapshots in the bank (same for every token) */
+    for (int il = 0; il < m->n_layer; il++) {
+        const ms_layer *L = &m->layers[il];
+        const uint8_t *base = ms_store_acquire(c->store, L->trunk_region, err);
+        if (!base) return err->status;
+        /* h = read(bank + [run]) once the bank has something, else run */
+        const float *wn = vec(base, &L->attn_res_norm, f->vec0);
+        const float *wp = vec(base, &L->attn_res_proj, f->vec1);
+        for (int64_t t = 0; t < T; t++) {
+            if (nb > 0) res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
+            else memcpy(f->h + t * H, f->run + t * H, (size_t)H * sizeof(float));
+        }
+        /* block boundary: snapshot, then clear (trap: test trap_attnres_no_clear) */
+        int run_empty = 0;
+        if (il % B == 0) {
+            for (int64_t t = 0; t < T; t++)
+                memcpy(f->bank + (t * f->nb_max + nb) * H, f->run + t * H, (size_t)H * sizeof(float));
+            nb++;
+            run_empty = 1;
+        }
+        const float *in_n = vec(base, &L->input_norm, f->vec2);
+        for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->h + t * H, in_n, H, eps);
+        if (L->is_mla) mla_forward(c, f, st, L, base, T);
+        else kda_forward(c, f, st, L, base, T);
+        for (int64_t i = 0; i < T * H; i++) f->run[i] = run_empty ? f->a[i] : f->run[i] + f->a[i];
+        /* h2 = read(bank + [run]), always */
+        wn = vec(base, &L->mlp_res_norm, f->vec0);
+        wp = vec(base, &L->mlp_res_proj, f->vec1);
+        for (int64_t t = 0; t < T; t++) res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
+        const float *pn = vec(base, &L->post_attn_norm, f->vec2);
+        for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->h + t * H, pn, H, eps);
+        if (L->is_dense) {
+            dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
+        } else {
+            s = moe_forward(c, f, L, base, T, err);
+            if (s != MS_OK) { ms_store_release(c->store, L->trunk_region); return s; }
+        }
+        for (int64_t i = 0; i < T * H; i++) f->run[i] = f->run[i] + f->ffn[i];
+        ms_store_release(c->store, L->trunk_region);
+    }
+
+    /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y */
+    const uint8_t *fb = ms_store_acquire(c->store, m->final_region, err);
+    if (!fb) return err->status;
+    const float *wn = vec(fb, &m->out_res_norm, f->vec0);
+    const float *wp = vec(fb, &m->out_res_proj, f->vec1);
+    const float *fn = vec(fb, &m->final_norm, f->vec2);
+    const int64_t t0 = all_logits ? 0 : T - 1;
+    for (int64_t t = t0; t < T; t++) {
+        res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
+        ms_rmsnorm(f->y + (t - t0) * H, f->h + t * H, fn, H, eps);
+    }
+    ms_store_release(c->store, m->final_region);
+    const uint8_t *lb = ms_store_acquire(c->store, m->lm_head_region, err);
+    if (!lb) return err->status;
+    mm_bf16(c, logits, V, lb, &m->lm_head, f->y, H, T - t0);
+    ms_store_release(c->store, m->lm_head_region);
+    st->n_past += T;
+    return MS_OK;
+}

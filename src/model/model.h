@@ -1,0 +1,106 @@
+/* model/model.h - Kimi K3: weights bound by their released names, per-session
+ * state, and the forward pass over a chunk of tokens.
+ *
+ * Owns: the mapping from tensor names to typed views inside store regions
+ *   (shape and dtype checked at bind: a wrong or missing tensor is a load error
+ *   naming it), the per-session state (KDA state S and conv history per KDA
+ *   layer; the MLA cache in LATENT form, kv_lora_rank + qk_rope_head_dim
+ *   floats per position per MLA layer), and the forward pass (forward.c).
+ * Regions: one GLOBAL region per model-level tensor group (embed_tokens;
+ *   lm_head; final norms), one TRUNK region per layer (all the layer's
+ *   non-expert tensors: one read when they are contiguous in one shard, else
+ *   one range per tensor), one EXPERT region per routed expert (its six
+ *   tensors).
+ * Does not: open files (the store does), tokenize, sample.
+ */
+#ifndef MS_MODEL_MODEL_H
+#define MS_MODEL_MODEL_H
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/pool.h"
+#include "format/config.h"
+#include "format/safetensors.h"
+#include "kernels/kernels.h"
+#include "store/store.h"
+
+#include <stdint.h>
+
+/* A bound tensor: where it sits inside its region's buffer. */
+typedef struct ms_wt {
+    int region;                 /* -1 when the tensor does not exist for this layer */
+    int64_t off;                /* byte offset inside the region buffer */
+    ms_dtype dtype;
+    int64_t rows, cols;         /* 1-D tensors: rows = 1, cols = n */
+} ms_wt;
+
+enum { MS_EXP_W1P, MS_EXP_W1S, MS_EXP_W2P, MS_EXP_W2S, MS_EXP_W3P, MS_EXP_W3S, MS_EXP_N };
+
+typedef struct ms_layer {
+    int is_mla, is_dense;
+    int trunk_region;
+    ms_wt input_norm, post_attn_norm, attn_res_norm, attn_res_proj, mlp_res_norm, mlp_res_proj;
+    /* KDA */
+    ms_wt q_proj, k_proj, v_proj, g_proj, o_proj, q_conv, k_conv, v_conv;
+    ms_wt f_a, f_b, b_proj, dt_bias, a_log, o_norm;
+    /* MLA (o_proj and g_proj shared with the names above) */
+    ms_wt q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
+    /* dense MLP */
+    ms_wt mlp_gate, mlp_up, mlp_down;
+    /* LatentMoE */
+    ms_wt router, router_bias, lat_down, lat_norm, lat_up, sh_gate, sh_up, sh_down;
+    int expert_region0;         /* expert ie is region expert_region0 + ie */
+    int64_t (*expert_off)[MS_EXP_N];   /* [n_expert][6] byte offsets in its region */
+    int kda_index, mla_index;   /* index among KDA / MLA layers, -1 if not */
+} ms_layer;
+
+typedef struct ms_model {
+    ms_config cfg;
+    int n_layer;
+    ms_layer *layers;
+    int embed_region, lm_head_region, final_region;
+    ms_wt embed, lm_head, final_norm, out_res_norm, out_res_proj;
+    const ms_kern *kern;
+    int64_t expert_bytes;       /* bytes of one routed expert (six tensors) */
+} ms_model;
+
+/* Bind every tensor of the checkpoint described by cfg, declare the regions
+ * in the store. All problems are load errors (MS_E_MODEL) naming the tensor. */
+ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ckpt,
+                        ms_store *store, ms_err *err);
+void ms_model_free(ms_model *m);
+
+/* ---- per-session state ---- */
+typedef struct ms_state {
+    int64_t n_past;
+    int64_t max_ctx;
+    float **kda_S;              /* [n_kda][heads * dk * dv] */
+    float **kda_conv;           /* [n_kda][3 * C * (K-1)]  q,k,v histories, oldest first */
+    float **mla_cache;          /* [n_mla][max_ctx * (kv_lora + rope)] */
+} ms_state;
+
+ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err);
+void ms_state_free(ms_state *st, const ms_model *m);
+void ms_state_reset(ms_state *st, const ms_model *m);
+
+/* ---- forward ---- */
+typedef struct ms_fwd ms_fwd;   /* scratch for chunks of up to max_T tokens */
+
+ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *err);
+void ms_fwd_free(ms_fwd *f);
+
+typedef struct ms_fwd_ctx {
+    const ms_model *m;
+    ms_store *store;
+    ms_pool *pool;
+    int64_t scale255;           /* counter: MXFP4 groups with scale byte 255 used */
+} ms_fwd_ctx;
+
+/* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.
+ * logits: [T, n_vocab] if all_logits, else [n_vocab] for the last token only.
+ * On success st->n_past += T. On failure the state is unusable (the caller
+ * marks the session unsound). */
+ms_status ms_forward(ms_fwd_ctx *ctx, ms_fwd *f, ms_state *st, const int32_t *ids,
+                     int64_t T, float *logits, int all_logits, ms_err *err);
+
+#endif

@@ -1,0 +1,61 @@
+/* model/state.c - per-session state: KDA recurrent state and conv history per
+ * KDA layer, the latent MLA cache per MLA layer (kv_lora_rank normed c_kv +
+ * qk_rope_head_dim k_rope floats per position; spec 4.4), all fp32. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t kda_S_floats(const ms_config *c) {
+    return c->kda_num_heads * c->kda_head_dim * c->kda_head_dim;
+}
+static int64_t kda_conv_floats(const ms_config *c) {
+    return 3 * c->kda_num_heads * c->kda_head_dim * (c->short_conv_kernel_size - 1);
+}
+static int64_t mla_pos_floats(const ms_config *c) {
+    return c->kv_lora_rank + c->qk_rope_head_dim;
+}
+
+ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err) {
+    memset(st, 0, sizeof *st);
+    const ms_config *c = &m->cfg;
+    st->max_ctx = max_ctx;
+    st->kda_S = calloc((size_t)(c->n_kda_layers + 1), sizeof *st->kda_S);
+    st->kda_conv = calloc((size_t)(c->n_kda_layers + 1), sizeof *st->kda_conv);
+    st->mla_cache = calloc((size_t)(c->n_mla_layers + 1), sizeof *st->mla_cache);
+    if (!st->kda_S || !st->kda_conv || !st->mla_cache) goto oom;
+    for (int64_t i = 0; i < c->n_kda_layers; i++) {
+        st->kda_S[i] = calloc((size_t)kda_S_floats(c), sizeof(float));
+        st->kda_conv[i] = calloc((size_t)kda_conv_floats(c) + 1, sizeof(float));
+        if (!st->kda_S[i] || !st->kda_conv[i]) goto oom;
+    }
+    for (int64_t i = 0; i < c->n_mla_layers; i++) {
+        st->mla_cache[i] = malloc((size_t)(max_ctx * mla_pos_floats(c)) * sizeof(float));
+        if (!st->mla_cache[i]) goto oom;
+    }
+    return MS_OK;
+oom:
+    ms_state_free(st, m);
+    return ms_err_set(err, MS_E_NOMEM, "session state: out of memory (max_context %lld)",
+                      (long long)max_ctx);
+}
+
+void ms_state_free(ms_state *st, const ms_model *m) {
+    const ms_config *c = &m->cfg;
+    for (int64_t i = 0; st->kda_S && i < c->n_kda_layers; i++) free(st->kda_S[i]);
+    for (int64_t i = 0; st->kda_conv && i < c->n_kda_layers; i++) free(st->kda_conv[i]);
+    for (int64_t i = 0; st->mla_cache && i < c->n_mla_layers; i++) free(st->mla_cache[i]);
+    free(st->kda_S);
+    free(st->kda_conv);
+    free(st->mla_cache);
+    memset(st, 0, sizeof *st);
+}
+
+void ms_state_reset(ms_state *st, const ms_model *m) {
+    const ms_config *c = &m->cfg;
+    for (int64_t i = 0; i < c->n_kda_layers; i++) {
+        memset(st->kda_S[i], 0, (size_t)kda_S_floats(c) * sizeof(float));
+        memset(st->kda_conv[i], 0, (size_t)kda_conv_floats(c) * sizeof(float));
+    }
+    st->n_past = 0;
+}
