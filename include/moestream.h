@@ -118,6 +118,28 @@ void ms_session_reset(ms_session *s);
 /* Index of the largest logit; ties go to the lower index. */
 int32_t ms_argmax(const float *logits, int64_t n);
 
+/* ---- sampling ---- */
+typedef struct ms_sample_params {
+    float temperature;          /* <= 0: greedy (the default) */
+    int32_t top_k;              /* 0 = off */
+    float top_p;                /* 1 = off */
+    float min_p;                /* 0 = off: drop tokens with p < min_p * p_max */
+    float repeat_penalty;       /* 1 = off: logits of recent tokens / (or *) this */
+    int32_t repeat_last_n;      /* how many recent tokens the penalty looks at */
+    uint64_t seed;
+} ms_sample_params;
+
+ms_sample_params ms_sample_default_params(void);
+
+typedef struct ms_sampler ms_sampler;
+
+/* NULL on bad parameters (message in errbuf) or out of memory. */
+ms_sampler *ms_sampler_open(const ms_sample_params *p, int64_t n_vocab, char *errbuf, size_t errbuf_len);
+void ms_sampler_close(ms_sampler *s);
+/* Next token from logits [n_vocab]; history = the ids so far (for the
+ * repetition penalty). Advances the RNG by exactly one draw when sampling. */
+int32_t ms_sampler_next(ms_sampler *s, const float *logits, const int32_t *history, int64_t n_history);
+
 #ifdef __cplusplus
 }
 #endif

@@ -193,6 +193,11 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
         NAME("self_attn.o_norm.weight", il);         WANTV(&L->o_norm, hd);
     }
 
+    int id = make_region(store, MS_REGION_TRUNK, &g, err);
+    if (id < 0) return (ms_status)id;
+    L->attn_region = id;
+    memset(&g, 0, sizeof g);
+
     if (L->is_dense) {
         const int64_t I = c->intermediate_size;
         NAME("mlp.gate_proj.weight", il);            WANT(&L->mlp_gate, DT_BF16, D2(I, H));
@@ -213,9 +218,8 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
     }
 #undef WANT
 #undef WANTV
-    int id = make_region(store, MS_REGION_TRUNK, &g, err);
-    if (id < 0) return (ms_status)id;
-    L->trunk_region = id;
+    if ((id = make_region(store, MS_REGION_TRUNK, &g, err)) < 0) return (ms_status)id;
+    L->ffn_region = id;
 
     if (!L->is_dense) {
         const int64_t E = c->num_experts, lat = c->routed_expert_hidden_size;
@@ -290,11 +294,36 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
     if ((id = make_region(store, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
     m->final_region = id;
 
+    /* lm_head in row chunks no larger than the largest layer region */
+    const ms_tensor_info *lt = ms_ckpt_find(ck, "language_model.lm_head.weight");
     memset(&g, 0, sizeof g);
     if (!want(ck, &g, &m->lm_head, NULL, "language_model.lm_head.weight", DT_BF16, D2(V, H), 0, err))
         return err->status;
-    if ((id = make_region(store, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
-    m->lm_head_region = id;
+    int64_t max_region = 1 << 20;
+    for (int il = 0; il < m->n_layer; il++) {
+        int64_t a = ms_store_region_bytes(store, m->layers[il].attn_region);
+        int64_t f = ms_store_region_bytes(store, m->layers[il].ffn_region);
+        if (a > max_region) max_region = a;
+        if (f > max_region) max_region = f;
+    }
+    const int64_t row_bytes = H * 2;
+    int64_t rows_per = max_region / row_bytes;
+    if (rows_per < 1) rows_per = 1;
+    m->n_lm_chunks = (int)((V + rows_per - 1) / rows_per);
+    m->lm_region = calloc((size_t)m->n_lm_chunks, sizeof *m->lm_region);
+    m->lm_row0 = calloc((size_t)m->n_lm_chunks + 1, sizeof *m->lm_row0);
+    m->lm_off = calloc((size_t)m->n_lm_chunks, sizeof *m->lm_off);
+    if (!m->lm_region || !m->lm_row0 || !m->lm_off) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    for (int ic = 0; ic < m->n_lm_chunks; ic++) {
+        int64_t r0 = (int64_t)ic * rows_per, r1 = r0 + rows_per < V ? r0 + rows_per : V;
+        ms_range rg = { lt->shard, lt->offset + r0 * row_bytes, (r1 - r0) * row_bytes };
+        int64_t pos;
+        if ((id = ms_store_add_region(store, MS_REGION_TRUNK, &rg, 1, &pos, err)) < 0) return (ms_status)id;
+        m->lm_off[ic] = pos;
+        m->lm_region[ic] = id;
+        m->lm_row0[ic] = r0;
+        m->lm_row0[ic + 1] = r1;
+    }
     return MS_OK;
 }
 
@@ -302,5 +331,8 @@ void ms_model_free(ms_model *m) {
     if (!m || !m->layers) return;
     for (int il = 0; il < m->n_layer; il++) free(m->layers[il].expert_off);
     free(m->layers);
+    free(m->lm_region);
+    free(m->lm_row0);
+    free(m->lm_off);
     m->layers = NULL;
 }

@@ -548,18 +548,18 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     ms_status s = ensure_att(f, cf, st->n_past + T, err);
     if (s != MS_OK) return s;
 
-    /* run = the token's embedding row, used as is */
-    const uint8_t *eb = ms_store_acquire(c->store, m->embed_region, err);
-    if (!eb) return err->status;
-    const uint16_t *emb = (const uint16_t *)(eb + m->embed.off);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < H; i++) f->run[t * H + i] = ms_bf16_to_f32(emb[(int64_t)ids[t] * H + i]);
-    ms_store_release(c->store, m->embed_region);
+    /* run = the token's embedding row, used as is (no scaling) */
+    for (int64_t t = 0; t < T; t++) {
+        uint16_t *row = (uint16_t *)(f->h + t * H);     /* h is free until layer 0 */
+        s = ms_store_read_part(c->store, m->embed_region, (int64_t)ids[t] * H * 2, H * 2, row, err);
+        if (s != MS_OK) return s;
+        for (int64_t i = H - 1; i >= 0; i--) f->run[t * H + i] = ms_bf16_to_f32(row[i]);
+    }
 
     int nb = 0;             /* snapshots in the bank (same for every token) */
     for (int il = 0; il < m->n_layer; il++) {
         const ms_layer *L = &m->layers[il];
-        const uint8_t *base = ms_store_acquire(c->store, L->trunk_region, err);
+        const uint8_t *base = ms_store_acquire(c->store, L->attn_region, err);
         if (!base) return err->status;
         /* h = read(bank + [run]) once the bank has something, else run */
         const float *wn = vec(base, &L->attn_res_norm, f->vec0);
@@ -587,14 +587,16 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         for (int64_t t = 0; t < T; t++) res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
         const float *pn = vec(base, &L->post_attn_norm, f->vec2);
         for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->h + t * H, pn, H, eps);
+        ms_store_release(c->store, L->attn_region);
+        if (!(base = ms_store_acquire(c->store, L->ffn_region, err))) return err->status;
         if (L->is_dense) {
             dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
         } else {
             s = moe_forward(c, f, L, base, T, err);
-            if (s != MS_OK) { ms_store_release(c->store, L->trunk_region); return s; }
+            if (s != MS_OK) { ms_store_release(c->store, L->ffn_region); return s; }
         }
         for (int64_t i = 0; i < T * H; i++) f->run[i] = f->run[i] + f->ffn[i];
-        ms_store_release(c->store, L->trunk_region);
+        ms_store_release(c->store, L->ffn_region);
     }
 
     /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y */
@@ -609,10 +611,16 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         ms_rmsnorm(f->y + (t - t0) * H, f->h + t * H, fn, H, eps);
     }
     ms_store_release(c->store, m->final_region);
-    const uint8_t *lb = ms_store_acquire(c->store, m->lm_head_region, err);
-    if (!lb) return err->status;
-    mm_bf16(c, logits, V, lb, &m->lm_head, f->y, H, T - t0);
-    ms_store_release(c->store, m->lm_head_region);
+    for (int ic = 0; ic < m->n_lm_chunks; ic++) {
+        const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
+        if (!lb) return err->status;
+        const int64_t r0 = m->lm_row0[ic];
+        ms_wt part = m->lm_head;
+        part.off = m->lm_off[ic];
+        part.rows = m->lm_row0[ic + 1] - r0;
+        mm_bf16(c, logits + r0, V, lb, &part, f->y, H, T - t0);
+        ms_store_release(c->store, m->lm_region[ic]);
+    }
     st->n_past += T;
     return MS_OK;
 }

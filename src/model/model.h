@@ -6,11 +6,11 @@
  *   naming it), the per-session state (KDA state S and conv history per KDA
  *   layer; the MLA cache in LATENT form, kv_lora_rank + qk_rope_head_dim
  *   floats per position per MLA layer), and the forward pass (forward.c).
- * Regions: one GLOBAL region per model-level tensor group (embed_tokens;
- *   lm_head; final norms), one TRUNK region per layer (all the layer's
- *   non-expert tensors: one read when they are contiguous in one shard, else
- *   one range per tensor), one EXPERT region per routed expert (its six
- *   tensors).
+ * Regions: GLOBAL for embed_tokens (read by rows) and the final norms; TRUNK,
+ *   in the order of use, for each layer's attention part and FFN part (one
+ *   read each when their tensors are contiguous in one shard, else one read
+ *   per contiguous run) and for lm_head in row chunks; one EXPERT region per
+ *   routed expert (its six tensors).
  * Does not: open files (the store does), tokenize, sample.
  */
 #ifndef MS_MODEL_MODEL_H
@@ -38,7 +38,8 @@ enum { MS_EXP_W1P, MS_EXP_W1S, MS_EXP_W2P, MS_EXP_W2S, MS_EXP_W3P, MS_EXP_W3S, M
 
 typedef struct ms_layer {
     int is_mla, is_dense;
-    int trunk_region;
+    int attn_region;            /* norms, residual reads and the mixer (KDA or MLA) */
+    int ffn_region;             /* dense MLP, or router + latent projections + shared experts */
     ms_wt input_norm, post_attn_norm, attn_res_norm, attn_res_proj, mlp_res_norm, mlp_res_proj;
     /* KDA */
     ms_wt q_proj, k_proj, v_proj, g_proj, o_proj, q_conv, k_conv, v_conv;
@@ -58,8 +59,15 @@ typedef struct ms_model {
     ms_config cfg;
     int n_layer;
     ms_layer *layers;
-    int embed_region, lm_head_region, final_region;
-    ms_wt embed, lm_head, final_norm, out_res_norm, out_res_proj;
+    int embed_region, final_region;
+    ms_wt embed, final_norm, out_res_norm, out_res_proj;
+    /* lm_head is split by rows into regions no larger than the largest layer
+     * region, so a streamed lm_head fits the trunk ring's slots */
+    int n_lm_chunks;
+    int *lm_region;             /* [n_lm_chunks] */
+    int64_t *lm_row0;           /* [n_lm_chunks + 1] row bounds */
+    int64_t *lm_off;            /* [n_lm_chunks] offset of the rows in their region */
+    ms_wt lm_head;              /* whole-tensor view (dtype, rows, cols); off unused */
     const ms_kern *kern;
     int64_t expert_bytes;       /* bytes of one routed expert (six tensors) */
 } ms_model;

@@ -78,6 +78,16 @@ ms_status ms_store_acquire_batch(ms_store *s, const int *regions, int n,
                                  const uint8_t **ptrs, ms_err *err);
 void ms_store_release(ms_store *s, int region);
 
+/* Copy n_bytes at byte `rel` of a region's data (rel counts from the start of
+ * the region's first range, as if its ranges were concatenated) into dst,
+ * from memory when the region is resident, else with one read. Used for
+ * sparse access such as embedding rows. */
+ms_status ms_store_read_part(ms_store *s, int region, int64_t rel, int64_t n_bytes,
+                             void *dst, ms_err *err);
+
+/* Bytes of a region's buffer (its ranges with their alignment padding). */
+int64_t ms_store_region_bytes(const ms_store *s, int region);
+
 void ms_store_get_stats(const ms_store *s, ms_store_stats *st);
 void ms_store_reset_stats(ms_store *s);
 

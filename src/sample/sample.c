@@ -1,0 +1,144 @@
+/* sample/sample.c - see sample.h. */
+#include "sample/sample.h"
+
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+    double p;
+} cand;
+
+struct ms_sampler {
+    ms_sample_params p;
+    int64_t n_vocab;
+    uint64_t rng;
+    cand *c;                    /* [n_vocab] */
+    float *work;                /* [n_vocab] penalised logits */
+};
+
+ms_sample_params ms_sample_default_params(void) {
+    ms_sample_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 0.0f;
+    p.top_p = 1.0f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    return p;
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+ms_sampler *ms_sampler_open(const ms_sample_params *p, int64_t n_vocab, char *errbuf, size_t errbuf_len) {
+    const char *bad = NULL;
+    if (n_vocab < 1) bad = "vocabulary is empty";
+    else if (!(p->temperature >= 0.0f) || p->temperature > 100.0f) bad = "temperature must be in [0, 100]";
+    else if (p->top_k < 0) bad = "top_k must be >= 0";
+    else if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) bad = "top_p must be in (0, 1]";
+    else if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) bad = "min_p must be in [0, 1]";
+    else if (!(p->repeat_penalty > 0.0f) || p->repeat_penalty > 100.0f) bad = "repeat_penalty must be in (0, 100]";
+    else if (p->repeat_last_n < 0) bad = "repeat_last_n must be >= 0";
+    if (bad) {
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "sampling: %s", bad);
+        return NULL;
+    }
+    ms_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->rng = p->seed;
+    s->c = malloc((size_t)n_vocab * sizeof *s->c);
+    s->work = malloc((size_t)n_vocab * sizeof *s->work);
+    if (!s->c || !s->work) {
+        ms_sampler_close(s);
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "sampling: out of memory");
+        return NULL;
+    }
+    return s;
+}
+
+void ms_sampler_close(ms_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->work);
+    free(s);
+}
+
+static int cmp_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int32_t ms_sampler_next(ms_sampler *s, const float *logits, const int32_t *hist, int64_t n_hist) {
+    const int64_t V = s->n_vocab;
+    const ms_sample_params *p = &s->p;
+    float *w = s->work;
+    memcpy(w, logits, (size_t)V * sizeof *w);
+    /* repetition penalty on each distinct recent id, once */
+    if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0) {
+        int64_t from = n_hist > p->repeat_last_n ? n_hist - p->repeat_last_n : 0;
+        for (int64_t i = from; i < n_hist; i++) {
+            int32_t id = hist[i];
+            if (id < 0 || id >= V) continue;
+            int seen = 0;
+            for (int64_t j = from; j < i && !seen; j++) seen = hist[j] == id;
+            if (seen) continue;
+            w[id] = w[id] > 0.0f ? w[id] / p->repeat_penalty : w[id] * p->repeat_penalty;
+        }
+    }
+    if (p->temperature <= 0.0f) return ms_argmax(w, V);
+
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i++) {
+        if (isnan(w[i])) continue;
+        s->c[n].logit = w[i];
+        s->c[n].id = (int32_t)i;
+        n++;
+    }
+    if (n == 0) return 0;
+    qsort(s->c, (size_t)n, sizeof *s->c, cmp_cand);
+    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    /* softmax(logit / T), relative to the largest */
+    const float top = s->c[0].logit;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        s->c[i].p = (double)ms_expf((s->c[i].logit - top) / p->temperature);
+        sum += s->c[i].p;
+    }
+    for (int64_t i = 0; i < n; i++) s->c[i].p /= sum;
+    if (p->top_p < 1.0f) {
+        double acc = 0.0;
+        int64_t keep = n;
+        for (int64_t i = 0; i < n; i++) {
+            acc += s->c[i].p;
+            if (acc >= (double)p->top_p) { keep = i + 1; break; }
+        }
+        n = keep;
+    }
+    if (p->min_p > 0.0f) {
+        const double floor_p = (double)p->min_p * s->c[0].p;
+        int64_t keep = 1;
+        while (keep < n && s->c[keep].p >= floor_p) keep++;
+        n = keep;
+    }
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) total += s->c[i].p;
+    const double u = (double)(splitmix64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += s->c[i].p;
+        if (u < acc) return s->c[i].id;
+    }
+    return s->c[n - 1].id;
+}
