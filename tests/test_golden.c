@@ -120,7 +120,7 @@ static double max_abs_diff(const float *a, const float *b, int64_t n) {
 }
 
 static void check_model(const char *dir, const char *name) {
-    char gdir[4096];
+    char gdir[4200];
     snprintf(gdir, sizeof gdir, "%s/golden", dir);
     golden g;
     if (load_golden(gdir, &g) != 0) { CHECK(0, "%s: no golden", name); return; }
@@ -199,7 +199,7 @@ static void check_model(const char *dir, const char *name) {
 
 /* A trap fixture: the engine follows golden/, and golden_wrong/ is far away. */
 static void check_trap(const char *dir, const char *name) {
-    char gdir[4096], wdir[4096];
+    char gdir[4200], wdir[4200];
     snprintf(gdir, sizeof gdir, "%s/golden", dir);
     snprintf(wdir, sizeof wdir, "%s/golden_wrong", dir);
     golden g, w;

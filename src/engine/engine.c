@@ -122,7 +122,8 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
 fail:
     if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);
     ms_engine_close(e);
-    return st;
+    /* a model that cannot be read at open is an unreadable model, not a run-time I/O fault */
+    return st == MS_E_IO ? MS_E_MODEL : st;
 }
 
 void ms_engine_close(ms_engine *e) {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# tests/make_testdata.sh OUTDIR - the tiny checkpoints and golden files of the test suite.
+#
+# Owns: OUTDIR and everything in it. Writes
+#   OUTDIR/a, b, c            tiny models (tools/msgen.py presets) + golden/ (tools/msref.py)
+#   OUTDIR/trap_NAME          one fixture per trap of spec/kimi-k3.md:
+#                               golden/        the correct reference
+#                               golden_wrong/  the reference with that one rule wrong
+#                               margin.json    max |wrong - correct| logit, the max |logit|
+#   OUTDIR/MANIFEST           the model directories, one per line
+#   OUTDIR/STAMP              hash of tools/*.py and this script
+# golden/ holds golden.json, tf_logits.f32 [n_tf, V], gen_logits0.f32 [V] (see msref.py).
+# Idea: idempotent and cheap. Nothing is done when STAMP matches; otherwise everything is
+#   rebuilt in OUTDIR.tmp (two jobs at a time) and swapped in only when all of it worked,
+#   so a failed run never leaves a half-current OUTDIR behind.
+# Checks while building: msref --check on a, b and c (greedy == teacher-forced argmax,
+#   deterministic, incremental == from scratch), and every trap's wrong logits differ
+#   from the correct ones by more than MIN_TRAP_MARGIN. Exits non-zero on any failure.
+set -u
+[ $# -eq 1 ] || { echo "usage: $0 OUTDIR" >&2; exit 2; }
+OUT=$(realpath -m "$1")
+cd "$(dirname "$0")/.."
+PY=/usr/bin/python3
+MIN_TRAP_MARGIN=0.1          # logits are O(1..10); engine tolerances are ~1e-3
+
+STAMP=$(cat tools/*.py tests/make_testdata.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP" ]; then
+    exit 0
+fi
+
+TMP=$OUT.tmp
+rm -rf "$TMP"
+mkdir -p "$TMP/logs" || exit 1
+
+# ~8 prompt ids, 24 greedy tokens, ~40 teacher-forced ids; all < 256 (the smallest vocab).
+PROMPT=17,200,33,99,3,250,7,128
+GEN=24
+TF_IDS=1,45,212,9,77,130,64,255,0,18,91,160,33,33,33,240,5,71,199,2,143,88,31,220,14,66,101,178,47,250,6,123,39,190,58,11,234,82,150,27
+
+TRAPS=$($PY -c 'import sys; sys.path.insert(0, "tools"); import mslib; print(" ".join(mslib.TRAPS))') || exit 1
+
+job_model() {       # preset
+    local d=$TMP/$1
+    $PY tools/msgen.py "$d" --preset "$1" --check-template &&
+    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" --check
+}
+
+job_trap() {        # trap name; the fixture's base preset is chosen by msgen
+    local t=$1 d=$TMP/trap_$1 base
+    base=$($PY -c "import sys; sys.path.insert(0, 'tools'); import msgen; print(msgen.TRAP_FIXTURES['$t'][0])") &&
+    $PY tools/msgen.py "$d" --preset "$base" --trap "$t" &&
+    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" &&
+    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden_wrong" --trap "$t" &&
+    $PY - "$d" "$MIN_TRAP_MARGIN" <<'EOF'
+import json, sys
+import numpy as np
+d, need = sys.argv[1], float(sys.argv[2])
+def load(sub):
+    return np.concatenate([np.fromfile("%s/%s/%s" % (d, sub, f), dtype="<f4")
+                           for f in ("gen_logits0.f32", "tf_logits.f32")])
+right, wrong = load("golden"), load("golden_wrong")
+diff = float(np.max(np.abs(wrong - right))) if np.all(np.isfinite(wrong)) else float("inf")
+m = {"max_abs_diff": diff, "max_abs_logit": float(np.max(np.abs(right)))}
+json.dump(m, open(d + "/margin.json", "w"))
+print("margin %s: %s" % (d, m))
+sys.exit(0 if diff > need else 1)
+EOF
+}
+
+NJ=$(nproc 2>/dev/null || echo 2)
+spawn() {           # name, command...
+    local name=$1; shift
+    while [ "$(jobs -rp | wc -l)" -ge "$NJ" ]; do wait -n; done
+    ( "$@" > "$TMP/logs/$name.log" 2>&1 && touch "$TMP/logs/$name.ok" ) &
+}
+
+t0=$(date +%s)
+NAMES=""
+for p in a b c; do spawn "$p" job_model "$p"; NAMES="$NAMES $p"; done
+for t in $TRAPS; do spawn "trap_$t" job_trap "$t"; NAMES="$NAMES trap_$t"; done
+wait
+
+fail=0
+for n in $NAMES; do
+    if [ ! -f "$TMP/logs/$n.ok" ]; then
+        echo "make_testdata: $n FAILED:" >&2
+        tail -n 20 "$TMP/logs/$n.log" >&2
+        fail=1
+    fi
+done
+[ $fail -eq 0 ] || exit 1
+
+for n in $NAMES; do echo "$n"; done > "$TMP/MANIFEST"
+echo "$STAMP" > "$TMP/STAMP"
+rm -rf "$OUT" && mv "$TMP" "$OUT" || exit 1
+echo "make_testdata: $OUT: $(echo $NAMES | wc -w) models in $(( $(date +%s) - t0 )) s" >&2
+exit 0
