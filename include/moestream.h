@@ -118,6 +118,34 @@ void ms_session_reset(ms_session *s);
 /* Index of the largest logit; ties go to the lower index. */
 int32_t ms_argmax(const float *logits, int64_t n);
 
+/* ---- text (models that ship tiktoken.model + tokenizer_config.json) ---- */
+
+/* 1 if the model directory had a tokenizer. */
+int ms_engine_has_tokenizer(const ms_engine *e);
+
+/* Encode bytes with special tokens DISABLED (a user typing "<|open|>" gets
+ * ordinary tokens). *ids is malloc'd (free with free()). */
+ms_status ms_tokenize(const ms_engine *e, const char *text, size_t len,
+                      int32_t **ids, int64_t *n_ids);
+/* Decode ids to bytes (specials by name); *out malloc'd, NUL-terminated. */
+ms_status ms_detokenize(const ms_engine *e, const int32_t *ids, int64_t n,
+                        char **out, size_t *len);
+/* The bytes of one token (owned by the engine); -1 for a bad id. */
+int64_t ms_token_bytes(const ms_engine *e, int32_t id, const char **bytes);
+/* Id of a special token by name ("<|end_of_msg|>"), -1 if none. */
+int32_t ms_special_id(const ms_engine *e, const char *name);
+
+/* ---- sessions on disk ---- */
+
+/* Save a session (tokens fed so far, KDA state, conv history, MLA cache, the
+ * last logits) to `path`. The file's header identifies the model (a hash of
+ * config.json and the tensor table) and is refused by a different model. */
+ms_status ms_session_save(const ms_session *s, const char *path);
+/* Load a saved session into s (which must belong to the same model). */
+ms_status ms_session_load(ms_session *s, const char *path);
+/* Token ids fed so far (owned by the session; valid until the next feed). */
+const int32_t *ms_session_tokens(const ms_session *s, int64_t *n);
+
 /* ---- sampling ---- */
 typedef struct ms_sample_params {
     float temperature;          /* <= 0: greedy (the default) */

@@ -1,7 +1,5 @@
-/* cli/main.c - the moestream program: subcommand dispatch and `run`.
- *
- *   moestream run MODEL_DIR --ids 1,2,3 --gen N [--json] [--dump-logits PATH]
- *                 [--threads N] [--ram SIZE] [--recompute] [--quiet]
+/* cli/main.c - the moestream program: subcommand dispatch, `run`,
+ * `tokenize`, `perplexity`.
  *
  * Exit codes: 0 ok, 1 runtime failure, 2 usage or unreadable/invalid model,
  * 4 the run finished but its output is unsound. Includes only the public
@@ -9,74 +7,154 @@
  */
 #include "moestream.h"
 
+#include "cli/cmds.h"
 #include "cli/util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: moestream COMMAND [options]\n"
+        "usage: moestream COMMAND MODEL_DIR [options]\n"
         "\n"
         "commands:\n"
-        "  run MODEL_DIR --ids 1,2,3 --gen N   greedy generation from token ids\n"
-        "      --json               one JSON object on stdout (prompt_ids, generated_ids, stats)\n"
+        "  run MODEL_DIR        generate: --prompt TEXT | --prompt-file PATH | --ids 1,2,3 | stdin\n"
+        "      --max-tokens N       tokens to generate (alias --gen; default 64)\n"
+        "      --ignore-eos         do not stop at <|end_of_msg|> (only text prompts stop there)\n"
+        "      --temperature T --top-k K --top-p P --min-p P --repeat-penalty R --seed S\n"
+        "                           sampling (default greedy)\n"
+        "      --json               one JSON object on stdout (prompt_ids, generated_ids, text, stats)\n"
         "      --dump-logits PATH   write the first generated step's logits (float32 LE [vocab])\n"
-        "      --threads N          compute threads (default: all cores; output bits do not change)\n"
-        "      --ram SIZE           resident-memory ceiling, e.g. 8G (default: no limit)\n"
         "      --recompute          recompute the whole sequence for every token (check mode)\n"
-        "      --quiet              no progress or summary on stderr\n"
+        "      --save-session PATH  save the session state after the run\n"
+        "      --load-session PATH  resume a saved session, then feed the prompt and continue\n"
+        "  chat MODEL_DIR       interactive multi-turn chat in the K3 chat format\n"
+        "  tokenize MODEL_DIR   text on stdin -> JSON array of ids (--decode: ids -> text)\n"
+        "  perplexity MODEL_DIR --file PATH [--max-tokens N]   JSON {n_tokens, nll, perplexity}\n"
+        "  plan MODEL_DIR|config.json --ram SIZE   the memory plan, without reading weights\n"
+        "\n"
+        "common options:\n"
+        "  --threads N          compute threads (default: all cores; output bits do not change)\n"
+        "  --ram SIZE           resident-memory ceiling, e.g. 8G (default: no limit)\n"
+        "  --quiet              no progress or summary on stderr\n"
         "\n"
         "exit codes: 0 ok, 1 runtime failure, 2 usage or invalid model, 4 output unsound\n");
 }
 
-typedef struct run_opts {
-    const char *model_dir;
-    const char *ids;
-    int64_t n_gen;
-    int json, recompute, quiet, threads;
-    int64_t ram;
-    const char *dump_logits;
-} run_opts;
+/* ------------------------------------------------------------------------ */
 
-static int parse_run(int argc, char **argv, run_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->n_gen = 16;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED() do { if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; } i++; } while (0)
-        if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
-        else if (!strcmp(a, "--gen")) {
-            NEED();
-            char *end;
-            o->n_gen = strtoll(v, &end, 10);
-            if (*end || o->n_gen < 0) { fprintf(stderr, "moestream: bad --gen '%s'\n", v); return -1; }
-        }
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--quiet")) o->quiet = 1;
-        else if (!strcmp(a, "--recompute")) o->recompute = 1;
-        else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
-        else if (!strcmp(a, "--threads")) {
-            NEED();
+int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--quiet")) { o->quiet = 1; return 1; }
+    if (!strcmp(a, "--threads") || !strcmp(a, "--ram") || !strcmp(a, "--max-context")) {
+        if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
+        (*i)++;
+        if (!strcmp(a, "--threads")) {
             char *end;
             long t = strtol(v, &end, 10);
             if (*end || t < 1 || t > 1024) { fprintf(stderr, "moestream: bad --threads '%s'\n", v); return -1; }
             o->threads = (int)t;
-        }
-        else if (!strcmp(a, "--ram")) {
-            NEED();
+        } else if (!strcmp(a, "--ram")) {
             o->ram = cli_parse_size(v);
             if (o->ram < 0) { fprintf(stderr, "moestream: bad --ram '%s' (e.g. 8G, 512M)\n", v); return -1; }
+        } else {
+            char *end;
+            long long t = strtoll(v, &end, 10);
+            if (*end || t < 1) { fprintf(stderr, "moestream: bad --max-context '%s'\n", v); return -1; }
+            o->max_context = t;
         }
-        else if (a[0] == '-') { fprintf(stderr, "moestream: unknown option '%s'\n", a); return -1; }
-        else if (!o->model_dir) o->model_dir = a;
-        else { fprintf(stderr, "moestream: unexpected argument '%s'\n", a); return -1; }
+        return 1;
+    }
+    if (a[0] != '-') {
+        if (o->model_dir) { fprintf(stderr, "moestream: unexpected argument '%s'\n", a); return -1; }
+        o->model_dir = a;
+        return 1;
+    }
+    return 0;
+}
+
+ms_status cli_open(const cli_opts *o, ms_engine **e) {
+    if (!o->model_dir) { fprintf(stderr, "moestream: MODEL_DIR is missing\n"); return MS_E_USAGE; }
+    ms_engine_params ep = ms_engine_default_params();
+    ep.model_dir = o->model_dir;
+    ep.n_threads = o->threads;
+    ep.ram_bytes = o->ram;
+    ep.max_context = o->max_context;
+    ep.log = o->quiet ? NULL : cli_log;
+    ep.log_level = MS_LOG_WARN;
+    char msg[1024];
+    ms_status st = ms_engine_open(&ep, e, msg, sizeof msg);
+    if (st != MS_OK) fprintf(stderr, "moestream: %s\n", msg);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* run                                                                       */
+
+typedef struct run_opts {
+    cli_opts c;
+    const char *ids, *prompt, *prompt_file, *dump_logits, *save, *load;
+    int64_t n_gen;
+    int json, recompute, ignore_eos;
+    ms_sample_params sp;
+} run_opts;
+
+static int parse_float(const char *v, float *out) {
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end) return -1;
+    *out = (float)d;
+    return 0;
+}
+
+static int parse_run(int argc, char **argv, run_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_gen = 64;
+    o->sp = ms_sample_default_params();
+    for (int i = 0; i < argc; i++) {
+        int r = cli_parse_common(&o->c, argc, argv, &i);
+        if (r < 0) return -1;
+        if (r > 0) continue;
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED() do { if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; } i++; } while (0)
+#define FLT(field) do { NEED(); if (parse_float(v, &o->sp.field)) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; } } while (0)
+        if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
+        else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
+        else if (!strcmp(a, "--prompt-file")) { NEED(); o->prompt_file = v; }
+        else if (!strcmp(a, "--gen") || !strcmp(a, "--max-tokens")) {
+            NEED();
+            char *end;
+            o->n_gen = strtoll(v, &end, 10);
+            if (*end || o->n_gen < 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
+        }
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--recompute")) o->recompute = 1;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+        else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
+        else if (!strcmp(a, "--save-session")) { NEED(); o->save = v; }
+        else if (!strcmp(a, "--load-session")) { NEED(); o->load = v; }
+        else if (!strcmp(a, "--temperature")) FLT(temperature);
+        else if (!strcmp(a, "--top-p")) FLT(top_p);
+        else if (!strcmp(a, "--min-p")) FLT(min_p);
+        else if (!strcmp(a, "--repeat-penalty")) FLT(repeat_penalty);
+        else if (!strcmp(a, "--top-k") || !strcmp(a, "--seed")) {
+            NEED();
+            char *end;
+            long long x = strtoll(v, &end, 10);
+            if (*end || x < 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
+            if (!strcmp(a, "--top-k")) o->sp.top_k = (int32_t)x; else o->sp.seed = (uint64_t)x;
+        }
+        else { fprintf(stderr, "moestream: unknown option '%s'\n", a); return -1; }
+#undef FLT
 #undef NEED
     }
-    if (!o->model_dir) { fprintf(stderr, "moestream: run needs MODEL_DIR\n"); return -1; }
-    if (!o->ids) { fprintf(stderr, "moestream: run needs --ids\n"); return -1; }
+    int n_inputs = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL);
+    if (n_inputs > 1) { fprintf(stderr, "moestream: give one of --ids, --prompt, --prompt-file\n"); return -1; }
     return 0;
 }
 
@@ -86,50 +164,147 @@ static void print_ids(FILE *f, const int32_t *ids, int64_t n) {
     fputc(']', f);
 }
 
+void cli_print_stats_json(FILE *f, const ms_stats *st) {
+    int64_t n_tok = st->n_tokens_decode + st->n_tokens_prefill;
+    double s_per_tok = st->n_tokens_decode ? st->decode_s / (double)st->n_tokens_decode : 0.0;
+    fprintf(f, "{\"prefill_tokens\": %lld, \"prefill_s\": %.6f, \"decode_tokens\": %lld, "
+            "\"decode_s\": %.6f, \"s_per_token\": %.6f, \"bytes_read\": %lld, \"trunk_bytes_read\": %lld, "
+            "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
+            "\"expert_requests\": %lld, \"expert_hits\": %lld, \"io_wait_s\": %.6f, "
+            "\"scale255_groups\": %lld, \"peak_rss_bytes\": %lld}",
+            (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
+            st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
+            (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
+            n_tok ? (double)(st->trunk_bytes_read + st->expert_bytes_read) / (double)n_tok : 0.0,
+            (long long)st->reads_issued, (long long)st->expert_requests, (long long)st->expert_hits,
+            st->io_wait_s, (long long)st->scale255_groups, (long long)st->peak_rss_bytes);
+}
+
+void cli_print_stats_human(FILE *f, const ms_stats *st) {
+    double s_per_tok = st->n_tokens_decode ? st->decode_s / (double)st->n_tokens_decode : 0.0;
+    fprintf(f, "moestream: prefill %lld tokens in %.3f s; decode %lld tokens, %.4f s/token; "
+            "read %.1f MB (trunk %.1f, experts %.1f) in %lld reads; expert hits %lld/%lld; "
+            "I/O wait %.3f s; peak RSS %.1f MB\n",
+            (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode, s_per_tok,
+            (double)(st->trunk_bytes_read + st->expert_bytes_read) / 1e6,
+            (double)st->trunk_bytes_read / 1e6, (double)st->expert_bytes_read / 1e6,
+            (long long)st->reads_issued, (long long)st->expert_hits, (long long)st->expert_requests,
+            st->io_wait_s, (double)st->peak_rss_bytes / 1e6);
+}
+
+/* Streams decoded text: holds back a trailing incomplete UTF-8 sequence. */
+void cli_text_init(cli_text *t) { memset(t, 0, sizeof *t); }
+
+void cli_text_add(cli_text *t, const ms_engine *e, int32_t id, FILE *out) {
+    const char *b;
+    int64_t n = ms_token_bytes(e, id, &b);
+    if (n <= 0) return;
+    if (t->n + (size_t)n + 1 > t->cap) {
+        size_t cap = (t->n + (size_t)n + 1) * 2;
+        char *p = realloc(t->all, cap);
+        if (!p) return;
+        t->all = p;
+        t->cap = cap;
+    }
+    memcpy(t->all + t->n, b, (size_t)n);
+    t->n += (size_t)n;
+    t->all[t->n] = '\0';
+    if (out) {
+        size_t ready = cli_utf8_complete(t->all, t->n);
+        if (ready > t->printed) {
+            fwrite(t->all + t->printed, 1, ready - t->printed, out);
+            fflush(out);
+            t->printed = ready;
+        }
+    }
+}
+
+void cli_text_flush(cli_text *t, FILE *out) {
+    if (out && t->n > t->printed) fwrite(t->all + t->printed, 1, t->n - t->printed, out);
+    t->printed = t->n;
+    if (out) fflush(out);
+}
+
 static int cmd_run(int argc, char **argv) {
     run_opts o;
     if (parse_run(argc, argv, &o) != 0) { usage(stderr); return EXIT_USAGE; }
+    char *text = NULL;
+    size_t text_len = 0;
+    int text_mode = 0;
+    if (o.prompt) { text = strdup(o.prompt); text_len = strlen(text); text_mode = 1; }
+    else if (o.prompt_file) {
+        FILE *f = fopen(o.prompt_file, "rb");
+        if (!f || !(text = cli_read_all(f, &text_len))) {
+            fprintf(stderr, "moestream: cannot read %s\n", o.prompt_file);
+            if (f) fclose(f);
+            return EXIT_USAGE;
+        }
+        fclose(f);
+        text_mode = 1;
+    } else if (!o.ids && !o.load) {
+        if (isatty(0)) { fprintf(stderr, "moestream: run needs --prompt, --prompt-file, --ids or text on stdin\n"); return EXIT_USAGE; }
+        if (!(text = cli_read_all(stdin, &text_len))) { fprintf(stderr, "moestream: cannot read stdin\n"); return EXIT_USAGE; }
+        text_mode = 1;
+    }
     int32_t *prompt = NULL;
-    int64_t n_prompt = cli_parse_ids(o.ids, &prompt);
-    if (n_prompt <= 0) {
-        fprintf(stderr, "moestream: --ids needs a comma-separated list of token ids\n");
-        return EXIT_USAGE;
+    int64_t n_prompt = 0;
+    if (o.ids) {
+        n_prompt = cli_parse_ids(o.ids, &prompt);
+        if (n_prompt <= 0) {
+            fprintf(stderr, "moestream: --ids needs a comma-separated list of token ids\n");
+            return EXIT_USAGE;
+        }
     }
-    ms_engine_params ep = ms_engine_default_params();
-    ep.model_dir = o.model_dir;
-    ep.n_threads = o.threads;
-    ep.ram_bytes = o.ram;
-    ep.max_context = n_prompt + o.n_gen + 1;
-    if (ep.max_context < 4096) ep.max_context = 4096;
-    ep.log = o.quiet ? NULL : cli_log;
-    ep.log_level = MS_LOG_WARN;
-    char msg[1024];
+    if (o.c.max_context == 0) {
+        o.c.max_context = 4096;
+        if (o.ids && n_prompt + o.n_gen + 1 > 4096) o.c.max_context = n_prompt + o.n_gen + 1;
+    }
     ms_engine *e;
-    ms_status st = ms_engine_open(&ep, &e, msg, sizeof msg);
-    if (st != MS_OK) {
-        fprintf(stderr, "moestream: %s\n", msg);
-        free(prompt);
-        return cli_exit_code(st);
-    }
+    ms_status st = cli_open(&o.c, &e);
+    if (st != MS_OK) { free(prompt); free(text); return cli_exit_code(st); }
     ms_model_info info;
     ms_engine_info(e, &info);
+    if (text_mode) {
+        if (!ms_engine_has_tokenizer(e)) {
+            fprintf(stderr, "moestream: %s has no tokenizer (tiktoken.model); use --ids\n", o.c.model_dir);
+            ms_engine_close(e); free(text);
+            return EXIT_USAGE;
+        }
+        st = ms_tokenize(e, text, text_len, &prompt, &n_prompt);
+        free(text);
+        if (st != MS_OK) { fprintf(stderr, "moestream: tokenizing the prompt failed\n"); ms_engine_close(e); return EXIT_RUNTIME; }
+    }
+    char msg[256];
+    ms_sampler *smp = ms_sampler_open(&o.sp, info.n_vocab, msg, sizeof msg);
+    if (!smp) { fprintf(stderr, "moestream: %s\n", msg); ms_engine_close(e); free(prompt); return EXIT_USAGE; }
     ms_session *s;
     if ((st = ms_session_open(e, &s)) != MS_OK) {
         fprintf(stderr, "moestream: %s\n", ms_engine_error(e));
-        ms_engine_close(e);
-        free(prompt);
+        ms_sampler_close(smp); ms_engine_close(e); free(prompt);
         return cli_exit_code(st);
     }
-    int64_t n_all = n_prompt + o.n_gen;
-    int32_t *all = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *all);
-    memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
-    int64_t n_have = n_prompt;
-    ms_engine_stats_reset(e);
-    st = ms_session_feed(s, prompt, n_prompt, NULL);
     int rc = EXIT_OK;
-    for (int64_t ig = 0; st == MS_OK && ig < o.n_gen; ig++) {
+    if (o.load && (st = ms_session_load(s, o.load)) != MS_OK) {
+        fprintf(stderr, "moestream: %s\n", ms_session_error(s));
+        ms_session_close(s); ms_sampler_close(smp); ms_engine_close(e); free(prompt);
+        return cli_exit_code(st);
+    }
+    if (n_prompt == 0 && !ms_session_logits(s)) {
+        fprintf(stderr, "moestream: the prompt is empty\n");
+        ms_session_close(s); ms_sampler_close(smp); ms_engine_close(e); free(prompt);
+        return EXIT_USAGE;
+    }
+    const int32_t eos = (int32_t)info.eos_id;
+    int64_t n_gen = 0;
+    int32_t *gen = malloc((size_t)(o.n_gen + 1) * sizeof *gen);
+    cli_text out;
+    cli_text_init(&out);
+    FILE *stream = (text_mode && !o.json) ? stdout : NULL;
+    ms_engine_stats_reset(e);
+    if (n_prompt > 0) st = ms_session_feed(s, prompt, n_prompt, NULL);
+    while (st == MS_OK && n_gen < o.n_gen) {
         const float *lg = ms_session_logits(s);
-        if (ig == 0 && o.dump_logits) {
+        if (n_gen == 0 && o.dump_logits) {
             FILE *f = fopen(o.dump_logits, "wb");
             if (!f || fwrite(lg, sizeof(float), (size_t)info.n_vocab, f) != (size_t)info.n_vocab) {
                 fprintf(stderr, "moestream: cannot write %s\n", o.dump_logits);
@@ -137,56 +312,172 @@ static int cmd_run(int argc, char **argv) {
             }
             if (f) fclose(f);
         }
-        int32_t next = ms_argmax(lg, info.n_vocab);
-        all[n_have++] = next;
-        if (ig + 1 == o.n_gen) break;
+        int64_t n_hist;
+        const int32_t *hist = ms_session_tokens(s, &n_hist);
+        int32_t next = ms_sampler_next(smp, lg, hist, n_hist);
+        gen[n_gen++] = next;
+        if (next == eos && text_mode && !o.ignore_eos) break;   /* raw --ids runs do not stop */
+        if (text_mode || ms_engine_has_tokenizer(e)) cli_text_add(&out, e, next, stream);
+        if (n_gen == o.n_gen) break;
         if (o.recompute) {
+            int64_t n_all;
+            const int32_t *all = ms_session_tokens(s, &n_all);
+            int32_t *copy = malloc((size_t)(n_all + 1) * sizeof *copy);
+            memcpy(copy, all, (size_t)n_all * sizeof *copy);
+            copy[n_all] = next;
             ms_session_reset(s);
-            st = ms_session_feed(s, all, n_have, NULL);
+            st = ms_session_feed(s, copy, n_all + 1, NULL);
+            free(copy);
         } else {
             st = ms_session_feed(s, &next, 1, NULL);
         }
     }
+    cli_text_flush(&out, stream);
+    if (stream) fputc('\n', stream);
     if (st != MS_OK) {
         fprintf(stderr, "moestream: %s: %s\n", ms_status_name(st), ms_session_error(s));
         rc = cli_exit_code(st);
     }
+    if (st == MS_OK && o.save) {
+        /* the last generated token is not fed yet: feed it so the saved state is complete */
+        if (n_gen > 0)
+            st = ms_session_feed(s, &gen[n_gen - 1], 1, NULL);
+        if (st == MS_OK) st = ms_session_save(s, o.save);
+        if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_session_error(s)); rc = cli_exit_code(st); }
+    }
     ms_stats stt;
     ms_engine_stats(e, &stt);
-    int64_t n_gen = n_have - n_prompt;
-    double s_per_tok = stt.n_tokens_decode ? stt.decode_s / (double)stt.n_tokens_decode : 0.0;
-    int64_t n_tok = stt.n_tokens_decode + stt.n_tokens_prefill;
     if (o.json) {
         printf("{\"prompt_ids\": ");
         print_ids(stdout, prompt, n_prompt);
         printf(", \"generated_ids\": ");
-        print_ids(stdout, all + n_prompt, n_gen);
-        printf(", \"status\": \"%s\"", ms_status_name(st));
-        printf(", \"stats\": {\"prefill_tokens\": %lld, \"prefill_s\": %.6f, \"decode_tokens\": %lld, "
-               "\"decode_s\": %.6f, \"s_per_token\": %.6f, \"bytes_read\": %lld, \"trunk_bytes_read\": %lld, "
-               "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
-               "\"expert_requests\": %lld, \"expert_hits\": %lld, \"io_wait_s\": %.6f, "
-               "\"scale255_groups\": %lld, \"peak_rss_bytes\": %lld}}\n",
-               (long long)stt.n_tokens_prefill, stt.prefill_s, (long long)stt.n_tokens_decode,
-               stt.decode_s, s_per_tok, (long long)(stt.trunk_bytes_read + stt.expert_bytes_read),
-               (long long)stt.trunk_bytes_read, (long long)stt.expert_bytes_read,
-               n_tok ? (double)(stt.trunk_bytes_read + stt.expert_bytes_read) / (double)n_tok : 0.0,
-               (long long)stt.reads_issued, (long long)stt.expert_requests, (long long)stt.expert_hits,
-               stt.io_wait_s, (long long)stt.scale255_groups, (long long)stt.peak_rss_bytes);
-    } else {
-        for (int64_t i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", all[n_prompt + i]);
+        print_ids(stdout, gen, n_gen);
+        if (ms_engine_has_tokenizer(e)) {
+            printf(", \"text\": ");
+            cli_json_string(stdout, out.all ? out.all : "", out.n);
+        }
+        printf(", \"status\": \"%s\", \"stats\": ", ms_status_name(st));
+        cli_print_stats_json(stdout, &stt);
+        printf("}\n");
+    } else if (!text_mode) {
+        for (int64_t i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("\n");
     }
-    if (!o.quiet)
-        fprintf(stderr, "moestream: prefill %lld tokens in %.3f s; decode %lld tokens, %.4f s/token; "
-                "read %.1f MB (trunk %.1f, experts %.1f); peak RSS %.1f MB\n",
-                (long long)stt.n_tokens_prefill, stt.prefill_s, (long long)stt.n_tokens_decode, s_per_tok,
-                (double)(stt.trunk_bytes_read + stt.expert_bytes_read) / 1e6,
-                (double)stt.trunk_bytes_read / 1e6, (double)stt.expert_bytes_read / 1e6,
-                (double)stt.peak_rss_bytes / 1e6);
-    free(all);
+    if (!o.c.quiet) cli_print_stats_human(stderr, &stt);
+    free(out.all);
+    free(gen);
     free(prompt);
     ms_session_close(s);
+    ms_sampler_close(smp);
+    ms_engine_close(e);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tokenize, perplexity                                                      */
+
+static int cmd_tokenize(int argc, char **argv) {
+    cli_opts c;
+    memset(&c, 0, sizeof c);
+    int decode = 0;
+    for (int i = 0; i < argc; i++) {
+        int r = cli_parse_common(&c, argc, argv, &i);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
+        if (!strcmp(argv[i], "--decode")) decode = 1;
+        else { fprintf(stderr, "moestream: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
+    }
+    c.quiet = 1;
+    size_t len;
+    char *in = cli_read_all(stdin, &len);
+    if (!in) { fprintf(stderr, "moestream: cannot read stdin\n"); return EXIT_RUNTIME; }
+    ms_engine *e;
+    ms_status st = cli_open(&c, &e);
+    if (st != MS_OK) { free(in); return cli_exit_code(st); }
+    int rc = EXIT_OK;
+    if (!ms_engine_has_tokenizer(e)) {
+        fprintf(stderr, "moestream: %s has no tokenizer (tiktoken.model)\n", c.model_dir);
+        rc = EXIT_USAGE;
+    } else if (decode) {
+        for (char *p = in; *p; p++) if (*p == '[' || *p == ']' || *p == '\n' || *p == '\t') *p = ' ';
+        int32_t *ids;
+        int64_t n = cli_parse_ids(in, &ids);
+        char *txt;
+        size_t tl;
+        if (n < 0) { fprintf(stderr, "moestream: --decode reads a JSON array of ids\n"); rc = EXIT_USAGE; }
+        else if (ms_detokenize(e, ids, n, &txt, &tl) != MS_OK) { fprintf(stderr, "moestream: bad token id\n"); rc = EXIT_USAGE; }
+        else { fwrite(txt, 1, tl, stdout); free(txt); }
+        free(ids);
+    } else {
+        int32_t *ids;
+        int64_t n;
+        if ((st = ms_tokenize(e, in, len, &ids, &n)) != MS_OK) { fprintf(stderr, "moestream: tokenize failed\n"); rc = EXIT_RUNTIME; }
+        else { print_ids(stdout, ids, n); printf("\n"); free(ids); }
+    }
+    free(in);
+    ms_engine_close(e);
+    return rc;
+}
+
+static int cmd_perplexity(int argc, char **argv) {
+    cli_opts c;
+    memset(&c, 0, sizeof c);
+    const char *file = NULL;
+    int64_t max_tokens = 0;
+    for (int i = 0; i < argc; i++) {
+        int r = cli_parse_common(&c, argc, argv, &i);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
+        if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc) max_tokens = strtoll(argv[++i], NULL, 10);
+        else { fprintf(stderr, "moestream: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
+    }
+    FILE *f = file ? fopen(file, "rb") : stdin;
+    size_t len;
+    char *in = f ? cli_read_all(f, &len) : NULL;
+    if (f && f != stdin) fclose(f);
+    if (!in) { fprintf(stderr, "moestream: cannot read %s\n", file ? file : "stdin"); return EXIT_USAGE; }
+    ms_engine *e;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    ms_status st = cli_open(&c, &e);
+    if (st != MS_OK) { free(in); return cli_exit_code(st); }
+    if (!ms_engine_has_tokenizer(e) || ms_tokenize(e, in, len, &ids, &n) != MS_OK || n < 2) {
+        fprintf(stderr, "moestream: need a tokenizer and at least 2 tokens of text\n");
+        free(in); free(ids); ms_engine_close(e);
+        return EXIT_USAGE;
+    }
+    free(in);
+    if (max_tokens > 1 && n > max_tokens) n = max_tokens;
+    ms_model_info info;
+    ms_engine_info(e, &info);
+    const int64_t V = info.n_vocab, chunk = 32;
+    float *lg = malloc((size_t)(chunk * V) * sizeof *lg);
+    ms_session *s;
+    int rc = EXIT_OK;
+    double nll = 0.0;
+    if ((st = ms_session_open(e, &s)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_engine_error(e)); rc = cli_exit_code(st); }
+    else {
+        for (int64_t i = 0; i < n - 1 && st == MS_OK; i += chunk) {
+            int64_t T = n - 1 - i < chunk ? n - 1 - i : chunk;
+            st = ms_session_feed(s, ids + i, T, lg);
+            for (int64_t t = 0; st == MS_OK && t < T; t++) {
+                const float *row = lg + t * V;
+                double m = row[0], z = 0.0;
+                for (int64_t v = 1; v < V; v++) if (row[v] > m) m = row[v];
+                for (int64_t v = 0; v < V; v++) z += exp((double)row[v] - m);
+                nll += -((double)row[ids[i + t + 1]] - m - log(z));
+            }
+        }
+        if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_session_error(s)); rc = cli_exit_code(st); }
+        else {
+            double mean = nll / (double)(n - 1);
+            printf("{\"n_tokens\": %lld, \"nll\": %.10f, \"perplexity\": %.10f}\n", (long long)n, mean, exp(mean));
+        }
+        ms_session_close(s);
+    }
+    free(lg);
+    free(ids);
     ms_engine_close(e);
     return rc;
 }
@@ -195,6 +486,8 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return EXIT_USAGE; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return EXIT_OK; }
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);

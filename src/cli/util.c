@@ -68,3 +68,81 @@ void cli_log(void *user, ms_log_level level, const char *line) {
     static const char *names[] = { "error", "warning", "info", "debug" };
     fprintf(stderr, "moestream: %s: %s\n", names[(int)level < 0 || (int)level > 3 ? 0 : (int)level], line);
 }
+
+static int utf8_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;   /* continuation or invalid lead */
+}
+
+/* length of a valid UTF-8 sequence at s (n bytes available), 0 if invalid */
+static int utf8_valid_at(const unsigned char *s, size_t n) {
+    int len = utf8_len(s[0]);
+    if (len == 0 || (size_t)len > n) return 0;
+    for (int i = 1; i < len; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    if (len == 3 && s[0] == 0xE0 && s[1] < 0xA0) return 0;
+    if (len == 3 && s[0] == 0xED && s[1] >= 0xA0) return 0;
+    if (len == 4 && s[0] == 0xF0 && s[1] < 0x90) return 0;
+    if (len == 4 && s[0] == 0xF4 && s[1] >= 0x90) return 0;
+    return len;
+}
+
+void cli_json_string(FILE *f, const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        if (c == '"' || c == '\\') { fputc('\\', f); fputc(c, f); i++; }
+        else if (c == '\n') { fputs("\\n", f); i++; }
+        else if (c == '\r') { fputs("\\r", f); i++; }
+        else if (c == '\t') { fputs("\\t", f); i++; }
+        else if (c < 0x20) { fprintf(f, "\\u%04x", c); i++; }
+        else if (c < 0x80) { fputc(c, f); i++; }
+        else {
+            int len = utf8_valid_at(s + i, n - i);
+            if (len) { fwrite(s + i, 1, (size_t)len, f); i += (size_t)len; }
+            else { fprintf(f, "\\u%04x", c); i++; }
+        }
+    }
+    fputc('"', f);
+}
+
+size_t cli_utf8_complete(const char *buf, size_t n) {
+    const unsigned char *s = (const unsigned char *)buf;
+    /* look back at most 3 bytes for a lead byte whose sequence is cut off */
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = s[n - back];
+        if ((c & 0xC0) == 0x80) continue;           /* continuation: keep looking */
+        int len = utf8_len(c);
+        if (len > (int)back) {
+            for (size_t i = 1; i < back; i++)
+                if ((s[n - back + i] & 0xC0) != 0x80) return n;   /* already invalid */
+            return n - back;
+        }
+        return n;
+    }
+    return n;
+}
+
+char *cli_read_all(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n == cap) {
+            char *t = realloc(buf, cap * 2 + 1);
+            if (!t) { free(buf); return NULL; }
+            buf = t;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) { free(buf); return NULL; }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}

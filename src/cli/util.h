@@ -19,4 +19,14 @@ int cli_exit_code(int status);
 /* The log callback used by the programs: to stderr with a prefix. */
 void cli_log(void *user, ms_log_level level, const char *line);
 
+
+
+/* Write s[0..n) as a JSON string literal (quotes included). Invalid UTF-8
+ * bytes are written as \u00XX escapes of the byte value. */
+void cli_json_string(FILE *f, const char *s, size_t n);
+/* Length of the longest prefix of buf[0..n) that does not end inside an
+ * incomplete UTF-8 sequence (a sequence that more bytes could complete). */
+size_t cli_utf8_complete(const char *buf, size_t n);
+/* Read a whole stream into a malloc'd buffer; NULL on error. */
+char *cli_read_all(FILE *f, size_t *len);
 #endif

@@ -16,6 +16,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "store/store.h"
+#include "engine/engine_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,33 +24,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define MS_DEFAULT_CONTEXT 4096
-#define MS_CHUNK 32
-
-struct ms_engine {
-    ms_engine_params p;
-    ms_logger log;
-    ms_config cfg;
-    ms_ckpt *ckpt;
-    ms_store *store;
-    ms_model model;
-    int model_bound;
-    ms_pool *pool;
-    ms_stats stats;
-    int64_t scale255;
-    char error[512];
-};
-
-struct ms_session {
-    ms_engine *e;
-    ms_state st;
-    ms_fwd *fwd;
-    float *logits;              /* [n_vocab] */
-    int has_logits;
-    ms_status sticky;
-    char error[512];
-};
 
 const char *ms_status_name(ms_status s) {
     switch (s) {
@@ -78,6 +52,26 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Identity of a model for sessions on disk: the parsed config and the tensor
+ * table (names, dtypes, shapes, places). Weight bytes are not hashed. */
+static uint64_t model_hash(const ms_config *c, const ms_ckpt *ck) {
+    uint64_t h = ms_fnv1a(MS_FNV_INIT, c, sizeof *c);
+    for (int64_t i = 0; i < ms_ckpt_n_tensors(ck); i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
+        h = ms_fnv1a(h, t->name, strlen(t->name) + 1);
+        h = ms_fnv1a(h, &t->dtype, sizeof t->dtype);
+        h = ms_fnv1a(h, t->shape, (size_t)t->n_dim * sizeof t->shape[0]);
+        h = ms_fnv1a(h, &t->n_bytes, sizeof t->n_bytes);
+    }
+    return h;
+}
+
+uint64_t ms_fnv1a(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
 }
 
 ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
@@ -112,6 +106,10 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     MS_ASSERT(e->model.kern != NULL);
     if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_pool_open(n_threads, &e->pool, &err)) != MS_OK) goto fail;
+    snprintf(path, sizeof path, "%s/tiktoken.model", p->model_dir);
+    if (access(path, F_OK) == 0 &&
+        (st = ms_tok_load(p->model_dir, e->cfg.vocab_size, &e->tok, &err)) != MS_OK) goto fail;
+    e->model_hash = model_hash(&e->cfg, e->ckpt);
     ms_log(&e->log, MS_LOG_INFO, "model: %lld layers (%lld MLA, %lld KDA), hidden %lld, %lld experts (top %lld), vocab %lld; kernels %s; %d threads",
            (long long)e->cfg.num_hidden_layers, (long long)e->cfg.n_mla_layers,
            (long long)e->cfg.n_kda_layers, (long long)e->cfg.hidden_size,
@@ -129,6 +127,7 @@ fail:
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
     ms_pool_close(e->pool);
+    ms_tok_free(e->tok);
     if (e->model_bound) ms_model_free(&e->model);
     ms_store_close(e->store);
     ms_ckpt_close(e->ckpt);
@@ -192,13 +191,16 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
     if ((st = ms_state_init(&s->st, &e->model, e->p.max_context, &err)) != MS_OK) goto fail;
     if ((st = ms_fwd_init(&s->fwd, &e->model, MS_CHUNK, &err)) != MS_OK) goto fail;
     s->logits = malloc((size_t)e->cfg.vocab_size * sizeof(float));
-    if (!s->logits) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
+    s->tokens = malloc((size_t)e->p.max_context * sizeof(int32_t));
+    if (!s->logits || !s->tokens) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
     *out = s;
     return MS_OK;
 fail:
     snprintf(e->error, sizeof e->error, "%s", err.msg);
     if (s->fwd) ms_fwd_free(s->fwd);
     if (s->st.kda_S) ms_state_free(&s->st, &e->model);
+    free(s->logits);
+    free(s->tokens);
     free(s);
     return st;
 }
@@ -208,6 +210,7 @@ void ms_session_close(ms_session *s) {
     ms_fwd_free(s->fwd);
     ms_state_free(&s->st, &s->e->model);
     free(s->logits);
+    free(s->tokens);
     free(s);
 }
 
@@ -239,6 +242,7 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
     ms_status st = MS_OK;
     for (int64_t i = 0; i < n && st == MS_OK; i += MS_CHUNK) {
         int64_t T = n - i < MS_CHUNK ? n - i : MS_CHUNK;
+        memcpy(s->tokens + s->st.n_past, ids + i, (size_t)T * sizeof *ids);
         float *out = all_logits ? all_logits + i * V : s->logits;
         st = ms_forward(&ctx, s->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
         if (st == MS_OK && all_logits)
@@ -270,6 +274,11 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
 const float *ms_session_logits(const ms_session *s) { return s->has_logits ? s->logits : NULL; }
 
 int64_t ms_session_n_past(const ms_session *s) { return s->st.n_past; }
+
+const int32_t *ms_session_tokens(const ms_session *s, int64_t *n) {
+    *n = s->st.n_past;
+    return s->tokens;
+}
 
 void ms_session_reset(ms_session *s) {
     ms_state_reset(&s->st, &s->e->model);

@@ -1,0 +1,53 @@
+/* engine/engine_int.h - the engine's private structures, shared by the
+ * files of src/engine/ (engine.c: open/feed; text.c: tokenizer wrappers;
+ * session_io.c: sessions on disk). Nothing outside src/engine includes it. */
+#ifndef MS_ENGINE_INT_H
+#define MS_ENGINE_INT_H
+
+#include "moestream.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/pool.h"
+#include "format/config.h"
+#include "format/safetensors.h"
+#include "model/model.h"
+#include "store/store.h"
+#include "text/tokenizer.h"
+
+#define MS_DEFAULT_CONTEXT 4096
+#define MS_CHUNK 32
+
+struct ms_engine {
+    ms_engine_params p;
+    ms_logger log;
+    ms_config cfg;
+    ms_ckpt *ckpt;
+    ms_store *store;
+    ms_model model;
+    int model_bound;
+    ms_pool *pool;
+    ms_stats stats;
+    int64_t scale255;
+    ms_tok *tok;                /* NULL when the model ships no tokenizer */
+    uint64_t model_hash;        /* config.json + tensor table: identifies sessions on disk */
+    char error[512];
+};
+
+struct ms_session {
+    ms_engine *e;
+    ms_state st;
+    ms_fwd *fwd;
+    float *logits;              /* [n_vocab] */
+    int32_t *tokens;            /* [max_ctx] ids fed so far */
+    int has_logits;
+    ms_status sticky;
+    char error[512];
+};
+
+
+/* FNV-1a 64 over bytes, continuing from h (start with MS_FNV_INIT). */
+#define MS_FNV_INIT 0xcbf29ce484222325ull
+uint64_t ms_fnv1a(uint64_t h, const void *data, size_t n);
+
+#endif

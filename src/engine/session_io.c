@@ -1,0 +1,140 @@
+/* engine/session_io.c - sessions on disk.
+ *
+ * A saved session resumes with a bit-identical continuation: it holds every
+ * piece of per-sequence state (ids fed, KDA state S and conv history per KDA
+ * layer, the latent MLA cache up to n_past per MLA layer, the last logits).
+ *
+ *   offset  field (little-endian)
+ *   0       magic "MSSESS01"
+ *   8       u64 model hash (config + tensor table, see engine.c)
+ *   16      i64 n_past, n_vocab, kda_S_floats, kda_conv_floats, n_kda,
+ *           mla_pos_floats, n_mla, has_logits            (8 x 8 bytes)
+ *   80      payload: i32 ids[n_past]; f32 logits[n_vocab] (if has_logits);
+ *           per KDA layer f32 S[kda_S_floats], conv[kda_conv_floats];
+ *           per MLA layer f32 cache[n_past * mla_pos_floats]
+ *   end     u64 FNV-1a of the payload
+ *
+ * Written to PATH.tmp then renamed, so a crash never leaves a torn file.
+ */
+#include "engine/engine_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char MAGIC[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '1' };
+
+typedef struct dims {
+    int64_t n_past, n_vocab, kda_S, kda_conv, n_kda, mla_pos, n_mla, has_logits;
+} dims;
+
+static dims session_dims(const ms_session *s) {
+    const ms_config *c = &s->e->cfg;
+    dims d;
+    d.n_past = s->st.n_past;
+    d.n_vocab = c->vocab_size;
+    d.kda_S = c->kda_num_heads * c->kda_head_dim * c->kda_head_dim;
+    d.kda_conv = 3 * c->kda_num_heads * c->kda_head_dim * (c->short_conv_kernel_size - 1);
+    d.n_kda = c->n_kda_layers;
+    d.mla_pos = c->kv_lora_rank + c->qk_rope_head_dim;
+    d.n_mla = c->n_mla_layers;
+    d.has_logits = s->has_logits;
+    return d;
+}
+
+typedef struct io {
+    FILE *f;
+    uint64_t h;
+    int bad;
+} io;
+
+static void put(io *w, const void *p, size_t n) {
+    if (w->bad || n == 0) return;
+    w->h = ms_fnv1a(w->h, p, n);
+    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
+}
+
+static void get(io *r, void *p, size_t n) {
+    if (r->bad || n == 0) return;
+    if (fread(p, 1, n, r->f) != n) { r->bad = 1; return; }
+    r->h = ms_fnv1a(r->h, p, n);
+}
+
+static ms_status fail(ms_session *s, ms_status st, const char *fmt, const char *path, const char *what) {
+    snprintf(s->error, sizeof s->error, fmt, path, what);
+    return st;
+}
+
+ms_status ms_session_save(const ms_session *cs, const char *path) {
+    ms_session *s = (ms_session *)cs;      /* only the error message is written */
+    if (s->sticky != MS_OK) return fail(s, MS_E_UNSOUND, "%s: %s", path, "the session is unsound; not saved");
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return fail(s, MS_E_IO, "%s: %s", path, "cannot create the file");
+    dims d = session_dims(s);
+    io w = { f, MS_FNV_INIT, 0 };
+    uint64_t hash = s->e->model_hash;
+    if (fwrite(MAGIC, 1, 8, f) != 8 || fwrite(&hash, 8, 1, f) != 1 || fwrite(&d, sizeof d, 1, f) != 1) w.bad = 1;
+    put(&w, s->tokens, (size_t)d.n_past * sizeof(int32_t));
+    if (d.has_logits) put(&w, s->logits, (size_t)d.n_vocab * sizeof(float));
+    for (int64_t i = 0; i < d.n_kda; i++) {
+        put(&w, s->st.kda_S[i], (size_t)d.kda_S * sizeof(float));
+        put(&w, s->st.kda_conv[i], (size_t)d.kda_conv * sizeof(float));
+    }
+    for (int64_t i = 0; i < d.n_mla; i++)
+        put(&w, s->st.mla_cache[i], (size_t)(d.n_past * d.mla_pos) * sizeof(float));
+    if (!w.bad && fwrite(&w.h, 8, 1, f) != 1) w.bad = 1;
+    if (fclose(f) != 0) w.bad = 1;
+    if (w.bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        return fail(s, MS_E_IO, "%s: %s", path, "write failed");
+    }
+    return MS_OK;
+}
+
+ms_status ms_session_load(ms_session *s, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(s, MS_E_IO, "%s: %s", path, "cannot open");
+    char magic[8];
+    uint64_t hash;
+    dims d, want = session_dims(s);
+    ms_status st = MS_OK;
+    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, MAGIC, 8) != 0) {
+        st = fail(s, MS_E_USAGE, "%s: %s", path, "not a moestream session file");
+    } else if (fread(&hash, 8, 1, f) != 1 || fread(&d, sizeof d, 1, f) != 1) {
+        st = fail(s, MS_E_USAGE, "%s: %s", path, "truncated header");
+    } else if (hash != s->e->model_hash) {
+        st = fail(s, MS_E_USAGE, "%s: %s", path, "saved with a different model (model hash differs)");
+    } else if (d.n_vocab != want.n_vocab || d.kda_S != want.kda_S || d.kda_conv != want.kda_conv ||
+               d.n_kda != want.n_kda || d.mla_pos != want.mla_pos || d.n_mla != want.n_mla ||
+               d.has_logits < 0 || d.has_logits > 1 || d.n_past < 0) {
+        st = fail(s, MS_E_USAGE, "%s: %s", path, "state dimensions differ from this model");
+    } else if (d.n_past > s->st.max_ctx) {
+        st = fail(s, MS_E_CONTEXT, "%s: %s", path, "holds more positions than this session's max_context");
+    }
+    if (st != MS_OK) { fclose(f); return st; }
+    /* read into the live state; on any failure the session is reset */
+    io r = { f, MS_FNV_INIT, 0 };
+    get(&r, s->tokens, (size_t)d.n_past * sizeof(int32_t));
+    if (d.has_logits) get(&r, s->logits, (size_t)d.n_vocab * sizeof(float));
+    for (int64_t i = 0; i < d.n_kda; i++) {
+        get(&r, s->st.kda_S[i], (size_t)d.kda_S * sizeof(float));
+        get(&r, s->st.kda_conv[i], (size_t)d.kda_conv * sizeof(float));
+    }
+    for (int64_t i = 0; i < d.n_mla; i++)
+        get(&r, s->st.mla_cache[i], (size_t)(d.n_past * d.mla_pos) * sizeof(float));
+    uint64_t sum = 0;
+    int extra = 0;
+    if (!r.bad && fread(&sum, 8, 1, f) != 1) r.bad = 1;
+    if (!r.bad && fgetc(f) != EOF) extra = 1;
+    fclose(f);
+    if (r.bad || sum != r.h || extra) {
+        ms_session_reset(s);
+        return fail(s, MS_E_USAGE, "%s: %s", path, r.bad ? "truncated" : "checksum mismatch (corrupted file)");
+    }
+    s->st.n_past = d.n_past;
+    s->has_logits = (int)d.has_logits;
+    s->sticky = MS_OK;
+    return MS_OK;
+}

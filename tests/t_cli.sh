@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tests/t_cli.sh - the moestream program: ids equal to the reference's, JSON
+# output, logits dump, exit codes, sessions saved and resumed bit-identically.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+BIN=${MS_BIN:-$BUILD/moestream}
+TD=${MS_TESTDATA:-$BUILD/testdata}
+PY=/usr/bin/python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect_rc() { local want=$1; shift; "$@" >/dev/null 2>"$tmp/err"; local rc=$?; [ $rc -eq "$want" ] && ok || bad "exit $rc (want $want): $* : $(head -c 300 "$tmp/err")"; }
+jget() { $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(','.join(str(x) for x in d[sys.argv[2]]) if isinstance(d[sys.argv[2]], list) else d[sys.argv[2]])" "$@"; }
+
+for m in a b c; do
+    g=$TD/$m/golden/golden.json
+    prompt=$(jget "$g" prompt_ids); want=$(jget "$g" greedy_ids)
+    n=$(echo "$want" | tr ',' '\n' | wc -l)
+    got=$("$BIN" run "$TD/$m" --ids "$prompt" --gen "$n" --quiet)
+    [ "$got" = "$want" ] && ok || bad "$m: ids '$got' != reference '$want'"
+    got=$("$BIN" run "$TD/$m" --ids "$prompt" --gen "$n" --recompute --quiet)
+    [ "$got" = "$want" ] && ok || bad "$m: recompute ids '$got' != reference"
+done
+
+# --json and --dump-logits
+g=$TD/a/golden/golden.json
+prompt=$(jget "$g" prompt_ids)
+"$BIN" run "$TD/a" --ids "$prompt" --gen 4 --json --dump-logits "$tmp/l.f32" --quiet > "$tmp/out.json"
+$PY - "$tmp/out.json" "$tmp/l.f32" "$TD/a/golden/gen_logits0.f32" <<'PYEOF' && ok || bad "json / logits dump"
+import json, sys
+import numpy as np
+d = json.load(open(sys.argv[1]))
+assert [k for k in ("prompt_ids", "generated_ids", "stats") if k in d] == ["prompt_ids", "generated_ids", "stats"], d.keys()
+assert len(d["generated_ids"]) == 4
+for k in ("s_per_token", "bytes_read", "prefill_s", "peak_rss_bytes"):
+    assert k in d["stats"], k
+a = np.fromfile(sys.argv[2], dtype="<f4"); b = np.fromfile(sys.argv[3], dtype="<f4")
+assert a.shape == b.shape, (a.shape, b.shape)
+err = float(np.abs(a - b).max()); scale = float(np.abs(b).max())
+assert err <= 1e-3 * scale, (err, scale)
+PYEOF
+
+# exit codes
+expect_rc 2 "$BIN"
+expect_rc 2 "$BIN" frobnicate
+expect_rc 2 "$BIN" run "$TD/a" --ids 1,2 --bogus
+expect_rc 2 "$BIN" run "$TD/a" --ids x,y
+expect_rc 2 "$BIN" run "$tmp/nonexistent" --ids 1,2 --quiet
+expect_rc 2 "$BIN" run "$TD/a" --ids 999999 --gen 1 --quiet
+mkdir "$tmp/broken"; cp "$TD/a"/*.safetensors "$TD/a"/*.json "$tmp/broken/"
+$PY -c "import json,sys; p=sys.argv[1]; d=json.load(open(p)); del d['text_config']['hidden_size']; json.dump(d, open(p,'w'))" "$tmp/broken/config.json"
+expect_rc 2 "$BIN" run "$tmp/broken" --ids 1,2 --quiet
+grep -q "hidden_size" "$tmp/err" && ok || bad "missing-field message does not name the field: $(cat "$tmp/err")"
+
+# sessions: save after N1 tokens, resume for N2 more == one run of N1 + N2
+full=$("$BIN" run "$TD/b" --ids 5,6,7 --gen 12 --quiet)
+first=$("$BIN" run "$TD/b" --ids 5,6,7 --gen 5 --save-session "$tmp/s.bin" --quiet)
+rest=$("$BIN" run "$TD/b" --load-session "$tmp/s.bin" --gen 7 --quiet)
+[ "$first,$rest" = "$full" ] && ok || bad "resumed session '$first' + '$rest' != '$full'"
+expect_rc 2 "$BIN" run "$TD/c" --load-session "$tmp/s.bin" --gen 2 --quiet
+grep -q "different model" "$tmp/err" && ok || bad "mismatched session message: $(cat "$tmp/err")"
+head -c 100 "$tmp/s.bin" > "$tmp/short.bin"
+expect_rc 2 "$BIN" run "$TD/b" --load-session "$tmp/short.bin" --gen 2 --quiet
+echo "t_cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]
