@@ -91,3 +91,4 @@ clean:
 	rm -rf build build-asan build-tsan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include tests/fuzz/fuzz.mk

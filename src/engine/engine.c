@@ -97,7 +97,10 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     snprintf(path, sizeof path, "%s/config.json", p->model_dir);
     if ((st = ms_config_load(path, &e->cfg, &err)) != MS_OK) goto fail;
     if ((st = ms_ckpt_open(p->model_dir, &e->ckpt, &err)) != MS_OK) goto fail;
-    ms_store_params sp = { p->ram_bytes, &e->log };
+    ms_store_params sp = ms_store_default_params();
+    sp.ram_bytes = p->ram_bytes;
+    sp.log = &e->log;
+    sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
     e->model.kern = NULL;
     if ((st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err)) != MS_OK) goto fail;
@@ -105,6 +108,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     e->model.kern = ms_kernels_select(NULL);
     MS_ASSERT(e->model.kern != NULL);
     if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;
+    if ((st = ms_model_validate(&e->model, e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_pool_open(n_threads, &e->pool, &err)) != MS_OK) goto fail;
     snprintf(path, sizeof path, "%s/tiktoken.model", p->model_dir);
     if (access(path, F_OK) == 0 &&

@@ -9,6 +9,7 @@
  */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,9 @@ typedef struct group {
     const ms_tensor_info *ti[MAX_REGION_TENSORS];
     int64_t *ext_off[MAX_REGION_TENSORS];   /* where to store the offset instead of wt */
 } group;
+
+/* Names of bound 1-D weights, for messages of ms_model_validate. */
+typedef struct named_wt { const ms_wt *wt; const char *name; } named_wt;
 
 static void fmt_shape(char *buf, size_t n, int nd, const int64_t *d) {
     size_t at = 0;
@@ -118,15 +122,18 @@ static int make_region(ms_store *store, ms_region_class cls, group *g, ms_err *e
     if (id < 0) return id;
     for (int i = 0; i < g->n; i++) {
         const ms_tensor_info *t = g->ti[i];
-        int64_t off = -1;
-        for (int r = 0; r < n_ranges; r++)
+        int64_t off = -1, rel = 0;
+        for (int r = 0; r < n_ranges; r++) {
             if (ranges[r].shard == t->shard && t->offset >= ranges[r].offset &&
                 t->offset + t->n_bytes <= ranges[r].offset + ranges[r].n_bytes) {
                 off = pos[r] + (t->offset - ranges[r].offset);
+                rel += t->offset - ranges[r].offset;
                 break;
             }
+            rel += ranges[r].n_bytes;
+        }
         MS_ASSERT(off >= 0);
-        if (g->wt[i]) { g->wt[i]->region = id; g->wt[i]->off = off; }
+        if (g->wt[i]) { g->wt[i]->region = id; g->wt[i]->off = off; g->wt[i]->rel = rel; g->wt[i]->name = t->name; }
         if (g->ext_off[i]) *g->ext_off[i] = off;
     }
     return id;
@@ -281,6 +288,7 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
     int id = make_region(store, MS_REGION_GLOBAL, &g, err);
     if (id < 0) return (ms_status)id;
     m->embed_region = id;
+    ms_store_mark_sparse(store, id);        /* read by rows only (ms_store_read_part) */
 
     ms_status st;
     for (int il = 0; il < m->n_layer; il++)
@@ -325,6 +333,44 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
         m->lm_row0[ic + 1] = r1;
     }
     return MS_OK;
+}
+
+static ms_status check_finite(const ms_wt *w, ms_store *store, float *buf, int64_t cap, ms_err *err) {
+    if (w->region < 0 || w->rows != 1) return MS_OK;
+    const int64_t n = w->cols, esz = w->dtype == MS_DT_F32 ? 4 : 2;
+    MS_ASSERT(n <= cap);
+    ms_status st = ms_store_read_part(store, w->region, w->rel, n * esz, buf, err);
+    if (st != MS_OK) return st;
+    for (int64_t i = n - 1; i >= 0; i--) {
+        float v = esz == 4 ? buf[i] : ms_bf16_to_f32(((const uint16_t *)buf)[i]);
+        if (!isfinite(v))
+            return ms_err_set(err, MS_E_MODEL, "tensor '%s': expected finite values, found %s at element %lld",
+                              w->name, isnan(v) ? "NaN" : "infinity", (long long)i);
+    }
+    return MS_OK;
+}
+
+ms_status ms_model_validate(const ms_model *m, ms_store *store, ms_err *err) {
+    const ms_config *c = &m->cfg;
+    int64_t cap = c->hidden_size;
+    int64_t dims[] = { c->kda_num_heads * c->kda_head_dim, c->num_experts, c->q_lora_rank,
+                       c->kv_lora_rank, c->routed_expert_hidden_size, c->kda_head_dim };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) if (dims[i] > cap) cap = dims[i];
+    float *buf = malloc((size_t)cap * sizeof(float));
+    if (!buf) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    ms_status st = MS_OK;
+    const ms_wt *globals[] = { &m->final_norm, &m->out_res_norm, &m->out_res_proj };
+    for (size_t i = 0; i < 3 && st == MS_OK; i++) st = check_finite(globals[i], store, buf, cap, err);
+    for (int il = 0; il < m->n_layer && st == MS_OK; il++) {
+        const ms_layer *L = &m->layers[il];
+        const ms_wt *v[] = { &L->input_norm, &L->post_attn_norm, &L->attn_res_norm, &L->attn_res_proj,
+                             &L->mlp_res_norm, &L->mlp_res_proj, &L->dt_bias, &L->a_log, &L->o_norm,
+                             &L->q_a_norm, &L->kv_a_norm, &L->router_bias, &L->lat_norm };
+        for (size_t i = 0; i < sizeof v / sizeof v[0] && st == MS_OK; i++)
+            if (v[i]->name) st = check_finite(v[i], store, buf, cap, err);
+    }
+    free(buf);
+    return st;
 }
 
 void ms_model_free(ms_model *m) {

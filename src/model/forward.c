@@ -388,30 +388,35 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     for (int64_t i = 0; i < T * k; i++) f->ecount[f->sel[i]]++;
     for (int64_t e = 0; e < E; e++)
         if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
-    ms_status st = ms_store_acquire_batch(c->store, f->eregion, n_used, f->eptr, err);
-    if (st != MS_OK) return st;
-    for (int iu = 0; iu < n_used; iu++) {
-        const int64_t e = f->eregion[iu] - L->expert_region0;
-        const uint8_t *eb = f->eptr[iu];
-        const int64_t *off = L->expert_off[e];
-        int64_t n = 0;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t j = 0; j < k; j++)
-                if (f->sel[t * k + j] == e) {
-                    f->etok[n] = (int32_t)t;
-                    f->eslot[n] = (int32_t)j;
-                    memcpy(f->zg + n * lat, f->z + t * lat, (size_t)lat * sizeof(float));
-                    n++;
-                }
-        mm_mxfp4(c, f->fg, Im, eb + off[MS_EXP_W1P], eb + off[MS_EXP_W1S], Im, lat, f->zg, lat, n);
-        mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
-        situ_rows(cf, f->fg, f->fg, f->fu, n * Im);
-        mm_mxfp4(c, f->eo, lat, eb + off[MS_EXP_W2P], eb + off[MS_EXP_W2S], lat, Im, f->fg, Im, n);
-        for (int64_t r = 0; r < n; r++)
-            memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * lat, f->eo + r * lat,
-                   (size_t)lat * sizeof(float));
+    /* in batches of at most the cache's capacity; each expert is read once per chunk */
+    const int cap = ms_store_expert_capacity(c->store) > 0 ? ms_store_expert_capacity(c->store) : n_used;
+    for (int b0 = 0; b0 < n_used; b0 += cap) {
+        const int nb = n_used - b0 < cap ? n_used - b0 : cap;
+        ms_status st = ms_store_acquire_batch(c->store, f->eregion + b0, nb, f->eptr + b0, err);
+        if (st != MS_OK) return st;
+        for (int iu = b0; iu < b0 + nb; iu++) {
+            const int64_t e = f->eregion[iu] - L->expert_region0;
+            const uint8_t *eb = f->eptr[iu];
+            const int64_t *off = L->expert_off[e];
+            int64_t n = 0;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < k; j++)
+                    if (f->sel[t * k + j] == e) {
+                        f->etok[n] = (int32_t)t;
+                        f->eslot[n] = (int32_t)j;
+                        memcpy(f->zg + n * lat, f->z + t * lat, (size_t)lat * sizeof(float));
+                        n++;
+                    }
+            mm_mxfp4(c, f->fg, Im, eb + off[MS_EXP_W1P], eb + off[MS_EXP_W1S], Im, lat, f->zg, lat, n);
+            mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
+            situ_rows(cf, f->fg, f->fg, f->fu, n * Im);
+            mm_mxfp4(c, f->eo, lat, eb + off[MS_EXP_W2P], eb + off[MS_EXP_W2S], lat, Im, f->fg, Im, n);
+            for (int64_t r = 0; r < n; r++)
+                memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * lat, f->eo + r * lat,
+                       (size_t)lat * sizeof(float));
+        }
+        for (int iu = b0; iu < b0 + nb; iu++) ms_store_release(c->store, f->eregion[iu]);
     }
-    for (int iu = 0; iu < n_used; iu++) ms_store_release(c->store, f->eregion[iu]);
     /* weighted sum in selection order, then ONE RMSNorm on the aggregate
      * (trap: test trap_latent_norm_per_expert) */
     const float *ln = vec(base, &L->lat_norm, f->vec1);
@@ -551,7 +556,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     /* run = the token's embedding row, used as is (no scaling) */
     for (int64_t t = 0; t < T; t++) {
         uint16_t *row = (uint16_t *)(f->h + t * H);     /* h is free until layer 0 */
-        s = ms_store_read_part(c->store, m->embed_region, (int64_t)ids[t] * H * 2, H * 2, row, err);
+        s = ms_store_read_part(c->store, m->embed_region, m->embed.rel + (int64_t)ids[t] * H * 2, H * 2, row, err);
         if (s != MS_OK) return s;
         for (int64_t i = H - 1; i >= 0; i--) f->run[t * H + i] = ms_bf16_to_f32(row[i]);
     }

@@ -30,8 +30,10 @@
 typedef struct ms_wt {
     int region;                 /* -1 when the tensor does not exist for this layer */
     int64_t off;                /* byte offset inside the region buffer */
+    int64_t rel;                /* offset in the region's ranges laid end to end (ms_store_read_part) */
     ms_dtype dtype;
     int64_t rows, cols;         /* 1-D tensors: rows = 1, cols = n */
+    const char *name;           /* released name (owned by the checkpoint), NULL if unbound */
 } ms_wt;
 
 enum { MS_EXP_W1P, MS_EXP_W1S, MS_EXP_W2P, MS_EXP_W2S, MS_EXP_W3P, MS_EXP_W3S, MS_EXP_N };
@@ -77,6 +79,11 @@ typedef struct ms_model {
 ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ckpt,
                         ms_store *store, ms_err *err);
 void ms_model_free(ms_model *m);
+
+/* Load-time checks that need a few weight bytes: every 1-D weight (norms,
+ * residual projections, biases, A_log) must be finite. Reads only those
+ * bytes (ms_store_read_part). MS_E_MODEL naming the tensor otherwise. */
+ms_status ms_model_validate(const ms_model *m, ms_store *store, ms_err *err);
 
 /* ---- per-session state ---- */
 typedef struct ms_state {
