@@ -146,6 +146,16 @@ ms_status ms_session_load(ms_session *s, const char *path);
 /* Token ids fed so far (owned by the session; valid until the next feed). */
 const int32_t *ms_session_tokens(const ms_session *s, int64_t *n);
 
+/* ---- memory plan ---- */
+
+/* Describe how the model at `path` (a model directory or a config.json) would
+ * use `ram_bytes` (0 = no limit) with one session of max_context positions
+ * (0 = default): what is pinned, streamed, cached. Reads no weights. Writes a
+ * human table into out. MS_E_BUDGET when it does not fit (the table says what
+ * it needs), MS_E_MODEL for a bad config. */
+ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
+                           char *out, size_t n);
+
 /* ---- sampling ---- */
 typedef struct ms_sample_params {
     float temperature;          /* <= 0: greedy (the default) */

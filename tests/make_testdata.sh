@@ -20,8 +20,10 @@ set -u
 [ $# -eq 1 ] || { echo "usage: $0 OUTDIR" >&2; exit 2; }
 OUT=$(realpath -m "$1")
 cd "$(dirname "$0")/.."
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
+export PYTHONDONTWRITEBYTECODE=1     # leave no __pycache__ in tools/
 MIN_TRAP_MARGIN=0.1          # logits are O(1..10); engine tolerances are ~1e-3
+MIN_ARGMAX_GAP=0.001         # correct goldens: no near-tie an fp32 engine could flip
 
 STAMP=$(cat tools/*.py tests/make_testdata.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP" ]; then
@@ -39,17 +41,27 @@ TF_IDS=1,45,212,9,77,130,64,255,0,18,91,160,33,33,33,240,5,71,199,2,143,88,31,22
 
 TRAPS=$($PY -c 'import sys; sys.path.insert(0, "tools"); import mslib; print(" ".join(mslib.TRAPS))') || exit 1
 
+check_gaps() {      # golden dir: every greedy step and teacher-forced argmax well separated
+    $PY -c '
+import json, sys
+g = json.load(open(sys.argv[1] + "/golden.json"))
+gap = min(g["greedy_top2_gaps"] + g["tf_top2_gaps"])
+print("%s: smallest top-2 logit gap %.4g" % (sys.argv[1], gap))
+sys.exit(0 if gap >= float(sys.argv[2]) else 1)' "$1" "$MIN_ARGMAX_GAP"
+}
+
 job_model() {       # preset
     local d=$TMP/$1
     $PY tools/msgen.py "$d" --preset "$1" --check-template &&
-    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" --check
+    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" --check &&
+    check_gaps "$d/golden"
 }
 
-job_trap() {        # trap name; the fixture's base preset is chosen by msgen
-    local t=$1 d=$TMP/trap_$1 base
-    base=$($PY -c "import sys; sys.path.insert(0, 'tools'); import msgen; print(msgen.TRAP_FIXTURES['$t'][0])") &&
-    $PY tools/msgen.py "$d" --preset "$base" --trap "$t" &&
+job_trap() {        # trap name; msgen picks the fixture's base preset (a or c)
+    local t=$1 d=$TMP/trap_$1
+    $PY tools/msgen.py "$d" --trap "$t" &&
     $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" &&
+    check_gaps "$d/golden" &&
     $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden_wrong" --trap "$t" &&
     $PY - "$d" "$MIN_TRAP_MARGIN" <<'EOF'
 import json, sys

@@ -26,6 +26,7 @@ Invariants:
 Does not: compute the model (msref.py does), read checkpoints.
 
 Usage: msgen.py OUT_DIR --preset a|b|c|wide [--seed N] [--trap NAME] [wide flags]
+       msgen.py OUT_DIR --trap NAME          (the trap's fixture on its base preset)
 """
 
 import argparse
@@ -88,7 +89,8 @@ TRAP_FIXTURES = {
     "kda_gate_then_norm": ("a", {}),
     "mla_rope_rotated": ("a", {}),
     "mla_scale_128": ("a", {"q_gain": 2.0}),
-    "router_bias_weights": ("c", {"bias_amp": 1.0}),
+    # seed: the correct greedy run has no near-tie (top-2 gap >= 0.03)
+    "router_bias_weights": ("c", {"bias_amp": 1.0, "seed": 3006}),
     "latent_norm_per_expert": ("c", {}),
     "shared_weighted": ("c", {}),
     # gates into the caps: |g| ~ 10..1000
@@ -189,7 +191,7 @@ def check_params(p):
 #   ("scales", center, n255)    U8 center + {-1, 0, 1}, then n255 entries set to 255
 # ---------------------------------------------------------------------------
 
-def mxfp4_center(std, n_in):
+def mxfp4_center(std):
     """Scale byte giving weights of roughly `std` (random codes have RMS ~2.93)."""
     return int(round(127 + math.log2(std / 2.93)))
 
@@ -305,9 +307,9 @@ def plan_expert(p, il, ie, n255):
     n255[k] = how many scale bytes of matrix k (0 w1, 1 w2, 2 w3) are 255."""
     R, I = p["latent"], p["moe_inter"]
     pre = mslib.PREFIX + "layers.%d.block_sparse_moe.experts.%d." % (il, ie)
-    c1 = mxfp4_center(2.0 / math.sqrt(R), R) + p.get("w1_shift", 0)
-    c2 = mxfp4_center(1.0 / math.sqrt(I), I) + p.get("w2_shift", 0)
-    c3 = mxfp4_center(1.0 / math.sqrt(R), R)
+    c1 = mxfp4_center(2.0 / math.sqrt(R)) + p.get("w1_shift", 0)
+    c2 = mxfp4_center(1.0 / math.sqrt(I)) + p.get("w2_shift", 0)
+    c3 = mxfp4_center(1.0 / math.sqrt(R))
     out = []
     for k, (w, rows, cols, c) in enumerate((("w1", I, R, c1), ("w2", R, I, c2), ("w3", I, R, c3))):
         out.append((pre + w + ".weight_packed", U8, [rows, cols // 2], ("codes",)))
@@ -345,7 +347,7 @@ def plan_checkpoint(p, rng):
             for ie in range(E):
                 t += plan_expert(p, il, ie, n255.get((il, ie), [0, 0, 0]))
         items.append(t)
-    M, H, V = mslib.PREFIX, p["hidden"], p["vocab"]
+    H, V = p["hidden"], p["vocab"]
     items.append([(mslib.LM_HEAD, BF16, [V, H], ("normal", 0.0, 2.0 / math.sqrt(H)))])
     return items
 
@@ -506,7 +508,8 @@ def write_checkpoint(out_dir, cfg, shards, seed, meta):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--preset", required=True, choices=sorted(PRESETS) + ["wide"])
+    ap.add_argument("--preset", choices=sorted(PRESETS) + ["wide"],
+                    help="required unless --trap is given (then: the fixture's base preset)")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--trap", choices=mslib.TRAPS)
     ap.add_argument("--check-template", action="store_true",
@@ -521,6 +524,10 @@ def main(argv):
     if a.check_template and mslib.load_released_config() != mslib.embedded_config():
         raise SystemExit("msgen: the released config differs from the embedded template")
 
+    if a.preset is None:
+        if not a.trap:
+            raise SystemExit("msgen: --preset is required without --trap")
+        a.preset = TRAP_FIXTURES[a.trap][0]
     if a.preset == "wide":
         p = dict(WIDE_DEFAULTS)
         for k in WIDE_DEFAULTS:

@@ -35,8 +35,11 @@ STATS = None         # dict of counters when --stats is given
 
 
 def stat(key, value, how="max"):
+    """Record a statistic for --stats; value may be a function (called only then)."""
     if STATS is None:
         return
+    if callable(value):
+        value = value()
     if how == "max":
         STATS[key] = max(STATS.get(key, -math.inf), value)
     elif how == "add":
@@ -105,7 +108,7 @@ class Checkpoint:
         fname, dtype, shape, b, e = self.where[name]
         if fname not in self.maps:
             self.maps[fname] = np.memmap(os.path.join(self.dir, fname), dtype=np.uint8, mode="r")
-        return self.maps[fname][b:e], dtype, shape
+        return np.asarray(self.maps[fname][b:e]), dtype, shape
 
     def tensor(self, name, shape=None):
         """BF16 / F32 as float64 (exact), U8 as uint8; `shape` is checked if given."""
@@ -200,7 +203,7 @@ def silu(x):
 
 def rms_norm(v, w, eps):
     """RMSNorm(v; w, eps) = w ⊙ v / sqrt(mean(v²) + eps)."""
-    return w * v / np.sqrt(np.mean(v * v) + eps)
+    return w * v / np.sqrt(np.dot(v, v) / v.size + eps)          # mean(v²)
 
 
 def softmax(s):
@@ -212,7 +215,7 @@ def situ_glu(g, u, beta1, beta2):
     """SiTU-GLU(g, u) = β1·tanh(g/β1)·σ(g) · β2·tanh(u/β2); the sigmoid takes the
     UNCAPPED g (trap)."""
     capped = beta1 * np.tanh(g / beta1)
-    stat("situ_max_abs_gate", float(np.max(np.abs(g))))
+    stat("situ_max_abs_gate", lambda: float(np.max(np.abs(g))))
     if TRAP == "situ_capped_sigmoid":               # wrong: σ of the capped gate
         return capped * sigmoid(capped) * beta2 * np.tanh(u / beta2)
     return capped * sigmoid(g) * beta2 * np.tanh(u / beta2)
@@ -397,7 +400,7 @@ def latent_moe(x, W, expert, c):
     shared experts on the original x. expert(e) -> (W1, W2, W3) as float64."""
     b1, b2, eps = c.activation_situ_beta, c.activation_situ_linear_beta, c.rms_norm_eps
     idx, w, s = route(x, W, c)
-    stat("experts_used", tuple(idx), "set")
+    stat("expert_sets_seen", tuple(idx), "set")
     z = W["routed_expert_down_proj"] @ x
     r = np.zeros(c.routed_expert_hidden_size)
     for wj, e in zip(w, idx):                            # summed in idx order
@@ -406,7 +409,7 @@ def latent_moe(x, W, expert, c):
         if TRAP == "latent_norm_per_expert":             # wrong: norm each expert
             y = rms_norm(y, W["routed_expert_norm"], eps)
         r = r + wj * y
-    stat("routed_ms", float(np.mean(r * r)), "max")
+    stat("routed_mean_square", lambda: float(np.mean(r * r)))
     if TRAP != "latent_norm_per_expert":
         r = rms_norm(r, W["routed_expert_norm"], eps)    # on the AGGREGATE, once (trap)
     shared = W["shared_experts.down_proj"] @ situ_glu(
@@ -548,7 +551,7 @@ def forward_token(sess, token):
         else:
             f = latent_moe(x2, L["ffn"], lambda e, il=il: m.expert(il, e), c)
         run = run + f
-        stat("run_rms_max", float(np.sqrt(np.mean(run * run))))
+        stat("run_rms_max", lambda: float(np.sqrt(np.mean(run * run))))
     y = rms_norm(attn_res_read(bank + [run], m.out_res_norm, m.out_res_proj, eps), m.norm, eps)
     sess.pos += 1
     return m.lm_head @ y                             # no soft-cap, no logit scale
@@ -566,16 +569,18 @@ def teacher_force(model, ids):
 
 
 def greedy(model, prompt, n_gen):
-    """(the n_gen greedy ids, logits after the prompt)."""
+    """(the n_gen greedy ids, the logits that chose each of them [n_gen, V]; row 0
+    are the logits after the prompt)."""
     sess = Session(model)
     for t in prompt:
         logits = forward_token(sess, t)
-    logits0, out = logits, []
+    out, chose = [], []
     for i in range(n_gen):
         out.append(argmax_low(logits))
+        chose.append(logits)
         if i + 1 < n_gen:
             logits = forward_token(sess, out[-1])
-    return out, logits0
+    return out, np.stack(chose) if chose else logits[None, :]
 
 
 def top2_gap(logits):
@@ -629,7 +634,8 @@ def main(argv):
     prompt, tf_ids = parse_ids(a.ids), parse_ids(a.tf_ids)
     if not prompt or any(not 0 <= t < V for t in prompt + tf_ids):
         raise SystemExit("msref: ids must be non-empty and in [0, %d)" % V)
-    gen_ids, logits0 = greedy(model, prompt, a.gen)
+    gen_ids, gen_logits = greedy(model, prompt, a.gen)
+    logits0 = gen_logits[0]
     tf_logits = teacher_force(model, tf_ids) if tf_ids else np.zeros((0, V))
     if not np.all(np.isfinite(logits0)) or not np.all(np.isfinite(tf_logits)):
         raise SystemExit("msref: non-finite logits")
@@ -643,8 +649,11 @@ def main(argv):
         "prompt_ids": prompt, "greedy_ids": gen_ids,
         "tf_ids": tf_ids, "tf_argmax": [argmax_low(r) for r in tf_logits],
         "n_vocab": V, "trap": TRAP, "logit_scale": scale,
-        # smallest gap between the best and second-best logit: how close argmax is to a tie
-        "gen_top2_gap0": top2_gap(logits0),
+        # smallest gap between the best and second-best logit over the greedy steps and
+        # the teacher-forced positions: how close an argmax comes to a tie
+        "greedy_top2_gaps": [top2_gap(r) for r in gen_logits[:len(gen_ids)]],
+        "tf_top2_gaps": [top2_gap(r) for r in tf_logits],
+        "greedy_top2_gap_min": min((top2_gap(r) for r in gen_logits[:len(gen_ids)]), default=None),
         "tf_top2_gap_min": min((top2_gap(r) for r in tf_logits), default=None),
     }
     with open(os.path.join(a.out, "golden.json"), "w") as f:

@@ -482,12 +482,29 @@ static int cmd_perplexity(int argc, char **argv) {
     return rc;
 }
 
+static int cmd_plan(int argc, char **argv) {
+    cli_opts c;
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < argc; i++) {
+        int r = cli_parse_common(&c, argc, argv, &i);
+        if (r < 0) return EXIT_USAGE;
+        if (r == 0) { fprintf(stderr, "moestream: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
+    }
+    if (!c.model_dir) { fprintf(stderr, "moestream: plan needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
+    static char buf[1 << 16];
+    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, buf, sizeof buf);
+    fputs(buf, st == MS_OK ? stdout : stderr);
+    if (st == MS_E_BUDGET) fputs(buf, stdout);
+    return cli_exit_code(st);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return EXIT_USAGE; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return EXIT_OK; }
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);

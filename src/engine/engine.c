@@ -54,6 +54,26 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return MS_BASE_OVERHEAD;
+    long long size = 0, resident = 0;
+    int ok = fscanf(f, "%lld %lld", &size, &resident) == 2;
+    fclose(f);
+    return ok ? (int64_t)resident * sysconf(_SC_PAGESIZE) : MS_BASE_OVERHEAD;
+}
+
+static int64_t peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return (int64_t)kb * 1024;
+}
+
 /* Identity of a model for sessions on disk: the parsed config and the tensor
  * table (names, dtypes, shapes, places). Weight bytes are not hashed. */
 static uint64_t model_hash(const ms_config *c, const ms_ckpt *ck) {
@@ -97,8 +117,22 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     snprintf(path, sizeof path, "%s/config.json", p->model_dir);
     if ((st = ms_config_load(path, &e->cfg, &err)) != MS_OK) goto fail;
     if ((st = ms_ckpt_open(p->model_dir, &e->ckpt, &err)) != MS_OK) goto fail;
+    /* the budget left for weights once one session and the process are counted */
+    int64_t store_ram = 0;
+    if (p->ram_bytes > 0) {
+        ms_model dry;
+        if ((st = ms_model_bind(&dry, &e->cfg, NULL, NULL, &err)) != MS_OK) { ms_model_free(&dry); goto fail; }
+        int64_t session = ms_session_bytes(&dry, e->p.max_context);
+        ms_model_free(&dry);
+        store_ram = ms_store_budget(p->ram_bytes, session, rss_bytes());
+        if (store_ram < 0) {
+            st = ms_err_set(&err, MS_E_BUDGET, "budget %lld bytes is below what one session (%lld bytes) and the process (%lld bytes + %lld slack) need",
+                            (long long)p->ram_bytes, (long long)session, (long long)rss_bytes(), (long long)MS_SLACK_BYTES);
+            goto fail;
+        }
+    }
     ms_store_params sp = ms_store_default_params();
-    sp.ram_bytes = p->ram_bytes;
+    sp.ram_bytes = store_ram;
     sp.log = &e->log;
     sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
@@ -151,17 +185,6 @@ void ms_engine_info(const ms_engine *e, ms_model_info *info) {
     info->eos_id = e->cfg.eos_token_id;
     info->pad_id = e->cfg.pad_token_id;
     info->max_context = e->p.max_context;
-}
-
-static int64_t peak_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return (int64_t)kb * 1024;
 }
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st) {

@@ -17,6 +17,15 @@
 
 #define MS_DEFAULT_CONTEXT 4096
 #define MS_CHUNK 32
+/* Memory the budget keeps free beyond what is counted: libc arenas, thread
+ * stacks, page-table and allocator rounding (see engine/plan.c). */
+#define MS_SLACK_BYTES ((int64_t)48 << 20)
+/* A process's resident size before it loads anything (code, libraries). */
+#define MS_BASE_OVERHEAD ((int64_t)16 << 20)
+
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx);
+/* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
+int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 
 struct ms_engine {
     ms_engine_params p;

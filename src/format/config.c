@@ -145,16 +145,20 @@ static const char *field_path(size_t off) {
     return b;
 }
 
+/* The object parent[key], or NULL after reporting it missing / not an object.
+ * ppath names the parent in messages; NULL for the top level. */
 static const json_t *get_obj(reader *r, const json_t *parent, const char *ppath,
                              const char *key) {
     if (!parent) return NULL;
     const json_t *v = json_object_get(parent, key);
+    const char *dot = ppath ? "." : "";
+    if (!ppath) ppath = "";
     if (!v) {
-        problem(&r->pr, "%s.%s missing", ppath, key);
+        problem(&r->pr, "%s%s%s missing", ppath, dot, key);
         return NULL;
     }
     if (!json_is_object(v)) {
-        problem(&r->pr, "%s.%s: expected object, found %s", ppath, key, ms_json_type_name(v));
+        problem(&r->pr, "%s%s%s: expected object, found %s", ppath, dot, key, ms_json_type_name(v));
         return NULL;
     }
     return v;
@@ -433,7 +437,7 @@ ms_status ms_config_parse(const char *text, size_t n, const char *file,
         problem(&r->pr, "text_config missing (expected the nested layout of the released "
                         "config.json, with the model's fields under text_config)");
     } else {
-        r->obj[O_TEXT] = get_obj(r, root, "top level", "text_config");
+        r->obj[O_TEXT] = get_obj(r, root, NULL, "text_config");
         r->obj[O_LIN] = get_obj(r, r->obj[O_TEXT], P_TEXT, "linear_attn_config");
         const json_t *q = get_obj(r, r->obj[O_TEXT], P_TEXT, "quantization_config");
         const json_t *cg = get_obj(r, q, P_QUANT, "config_groups");

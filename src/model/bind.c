@@ -21,13 +21,22 @@ enum { DT_BF16 = 1 << MS_DT_BF16, DT_F32 = 1 << MS_DT_F32, DT_U8 = 1 << MS_DT_U8
 
 typedef struct group {
     int n;
+    ms_tensor_info synth[MAX_REGION_TENSORS];   /* dry run only */
     ms_wt *wt[MAX_REGION_TENSORS];
     const ms_tensor_info *ti[MAX_REGION_TENSORS];
     int64_t *ext_off[MAX_REGION_TENSORS];   /* where to store the offset instead of wt */
 } group;
 
-/* Names of bound 1-D weights, for messages of ms_model_validate. */
-typedef struct named_wt { const ms_wt *wt; const char *name; } named_wt;
+/* What a binding works against: a real checkpoint and store, or (dry run,
+ * ck == NULL and store == NULL) tensors synthesised from the config with the
+ * expected shapes laid out contiguously, and regions recorded as sizes only
+ * (m->plan_regions) - so a plan can be made from a config.json alone. */
+typedef struct binder {
+    ms_model *m;
+    const ms_ckpt *ck;
+    ms_store *store;
+    int64_t synth_off;
+} binder;
 
 static void fmt_shape(char *buf, size_t n, int nd, const int64_t *d) {
     size_t at = 0;
@@ -47,10 +56,33 @@ static const char *dt_set_name(int mask) {
 /* Look up `name`, check dtype in `dt_mask` and shape == dims[0..nd) (for
  * `flat`, only the element count must equal dims[0] with any shape), add it to
  * group g. Returns the tensor info or NULL with err set. */
-static const ms_tensor_info *want(const ms_ckpt *ck, group *g, ms_wt *wt, int64_t *ext_off,
+static const char *shard_file(const binder *bd, int shard) {
+    return bd->ck ? ms_ckpt_shard(bd->ck, shard)->file : "(config)";
+}
+
+static const ms_tensor_info *find(const binder *bd, const char *name) {
+    return bd->ck ? ms_ckpt_find(bd->ck, name) : NULL;
+}
+
+/* Dry run: the tensor as the config says it should be, placed right after the previous one. */
+static const ms_tensor_info *synth(binder *bd, group *g, int dt_mask, int nd, const int64_t *dims) {
+    MS_ASSERT(g->n < MAX_REGION_TENSORS);
+    ms_tensor_info *t = &g->synth[g->n];
+    memset(t, 0, sizeof *t);
+    t->dtype = (dt_mask & DT_BF16) ? MS_DT_BF16 : (dt_mask & DT_F32) ? MS_DT_F32 : MS_DT_U8;
+    t->n_dim = nd;
+    t->numel = 1;
+    for (int i = 0; i < nd; i++) { t->shape[i] = dims[i]; t->numel *= dims[i]; }
+    t->n_bytes = t->numel * ms_dtype_size(t->dtype);
+    t->offset = bd->synth_off;
+    bd->synth_off += t->n_bytes;
+    return t;
+}
+
+static const ms_tensor_info *want(binder *bd, group *g, ms_wt *wt, int64_t *ext_off,
                                   const char *name, int dt_mask, int nd, const int64_t *dims,
                                   int flat, ms_err *err) {
-    const ms_tensor_info *ti = ms_ckpt_find(ck, name);
+    const ms_tensor_info *ti = bd->ck ? ms_ckpt_find(bd->ck, name) : synth(bd, g, dt_mask, nd, dims);
     char exp_s[128], got_s[128];
     fmt_shape(exp_s, sizeof exp_s, nd, dims);
     if (!ti) {
@@ -67,13 +99,13 @@ static const ms_tensor_info *want(const ms_ckpt *ck, group *g, ms_wt *wt, int64_
     }
     if (!((1 << ti->dtype) & dt_mask) || !shape_ok) {
         ms_err_set(err, MS_E_MODEL, "%s: tensor '%s': expected %s %s%s, found %s %s",
-                   ms_ckpt_shard(ck, ti->shard)->file, name, dt_set_name(dt_mask), exp_s,
+                   shard_file(bd, ti->shard), name, dt_set_name(dt_mask), exp_s,
                    flat ? " (any shape with that many elements)" : "", ms_dtype_name(ti->dtype), got_s);
         return NULL;
     }
     if (ti->offset % ms_dtype_size(ti->dtype) != 0) {
         ms_err_set(err, MS_E_MODEL, "%s: tensor '%s': data offset %lld is not aligned to its %lld-byte elements",
-                   ms_ckpt_shard(ck, ti->shard)->file, name, (long long)ti->offset,
+                   shard_file(bd, ti->shard), name, (long long)ti->offset,
                    (long long)ms_dtype_size(ti->dtype));
         return NULL;
     }
@@ -99,7 +131,40 @@ static int cmp_by_offset(const void *a, const void *b) {
 }
 
 /* Turn a group into one store region; fill every member's offset. */
-static int make_region(ms_store *store, ms_region_class cls, group *g, ms_err *err) {
+/* Dry run: record the size the store would give the region (same layout rule). */
+static int plan_region(ms_model *m, ms_region_class cls, const ms_range *r, int n, ms_err *err) {
+    if (m->n_plan_regions == m->cap_plan_regions) {
+        int cap = m->cap_plan_regions ? 2 * m->cap_plan_regions : 1024;
+        ms_plan_region *p = realloc(m->plan_regions, (size_t)cap * sizeof *p);
+        if (!p) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+        m->plan_regions = p;
+        m->cap_plan_regions = cap;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) at = (at + 4095) / 4096 * 4096 + r[i].offset % 4096 + r[i].n_bytes;
+    ms_plan_region *pr = &m->plan_regions[m->n_plan_regions];
+    pr->cls = cls;
+    pr->bytes = (at + 4095) / 4096 * 4096;
+    pr->sparse = 0;
+    return m->n_plan_regions++;
+}
+
+static int64_t region_bytes(const binder *bd, int id) {
+    return bd->store ? ms_store_region_bytes(bd->store, id) : bd->m->plan_regions[id].bytes;
+}
+
+static int add_region(binder *bd, ms_region_class cls, const ms_range *r, int n, int64_t *pos, ms_err *err) {
+    if (bd->store) return ms_store_add_region(bd->store, cls, r, n, pos, err);
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        at = (at + 4095) / 4096 * 4096 + r[i].offset % 4096;
+        pos[i] = at;
+        at += r[i].n_bytes;
+    }
+    return plan_region(bd->m, cls, r, n, err);
+}
+
+static int make_region(binder *bd, ms_region_class cls, group *g, ms_err *err) {
     const ms_tensor_info *sorted[MAX_REGION_TENSORS];
     memcpy(sorted, g->ti, (size_t)g->n * sizeof *sorted);
     qsort(sorted, (size_t)g->n, sizeof *sorted, cmp_by_offset);
@@ -118,7 +183,7 @@ static int make_region(ms_store *store, ms_region_class cls, group *g, ms_err *e
         }
     }
     int64_t pos[MAX_REGION_TENSORS];
-    int id = ms_store_add_region(store, cls, ranges, n_ranges, pos, err);
+    int id = add_region(bd, cls, ranges, n_ranges, pos, err);
     if (id < 0) return id;
     for (int i = 0; i < g->n; i++) {
         const ms_tensor_info *t = g->ti[i];
@@ -143,7 +208,8 @@ static int make_region(ms_store *store, ms_region_class cls, group *g, ms_err *e
 #define D2(a, b) 2, (int64_t[]){ (a), (b) }
 #define D3(a, b, c) 3, (int64_t[]){ (a), (b), (c) }
 
-static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int il, ms_err *err) {
+static ms_status bind_layer(binder *bd, int il, ms_err *err) {
+    ms_model *m = bd->m;
     const ms_config *c = &m->cfg;
     ms_layer *L = &m->layers[il];
     const int64_t H = c->hidden_size;
@@ -151,9 +217,9 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
     group g = {0};
 #define NAME(...) (snprintf(name, sizeof name, PFX "layers.%d." __VA_ARGS__), name)
 #define WANT(wt, dtm, ...) \
-    if (!want(ck, &g, (wt), NULL, name, (dtm), __VA_ARGS__, 0, err)) return err->status
+    if (!want(bd, &g, (wt), NULL, name, (dtm), __VA_ARGS__, 0, err)) return err->status
 #define WANTV(wt, n) \
-    if (!want(ck, &g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
+    if (!want(bd, &g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
 
     NAME("input_layernorm.weight", il);              WANTV(&L->input_norm, H);
     NAME("post_attention_layernorm.weight", il);     WANTV(&L->post_attn_norm, H);
@@ -188,7 +254,7 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
         NAME("self_attn.v_conv1d.weight", il);       WANT(&L->v_conv, DT_F32, D3(P, 1, K));
         /* f_a_proj's rank is not in the config: take it from the tensor */
         NAME("self_attn.f_a_proj.weight", il);
-        const ms_tensor_info *fa = ms_ckpt_find(ck, name);
+        const ms_tensor_info *fa = find(bd, name);
         int64_t rank = fa && fa->n_dim == 2 ? fa->shape[0] : hd;
         WANT(&L->f_a, DT_BF16, D2(rank, H));
         NAME("self_attn.f_b_proj.weight", il);       WANT(&L->f_b, DT_BF16, D2(P, rank));
@@ -200,7 +266,7 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
         NAME("self_attn.o_norm.weight", il);         WANTV(&L->o_norm, hd);
     }
 
-    int id = make_region(store, MS_REGION_TRUNK, &g, err);
+    int id = make_region(bd, MS_REGION_TRUNK, &g, err);
     if (id < 0) return (ms_status)id;
     L->attn_region = id;
     memset(&g, 0, sizeof g);
@@ -225,7 +291,7 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
     }
 #undef WANT
 #undef WANTV
-    if ((id = make_region(store, MS_REGION_TRUNK, &g, err)) < 0) return (ms_status)id;
+    if ((id = make_region(bd, MS_REGION_TRUNK, &g, err)) < 0) return (ms_status)id;
     L->ffn_region = id;
 
     if (!L->is_dense) {
@@ -245,10 +311,10 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
                 int64_t cols = is_scale ? in / gs : in / 2;
                 snprintf(name, sizeof name, PFX "layers.%d.block_sparse_moe.experts.%lld.%s",
                          il, (long long)ie, part[k]);
-                if (!want(ck, &eg, NULL, &L->expert_off[ie][k], name, DT_U8, D2(rows, cols), 0, err))
+                if (!want(bd, &eg, NULL, &L->expert_off[ie][k], name, DT_U8, D2(rows, cols), 0, err))
                     return err->status;
             }
-            int rid = make_region(store, MS_REGION_EXPERT, &eg, err);
+            int rid = make_region(bd, MS_REGION_EXPERT, &eg, err);
             if (rid < 0) return (ms_status)rid;
             if (ie == 0) L->expert_region0 = rid;
             MS_ASSERT(rid == L->expert_region0 + ie);
@@ -261,6 +327,8 @@ static ms_status bind_layer(ms_model *m, const ms_ckpt *ck, ms_store *store, int
 ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
                         ms_store *store, ms_err *err) {
     memset(m, 0, sizeof *m);
+    MS_ASSERT((ck == NULL) == (store == NULL));
+    binder b = { m, ck, store, 0 }, *bd = &b;
     m->cfg = *cfg;
     const ms_config *c = &m->cfg;
     const int64_t H = c->hidden_size, V = c->vocab_size;
@@ -283,34 +351,35 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
          c->routed_expert_hidden_size * c->moe_intermediate_size / c->quant_group_size) : 0;
 
     group g = {0};
-    if (!want(ck, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(V, H), 0, err))
+    if (!want(bd, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(V, H), 0, err))
         return err->status;
-    int id = make_region(store, MS_REGION_GLOBAL, &g, err);
+    int id = make_region(bd, MS_REGION_GLOBAL, &g, err);
     if (id < 0) return (ms_status)id;
     m->embed_region = id;
-    ms_store_mark_sparse(store, id);        /* read by rows only (ms_store_read_part) */
+    if (store) ms_store_mark_sparse(store, id);     /* read by rows only (ms_store_read_part) */
+    else m->plan_regions[id].sparse = 1;
 
     ms_status st;
     for (int il = 0; il < m->n_layer; il++)
-        if ((st = bind_layer(m, ck, store, il, err)) != MS_OK) return st;
+        if ((st = bind_layer(bd, il, err)) != MS_OK) return st;
 
     memset(&g, 0, sizeof g);
-    if (!want(ck, &g, &m->final_norm, NULL, PFX "norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
-        !want(ck, &g, &m->out_res_norm, NULL, PFX "output_attn_res_norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
-        !want(ck, &g, &m->out_res_proj, NULL, PFX "output_attn_res_proj.weight", DT_BF16 | DT_F32, D1(H), 1, err))
+    if (!want(bd, &g, &m->final_norm, NULL, PFX "norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
+        !want(bd, &g, &m->out_res_norm, NULL, PFX "output_attn_res_norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
+        !want(bd, &g, &m->out_res_proj, NULL, PFX "output_attn_res_proj.weight", DT_BF16 | DT_F32, D1(H), 1, err))
         return err->status;
-    if ((id = make_region(store, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
+    if ((id = make_region(bd, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
     m->final_region = id;
 
     /* lm_head in row chunks no larger than the largest layer region */
-    const ms_tensor_info *lt = ms_ckpt_find(ck, "language_model.lm_head.weight");
     memset(&g, 0, sizeof g);
-    if (!want(ck, &g, &m->lm_head, NULL, "language_model.lm_head.weight", DT_BF16, D2(V, H), 0, err))
-        return err->status;
+    const ms_tensor_info *lt = want(bd, &g, &m->lm_head, NULL, "language_model.lm_head.weight",
+                                    DT_BF16, D2(V, H), 0, err);
+    if (!lt) return err->status;
     int64_t max_region = 1 << 20;
     for (int il = 0; il < m->n_layer; il++) {
-        int64_t a = ms_store_region_bytes(store, m->layers[il].attn_region);
-        int64_t f = ms_store_region_bytes(store, m->layers[il].ffn_region);
+        int64_t a = region_bytes(bd, m->layers[il].attn_region);
+        int64_t f = region_bytes(bd, m->layers[il].ffn_region);
         if (a > max_region) max_region = a;
         if (f > max_region) max_region = f;
     }
@@ -326,7 +395,7 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
         int64_t r0 = (int64_t)ic * rows_per, r1 = r0 + rows_per < V ? r0 + rows_per : V;
         ms_range rg = { lt->shard, lt->offset + r0 * row_bytes, (r1 - r0) * row_bytes };
         int64_t pos;
-        if ((id = ms_store_add_region(store, MS_REGION_TRUNK, &rg, 1, &pos, err)) < 0) return (ms_status)id;
+        if ((id = add_region(bd, MS_REGION_TRUNK, &rg, 1, &pos, err)) < 0) return (ms_status)id;
         m->lm_off[ic] = pos;
         m->lm_region[ic] = id;
         m->lm_row0[ic] = r0;
@@ -380,5 +449,6 @@ void ms_model_free(ms_model *m) {
     free(m->lm_region);
     free(m->lm_row0);
     free(m->lm_off);
+    free(m->plan_regions);
     m->layers = NULL;
 }

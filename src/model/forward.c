@@ -441,17 +441,28 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
 /* ------------------------------------------------------------------------ */
 /* the whole model                                                           */
 
-static float *alloc_f(int64_t n, int *ok) {
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) *ok = 0;
+/* Scratch layout: one function both counts the bytes (for the memory plan)
+ * and allocates them, so the two can never disagree. */
+typedef struct fwd_alloc {
+    int count_only;
+    int64_t bytes;
+    int ok;
+} fwd_alloc;
+
+static void *take(fwd_alloc *a, int64_t n, size_t elem) {
+    if (n < 1) n = 1;
+    a->bytes += n * (int64_t)elem;
+    if (a->count_only) return NULL;
+    void *p = malloc((size_t)n * elem);
+    if (!p) a->ok = 0;
     return p;
 }
+#define TF(n) take(a, (n), sizeof(float))
+#define TI(n) take(a, (n), sizeof(int32_t))
 
-ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *err) {
+static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
     const ms_config *c = &m->cfg;
-    ms_fwd *f = calloc(1, sizeof *f);
-    if (!f) return ms_err_set(err, MS_E_NOMEM, "forward scratch: out of memory");
-    const int64_t T = max_T, H = c->hidden_size, B = c->attn_res_block_size;
+    const int64_t H = c->hidden_size, B = c->attn_res_block_size;
     const int64_t P = c->kda_num_heads * c->kda_head_dim, nh = c->num_attention_heads;
     const int64_t E = c->num_experts, k = c->num_experts_per_token, lat = c->routed_expert_hidden_size;
     const int64_t S = c->num_shared_experts * c->moe_intermediate_size;
@@ -469,44 +480,58 @@ ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *er
         if (!m->layers[il].is_mla && m->layers[il].f_a.rows > fa_rank) fa_rank = m->layers[il].f_a.rows;
     f->max_T = T;
     f->nb_max = (c->num_hidden_layers + B - 1) / B + 1;
-    int ok = 1;
-    f->run = alloc_f(T * H, &ok); f->h = alloc_f(T * H, &ok); f->x = alloc_f(T * H, &ok);
-    f->a = alloc_f(T * H, &ok); f->ffn = alloc_f(T * H, &ok); f->y = alloc_f(T * H, &ok);
-    f->bank = alloc_f(T * f->nb_max * H, &ok);
-    f->vec0 = alloc_f(vmax, &ok); f->vec1 = alloc_f(vmax, &ok); f->vec2 = alloc_f(vmax, &ok);
-    f->tmp = alloc_f(vmax, &ok);
-    f->sc = alloc_f(f->nb_max + 1, &ok);
+    f->run = TF(T * H); f->h = TF(T * H); f->x = TF(T * H);
+    f->a = TF(T * H); f->ffn = TF(T * H); f->y = TF(T * H);
+    f->bank = TF(T * f->nb_max * H);
+    f->vec0 = TF(vmax); f->vec1 = TF(vmax); f->vec2 = TF(vmax); f->tmp = TF(vmax);
+    f->sc = TF(f->nb_max + 1);
     if (c->n_kda_layers > 0) {
-        f->kq = alloc_f(T * P, &ok); f->kk = alloc_f(T * P, &ok); f->kv = alloc_f(T * P, &ok);
-        f->kg = alloc_f(T * P, &ok); f->kf = alloc_f(T * P, &ok); f->ky = alloc_f(T * P, &ok);
-        f->kfa = alloc_f(T * fa_rank, &ok); f->kb = alloc_f(T * c->kda_num_heads, &ok);
+        f->kq = TF(T * P); f->kk = TF(T * P); f->kv = TF(T * P);
+        f->kg = TF(T * P); f->kf = TF(T * P); f->ky = TF(T * P);
+        f->kfa = TF(T * fa_rank); f->kb = TF(T * c->kda_num_heads);
     }
     if (c->n_mla_layers > 0) {
         const int64_t qw = c->qk_nope_head_dim + c->qk_rope_head_dim;
-        f->cq = alloc_f(T * c->q_lora_rank, &ok);
-        f->q = alloc_f(T * nh * qw, &ok);
-        f->ckv = alloc_f(T * (c->kv_lora_rank + c->qk_rope_head_dim), &ok);
-        f->mg = alloc_f(T * nh * c->v_head_dim, &ok);
-        f->mo = alloc_f(T * nh * c->v_head_dim, &ok);
-        f->att_stride = 0;      /* sized per context by ensure_att */
+        f->cq = TF(T * c->q_lora_rank);
+        f->q = TF(T * nh * qw);
+        f->ckv = TF(T * (c->kv_lora_rank + c->qk_rope_head_dim));
+        f->mg = TF(T * nh * c->v_head_dim);
+        f->mo = TF(T * nh * c->v_head_dim);
     }
-    f->fg = alloc_f(T * wide, &ok); f->fu = alloc_f(T * wide, &ok);
+    f->fg = TF(T * wide); f->fu = TF(T * wide);
     if (E > 0) {
-        f->rl = alloc_f(T * E, &ok); f->selw = alloc_f(T * k, &ok);
-        f->z = alloc_f(T * lat, &ok); f->zr = alloc_f(T * lat, &ok);
-        f->ey = alloc_f(T * k * lat, &ok);
-        f->zg = alloc_f(T * k * lat, &ok); f->eo = alloc_f(T * k * lat, &ok);
-        f->sel = malloc((size_t)(T * k) * sizeof(int32_t));
-        f->etok = malloc((size_t)(T * k) * sizeof(int32_t));
-        f->eslot = malloc((size_t)(T * k) * sizeof(int32_t));
-        f->ecount = malloc((size_t)E * sizeof(int32_t));
-        f->eregion = malloc((size_t)E * sizeof(int));
-        f->eptr = malloc((size_t)E * sizeof(*f->eptr));
-        if (!f->sel || !f->etok || !f->eslot || !f->ecount || !f->eregion || !f->eptr) ok = 0;
+        f->rl = TF(T * E); f->selw = TF(T * k);
+        f->z = TF(T * lat); f->zr = TF(T * lat);
+        f->ey = TF(T * k * lat); f->zg = TF(T * lat); f->eo = TF(T * lat);
+        f->sel = TI(T * k); f->etok = TI(T * k); f->eslot = TI(T * k);
+        f->ecount = TI(E); f->eregion = TI(E);
+        f->eptr = take(a, E, sizeof(*f->eptr));
     }
-    if (!ok) {
+}
+#undef TF
+#undef TI
+
+/* Attention scratch per head: qa [kvr], ol [kvr], scores [n_ctx]. */
+static int64_t att_floats(const ms_config *c, int64_t n_ctx) {
+    return c->n_mla_layers ? c->num_attention_heads * (2 * c->kv_lora_rank + n_ctx) : 0;
+}
+
+int64_t ms_fwd_bytes(const ms_model *m, int64_t max_T, int64_t max_ctx) {
+    ms_fwd f;
+    memset(&f, 0, sizeof f);
+    fwd_alloc a = { 1, (int64_t)sizeof f, 1 };
+    fwd_layout(&f, m, max_T, &a);
+    return a.bytes + att_floats(&m->cfg, max_ctx) * (int64_t)sizeof(float);
+}
+
+ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *err) {
+    ms_fwd *f = calloc(1, sizeof *f);
+    if (!f) return ms_err_set(err, MS_E_NOMEM, "forward scratch: out of memory");
+    fwd_alloc a = { 0, 0, 1 };
+    fwd_layout(f, m, max_T, &a);
+    if (!a.ok) {
         ms_fwd_free(f);
-        return ms_err_set(err, MS_E_NOMEM, "forward scratch: out of memory (chunk %lld)", (long long)T);
+        return ms_err_set(err, MS_E_NOMEM, "forward scratch: out of memory (chunk %lld)", (long long)max_T);
     }
     *out = f;
     return MS_OK;
@@ -515,7 +540,7 @@ ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *er
 /* Attention scratch depends on the context length: [nh][2 kvr + max_ctx]. */
 static ms_status ensure_att(ms_fwd *f, const ms_config *c, int64_t n_ctx, ms_err *err) {
     if (c->n_mla_layers == 0) return MS_OK;
-    int64_t need = 2 * c->kv_lora_rank + n_ctx;
+    int64_t need = att_floats(c, n_ctx) / c->num_attention_heads;
     if (f->att && f->att_stride >= need) return MS_OK;
     int64_t stride = need < 1024 ? 1024 : need;
     float *p = realloc(f->att, (size_t)(stride * c->num_attention_heads) * sizeof(float));

@@ -22,6 +22,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
+#include "store/plan.h"
 #include "store/store.h"
 
 #include <stdint.h>
@@ -72,10 +73,16 @@ typedef struct ms_model {
     ms_wt lm_head;              /* whole-tensor view (dtype, rows, cols); off unused */
     const ms_kern *kern;
     int64_t expert_bytes;       /* bytes of one routed expert (six tensors) */
+    /* dry run (ms_model_bind with no checkpoint): the regions as the planner sees them */
+    ms_plan_region *plan_regions;
+    int n_plan_regions, cap_plan_regions;
 } ms_model;
 
 /* Bind every tensor of the checkpoint described by cfg, declare the regions
- * in the store. All problems are load errors (MS_E_MODEL) naming the tensor. */
+ * in the store. All problems are load errors (MS_E_MODEL) naming the tensor.
+ * Dry run: ckpt == NULL and store == NULL bind tensors synthesised from the
+ * config (expected shapes, contiguous) and only record the regions' sizes in
+ * m->plan_regions, for planning memory from a config.json alone. */
 ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ckpt,
                         ms_store *store, ms_err *err);
 void ms_model_free(ms_model *m);
@@ -95,6 +102,8 @@ typedef struct ms_state {
 } ms_state;
 
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err);
+/* Bytes ms_state_init allocates. */
+int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx);
 void ms_state_free(ms_state *st, const ms_model *m);
 void ms_state_reset(ms_state *st, const ms_model *m);
 
@@ -102,6 +111,8 @@ void ms_state_reset(ms_state *st, const ms_model *m);
 typedef struct ms_fwd ms_fwd;   /* scratch for chunks of up to max_T tokens */
 
 ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *err);
+/* Bytes ms_fwd_init allocates, plus the attention scratch at max_ctx. */
+int64_t ms_fwd_bytes(const ms_model *m, int64_t max_T, int64_t max_ctx);
 void ms_fwd_free(ms_fwd *f);
 
 typedef struct ms_fwd_ctx {

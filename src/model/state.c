@@ -16,6 +16,11 @@ static int64_t mla_pos_floats(const ms_config *c) {
     return c->kv_lora_rank + c->qk_rope_head_dim;
 }
 
+int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx) {
+    return (int64_t)sizeof(float) * (c->n_kda_layers * (kda_S_floats(c) + kda_conv_floats(c) + 1) +
+                                     c->n_mla_layers * max_ctx * mla_pos_floats(c));
+}
+
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err) {
     memset(st, 0, sizeof *st);
     const ms_config *c = &m->cfg;

@@ -1,63 +1,234 @@
-/* store/store.c - the store: region table and the resident backend.
+/* store/store.c - the store: region table, resident blocks, the trunk ring and
+ * the expert cache, all fed by the I/O layer.
  *
- * This first backend keeps every region resident: ms_store_start reads each
- * region once into its own buffer; acquire returns it, release is a no-op.
- * The streaming backends (trunk ring, expert cache) replace the body of
- * acquire/release without changing the interface.
+ * Where a region's bytes live (decided once by the plan, store/plan.h):
+ *
+ *   GLOBAL          pinned block            acquire -> pointer, release no-op
+ *   GLOBAL sparse   sparse block or disk    read_part only (bounce buffer)
+ *   TRUNK pinned    pinned block            acquire -> pointer, release no-op
+ *   TRUNK streamed  ring of n_ring slots    acquire waits / reads, read-ahead
+ *   EXPERT          arena of equal slots    cache (store/cache.h)
+ *
+ * Trunk ring: the streamed TRUNK regions are walked in declaration order,
+ *   cyclically, so the next use of every region is known: at position p the
+ *   distance to region x is (x - p - 1) mod N + 1. A demand read takes the
+ *   unpinned slot whose region is needed LAST (a FREE slot first); read-ahead
+ *   of the next n_ring - 1 regions only takes a slot whose region is needed
+ *   later than the one being read. This is Belady's choice for a cyclic walk,
+ *   where LRU would evict exactly the region needed next.
+ *
+ *   ring slot:  FREE --read--> LOADING(ticket) --wait--> READY --evict--> ...
+ *               (a slot is overwritten only when its pins are 0)
+ *
+ * Expert batch (acquire_batch): hits are pinned first; misses then reserve
+ *   slots one by one (FREE first, then the policy's victim), their reads are
+ *   submitted together, one ticket per region, in (file, offset) order, and
+ *   every ticket is waited; a region is published READY only when its read
+ *   succeeded. Any failure frees the failed slots, unpins the rest and fails
+ *   the call with no pointer handed out (invariant 2 of store.h).
+ * Memory: every buffer is allocated in ms_store_start (blocks sized by the
+ *   plan, plus scratch arrays sized by the slot counts); acquire, release,
+ *   read_part and hint allocate nothing.
+ * Thread safety: the compute thread calls everything; the I/O layer's own
+ *   threads only touch buffers between submit and wait.
  */
 #include "store/store.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "base/bufalloc.h"
+#include "store/cache.h"
+#include "store/trace.h"
+
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
 
-#define STORE_ALIGN 4096
+#define STORE_ALIGN MS_IO_ALIGN
 
 typedef struct region {
     ms_region_class cls;
     int n_ranges;
     ms_range *ranges;
     int64_t *pos;
-    int64_t buf_bytes;
-    uint8_t *buf;
+    int64_t buf_bytes, data_bytes;
+    uint8_t sparse, resident;
+    uint8_t *buf;               /* resident: its bytes */
+    int stream_pos;             /* streamed TRUNK: index in stream[], else -1 */
+    int ring_slot;              /* streamed TRUNK: slot holding it, else -1 */
+    int key;                    /* EXPERT: cache key, else -1 */
 } region;
+
+enum { RS_FREE = 0, RS_LOADING = 1, RS_READY = 2 };
+
+typedef struct ring_slot {
+    int region;                 /* -1 when FREE */
+    int state;
+    int pins;
+    int readahead;              /* loaded by read-ahead, not used yet */
+    uint64_t ticket;
+    uint8_t *buf;
+} ring_slot;
+
+typedef struct block { uint8_t *p; int64_t bytes; } block;
+
+enum { BK_GLOBAL, BK_TRUNK, BK_SPARSE, BK_RING, BK_ARENA, BK_BOUNCE, BK_N };
 
 struct ms_store {
     ms_store_params p;
-    const ms_ckpt *ckpt;
+    char *policy, *trace_path;
+    ms_io_params io_p;
+    ms_io *io;
+    int *file_of;               /* shard -> I/O file index */
+    int64_t *file_bytes;
+    int n_files;
+
     region *regions;
     int n_regions, cap_regions;
-    int started;
+    int n_expert;
+    int started, start_failed;
+    ms_plan plan;
+
+    block blk[BK_N];
+    /* trunk ring */
+    ring_slot *ring;
+    int n_ring;
+    int *stream;                /* streamed TRUNK region ids, declaration order */
+    int n_stream;
+    /* experts */
+    ms_cache cache;
+    int cache_on;
+    int64_t slot_bytes;
+    int *key_region;            /* key -> region id */
+    int64_t *seen;              /* key -> batch stamp (distinctness check) */
+    int64_t batch_no;
+    /* scratch, sized at start */
+    int *b_slot, *b_kind, *b_idx, *b_miss;
+    uint8_t *b_ok;              /* [slot]: its demand read of this batch arrived */
+    ms_io_req *reqs;
+    int max_ranges;
+    ms_trace_writer *trace;
     ms_store_stats stats;
 };
 
-ms_status ms_store_open(const ms_store_params *p, const ms_ckpt *ckpt,
-                        ms_store **out, ms_err *err) {
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+ms_store_params ms_store_default_params(void) {
+    ms_store_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+ms_status ms_store_open_paths(const ms_store_params *p, const char *const *paths, int n_paths,
+                              ms_store **out, ms_err *err) {
     *out = NULL;
+    if (p->ram_bytes < 0 || p->trunk_bytes < 0 || p->expert_bytes < 0 || p->min_expert_slots < 0 ||
+        p->bounce_bytes < 0 || p->ring_slots < 0 || p->ring_slots == 1 || n_paths < 0)
+        return ms_err_set(err, MS_E_USAGE,
+                          "store: negative size or count, or 1 ring slot (at least 2 are needed)");
+    if (p->policy && !ms_policy_find(p->policy))
+        return ms_err_set(err, MS_E_USAGE, "unknown cache policy '%s' (known: %s)", p->policy,
+                          ms_policy_names());
     ms_store *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
     s->p = *p;
-    s->ckpt = ckpt;
+    s->io_p = p->io ? *p->io : ms_io_default_params();
+    s->p.io = NULL;
+    s->policy = p->policy ? strdup(p->policy) : NULL;
+    s->trace_path = p->trace_path ? strdup(p->trace_path) : NULL;
+    s->p.policy = s->policy;
+    s->p.trace_path = s->trace_path;
+    s->file_of = calloc((size_t)n_paths + 1, sizeof *s->file_of);
+    s->file_bytes = calloc((size_t)n_paths + 1, sizeof *s->file_bytes);
+    if ((p->policy && !s->policy) || (p->trace_path && !s->trace_path) || !s->file_of || !s->file_bytes) {
+        ms_store_close(s);
+        return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    }
+    ms_err e2;
+    ms_err_clear(&e2);
+    ms_status st = ms_io_open(&s->io_p, &s->io, &e2);
+    if (st != MS_OK && s->io_p.kind == MS_IO_URING) {
+        ms_log(p->log, MS_LOG_WARN, "store: %s; using O_DIRECT pread instead", e2.msg);
+        s->io_p.kind = MS_IO_DIRECT;
+        st = ms_io_open(&s->io_p, &s->io, err);
+    } else if (st != MS_OK) {
+        ms_err_set(err, st, "%s", e2.msg);
+    }
+    for (int i = 0; i < n_paths && st == MS_OK; i++) {
+        st = ms_io_add_file(s->io, paths[i], &s->file_of[i], err);
+        if (st == MS_OK) s->file_bytes[i] = ms_io_file_size(s->io, s->file_of[i]);
+    }
+    if (st != MS_OK) { ms_store_close(s); return st; }
+    s->n_files = n_paths;
     *out = s;
     return MS_OK;
 }
 
+ms_status ms_store_open(const ms_store_params *p, const ms_ckpt *ckpt,
+                        ms_store **out, ms_err *err) {
+    *out = NULL;
+    int n = ms_ckpt_n_shards(ckpt);
+    const char **paths = calloc((size_t)n + 1, sizeof *paths);
+    if (!paths) return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    for (int i = 0; i < n; i++) paths[i] = ms_ckpt_shard(ckpt, i)->path;
+    ms_status st = ms_store_open_paths(p, paths, n, out, err);
+    free(paths);
+    return st;
+}
+
 void ms_store_close(ms_store *s) {
     if (!s) return;
+    ms_io_close(s->io);                 /* drains every outstanding read first */
+    if (s->trace) {
+        ms_err e2;
+        ms_err_clear(&e2);
+        if (ms_trace_close(s->trace, &e2) != MS_OK) ms_log(s->p.log, MS_LOG_WARN, "store: %s", e2.msg);
+    }
+    for (int i = 0; i < BK_N; i++) {
+        block *b = &s->blk[i];
+        ms_buf_free(b->p, b->bytes, b->bytes >= MS_BUF_HUGE_PAGE);
+    }
     for (int i = 0; i < s->n_regions; i++) {
         free(s->regions[i].ranges);
         free(s->regions[i].pos);
-        free(s->regions[i].buf);
     }
     free(s->regions);
+    free(s->ring);
+    free(s->stream);
+    ms_cache_free(&s->cache);
+    free(s->key_region);
+    free(s->seen);
+    free(s->b_slot);
+    free(s->b_kind);
+    free(s->b_idx);
+    free(s->b_miss);
+    free(s->b_ok);
+    free(s->reqs);
+    free(s->file_of);
+    free(s->file_bytes);
+    free(s->policy);
+    free(s->trace_path);
     free(s);
 }
 
+/* --------------------------------------------------------------- regions */
+
 int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges,
                         int n_ranges, int64_t *range_pos, ms_err *err) {
-    MS_ASSERT(!s->started && n_ranges >= 1);
+    MS_ASSERT(!s->started && !s->start_failed && n_ranges >= 1);
+    MS_ASSERT(cls == MS_REGION_GLOBAL || cls == MS_REGION_TRUNK || cls == MS_REGION_EXPERT);
+    for (int i = 0; i < n_ranges; i++) {
+        const ms_range *g = &ranges[i];
+        if (g->shard < 0 || g->shard >= s->n_files || g->offset < 0 || g->n_bytes < 0 ||
+            g->offset > s->file_bytes[g->shard] - g->n_bytes)
+            return ms_err_set(err, MS_E_MODEL,
+                              "store: region %d range %d (shard %d, offset %lld, %lld bytes) lies outside its file",
+                              s->n_regions, i, g->shard, (long long)g->offset, (long long)g->n_bytes);
+    }
     if (s->n_regions == s->cap_regions) {
         int cap = s->cap_regions ? s->cap_regions * 2 : 256;
         region *r = realloc(s->regions, (size_t)cap * sizeof *r);
@@ -69,105 +240,637 @@ int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges
     memset(r, 0, sizeof *r);
     r->cls = cls;
     r->n_ranges = n_ranges;
+    r->stream_pos = r->ring_slot = r->key = -1;
     r->ranges = malloc((size_t)n_ranges * sizeof *r->ranges);
     r->pos = malloc((size_t)n_ranges * sizeof *r->pos);
     if (!r->ranges || !r->pos) {
         free(r->ranges); free(r->pos);
         return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
     }
+    /* range i starts at a buffer offset congruent to its file offset mod 4096
+     * (store.h), so its aligned read superset starts on a page of the buffer */
     int64_t at = 0;
     for (int i = 0; i < n_ranges; i++) {
         const ms_range *g = &ranges[i];
-        MS_ASSERT(g->shard >= 0 && g->shard < ms_ckpt_n_shards(s->ckpt));
-        MS_ASSERT(g->offset >= 0 && g->n_bytes >= 0);
         at = (at + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN + g->offset % STORE_ALIGN;
         r->ranges[i] = *g;
         r->pos[i] = at;
         if (range_pos) range_pos[i] = at;
         at += g->n_bytes;
+        r->data_bytes += g->n_bytes;
     }
     r->buf_bytes = (at + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN;
+    if (r->buf_bytes == 0) r->buf_bytes = STORE_ALIGN;
+    if (cls == MS_REGION_EXPERT) r->key = s->n_expert++;
+    if (n_ranges > s->max_ranges) s->max_ranges = n_ranges;
     return s->n_regions++;
 }
 
-static ms_status read_full(int fd, uint8_t *dst, int64_t n, int64_t off,
-                           const char *file, ms_err *err) {
-    while (n > 0) {
-        ssize_t got = pread(fd, dst, (size_t)(n > (1 << 30) ? (1 << 30) : n), (off_t)off);
-        if (got < 0) {
-            if (errno == EINTR) continue;
-            return ms_err_set(err, MS_E_IO, "%s: read of %lld bytes at offset %lld failed: %s",
-                              file, (long long)n, (long long)off, strerror(errno));
-        }
-        if (got == 0)
-            return ms_err_set(err, MS_E_IO, "%s: unexpected end of file at offset %lld",
-                              file, (long long)off);
-        dst += got; n -= got; off += got;
+void ms_store_mark_sparse(ms_store *s, int region_id) {
+    MS_ASSERT(!s->started && region_id >= 0 && region_id < s->n_regions);
+    MS_ASSERT(s->regions[region_id].cls == MS_REGION_GLOBAL);
+    s->regions[region_id].sparse = 1;
+}
+
+int64_t ms_store_region_bytes(const ms_store *s, int region_id) {
+    MS_ASSERT(region_id >= 0 && region_id < s->n_regions);
+    return s->regions[region_id].buf_bytes;
+}
+
+int ms_store_region_resident(const ms_store *s, int region_id) {
+    MS_ASSERT(s->started && region_id >= 0 && region_id < s->n_regions);
+    const region *r = &s->regions[region_id];
+    return r->resident || (r->cls == MS_REGION_EXPERT && s->plan.experts_resident);
+}
+
+const ms_plan *ms_store_get_plan(const ms_store *s) {
+    return (s->started || s->start_failed) ? &s->plan : NULL;
+}
+
+int ms_store_expert_capacity(const ms_store *s) { return s->cache_on ? s->cache.n_slots : 0; }
+
+/* ------------------------------------------------------------------- I/O */
+
+static void count_read(ms_store *s, const region *r) {
+    s->stats.reads_issued += r->n_ranges;
+    if (r->cls == MS_REGION_TRUNK) s->stats.trunk_bytes_read += r->data_bytes;
+    else if (r->cls == MS_REGION_EXPERT) s->stats.expert_bytes_read += r->data_bytes;
+    else s->stats.global_bytes_read += r->data_bytes;
+}
+
+/* Submit the reads of region r into buf (laid out as the region buffer). */
+static ms_status submit_region(ms_store *s, const region *r, uint8_t *buf, uint64_t *ticket,
+                               ms_err *err) {
+    for (int i = 0; i < r->n_ranges; i++) {
+        const ms_range *g = &r->ranges[i];
+        s->reqs[i] = (ms_io_req){ s->file_of[g->shard], g->offset, g->n_bytes,
+                                  buf + r->pos[i] - ms_io_skew(g->offset) };
     }
+    ms_status st = ms_io_submit(s->io, s->reqs, r->n_ranges, ticket, err);
+    if (st == MS_OK) count_read(s, r);
+    return st;
+}
+
+static ms_status wait_ticket(ms_store *s, uint64_t ticket, int64_t *ns_extra, ms_err *err) {
+    int64_t t0 = now_ns();
+    ms_status st = ms_io_wait(s->io, ticket, err);
+    int64_t dt = now_ns() - t0;
+    s->stats.io_wait_ns += dt;
+    if (ns_extra) *ns_extra += dt;
+    return st;
+}
+
+/* ----------------------------------------------------------------- start */
+
+static ms_status alloc_block(ms_store *s, int which, int64_t bytes, ms_err *err) {
+    if (bytes <= 0) return MS_OK;
+    uint8_t *p = ms_buf_alloc(bytes, bytes >= MS_BUF_HUGE_PAGE);
+    if (!p) return ms_err_set(err, MS_E_NOMEM, "store: cannot allocate %lld bytes", (long long)bytes);
+    s->blk[which] = (block){ p, bytes };
+    return MS_OK;
+}
+
+static ms_status plan_and_allocate(ms_store *s, ms_err *err) {
+    ms_plan_region *pr = calloc((size_t)s->n_regions + 1, sizeof *pr);
+    uint8_t *res = calloc((size_t)s->n_regions + 1, 1);
+    if (!pr || !res) {
+        free(pr); free(res);
+        return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    }
+    for (int i = 0; i < s->n_regions; i++)
+        pr[i] = (ms_plan_region){ (int)s->regions[i].cls, s->regions[i].buf_bytes, s->regions[i].sparse };
+    ms_plan_input in = { pr, s->n_regions, s->p.ram_bytes, s->p.trunk_bytes, s->p.expert_bytes,
+                         s->p.min_expert_slots, s->p.ring_slots, s->p.bounce_bytes };
+    ms_status st = ms_plan_compute(&in, &s->plan, res, err);
+    char table[2048];
+    ms_plan_format(&s->plan, table, sizeof table);
+    if (st != MS_OK) {
+        ms_log(s->p.log, MS_LOG_INFO, "%s", table);
+        ms_log(s->p.log, MS_LOG_ERROR, "store: %s", err ? err->msg : "plan refused");
+        free(pr); free(res);
+        return st;
+    }
+    ms_log(s->p.log, MS_LOG_INFO, "%s", table);
+
+    /* blocks: the plan's sizes, allocated exactly as it accounted them */
+    int64_t g = 0, t = 0, sp = 0;
+    for (int i = 0; i < s->n_regions; i++) {
+        region *r = &s->regions[i];
+        if (r->cls == MS_REGION_EXPERT || !res[i]) continue;
+        r->resident = 1;
+        if (r->cls == MS_REGION_TRUNK) t += r->buf_bytes;
+        else if (r->sparse) sp += r->buf_bytes;
+        else g += r->buf_bytes;
+    }
+    free(pr);
+    free(res);
+    const ms_plan *pl = &s->plan;
+    s->slot_bytes = pl->expert_slot_bytes;
+    if ((st = alloc_block(s, BK_GLOBAL, g, err)) != MS_OK ||
+        (st = alloc_block(s, BK_TRUNK, t, err)) != MS_OK ||
+        (st = alloc_block(s, BK_SPARSE, sp, err)) != MS_OK ||
+        (st = alloc_block(s, BK_RING, (int64_t)pl->n_ring * pl->ring_slot_bytes, err)) != MS_OK ||
+        (st = alloc_block(s, BK_ARENA, (int64_t)pl->n_expert_slots * s->slot_bytes, err)) != MS_OK ||
+        (st = alloc_block(s, BK_BOUNCE, pl->bounce_bytes, err)) != MS_OK)
+        return st;
+    int64_t acc = 0;
+    for (int i = 0; i < BK_N; i++) acc += ms_plan_alloc_bytes(s->blk[i].bytes);
+    MS_ASSERT(acc == pl->total_bytes);     /* every byte the plan promised, no more */
+    int64_t at[3] = { 0, 0, 0 };
+    for (int i = 0; i < s->n_regions; i++) {
+        region *r = &s->regions[i];
+        if (!r->resident) continue;
+        int which = r->cls == MS_REGION_TRUNK ? BK_TRUNK : r->sparse ? BK_SPARSE : BK_GLOBAL;
+        int64_t *a = &at[which];
+        r->buf = s->blk[which].p + *a;
+        *a += r->buf_bytes;
+    }
+
+    /* ring */
+    s->n_stream = 0;
+    s->stream = malloc(((size_t)s->n_regions + 1) * sizeof *s->stream);
+    s->n_ring = pl->n_ring;
+    s->ring = calloc((size_t)s->n_ring + 1, sizeof *s->ring);
+    if (!s->stream || !s->ring) return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    for (int i = 0; i < s->n_regions; i++) {
+        region *r = &s->regions[i];
+        if (r->cls == MS_REGION_TRUNK && !r->resident) {
+            r->stream_pos = s->n_stream;
+            s->stream[s->n_stream++] = i;
+        }
+    }
+    for (int k = 0; k < s->n_ring; k++)
+        s->ring[k] = (ring_slot){ -1, RS_FREE, 0, 0, 0, s->blk[BK_RING].p + (int64_t)k * pl->ring_slot_bytes };
+
+    /* experts */
+    const int n_slots = pl->n_expert_slots;
+    if (s->n_expert > 0 && n_slots > 0) {
+        if ((st = ms_cache_init(&s->cache, n_slots, s->n_expert, s->policy, err)) != MS_OK) return st;
+        s->cache_on = 1;
+    }
+    s->key_region = malloc(((size_t)s->n_expert + 1) * sizeof *s->key_region);
+    s->seen = malloc(((size_t)s->n_expert + 1) * sizeof *s->seen);
+    s->b_slot = malloc(((size_t)n_slots + 1) * sizeof *s->b_slot);
+    s->b_kind = malloc(((size_t)n_slots + 1) * sizeof *s->b_kind);
+    s->b_idx = malloc(((size_t)n_slots + 1) * sizeof *s->b_idx);
+    s->b_miss = malloc(((size_t)n_slots + 1) * sizeof *s->b_miss);
+    s->b_ok = calloc((size_t)n_slots + 1, 1);
+    s->reqs = malloc(((size_t)s->max_ranges + 1) * sizeof *s->reqs);
+    if (!s->key_region || !s->seen || !s->b_slot || !s->b_kind || !s->b_idx || !s->b_miss || !s->b_ok || !s->reqs)
+        return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    for (int i = 0; i < s->n_regions; i++)
+        if (s->regions[i].cls == MS_REGION_EXPERT) s->key_region[s->regions[i].key] = i;
+    for (int k = 0; k < s->n_expert; k++) s->seen[k] = -1;
+    s->stats.resident_bytes = pl->total_bytes;
+    s->stats.peak_bytes = pl->total_bytes;
+    return MS_OK;
+}
+
+static uint8_t *slot_buf(const ms_store *s, int slot) {
+    return s->blk[BK_ARENA].p + (int64_t)slot * s->slot_bytes;
+}
+
+/* Read every resident region (and, when all fit, every expert) at start:
+ * one ticket per region keeps the request arrays small, a window of
+ * outstanding tickets keeps the I/O queue full. */
+static ms_status load_resident(ms_store *s, ms_err *err) {
+    enum { WINDOW = 16 };
+    uint64_t tk[WINDOW];
+    int n_out = 0;
+    ms_status st = MS_OK;
+    for (int i = 0; i < s->n_regions && st == MS_OK; i++) {
+        region *r = &s->regions[i];
+        uint8_t *dst = NULL;
+        if (r->resident) dst = r->buf;
+        else if (r->cls == MS_REGION_EXPERT && s->plan.experts_resident) {
+            int ek, ep;
+            int slot = ms_cache_reserve(&s->cache, r->key, &ek, &ep);
+            MS_ASSERT(slot >= 0 && ek < 0);
+            dst = slot_buf(s, slot);
+        }
+        if (!dst) continue;
+        if (n_out == WINDOW) {
+            for (int j = 0; j < n_out; j++) {
+                ms_status w = wait_ticket(s, tk[j], NULL, err);
+                if (st == MS_OK) st = w;
+            }
+            n_out = 0;
+            if (st != MS_OK) break;
+        }
+        st = submit_region(s, r, dst, &tk[n_out], err);
+        if (st == MS_OK) n_out++;
+    }
+    for (int j = 0; j < n_out; j++) {
+        ms_status w = wait_ticket(s, tk[j], NULL, err);
+        if (st == MS_OK) st = w;
+    }
+    if (st != MS_OK) return st;
+    if (s->plan.experts_resident)
+        for (int k = 0; k < s->n_expert; k++) ms_cache_publish(&s->cache, ms_cache_find(&s->cache, k));
     return MS_OK;
 }
 
 ms_status ms_store_start(ms_store *s, ms_err *err) {
-    MS_ASSERT(!s->started);
-    int n_shards = ms_ckpt_n_shards(s->ckpt);
-    int *fds = malloc((size_t)n_shards * sizeof *fds);
-    if (!fds) return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
-    for (int i = 0; i < n_shards; i++) fds[i] = -1;
-    ms_status st = MS_OK;
-    int64_t total = 0;
-    for (int ir = 0; ir < s->n_regions && st == MS_OK; ir++) {
-        region *r = &s->regions[ir];
-        r->buf = aligned_alloc(STORE_ALIGN, (size_t)r->buf_bytes);
-        if (!r->buf) { st = ms_err_set(err, MS_E_NOMEM, "store: cannot allocate %lld bytes", (long long)r->buf_bytes); break; }
-        total += r->buf_bytes;
-        for (int i = 0; i < r->n_ranges && st == MS_OK; i++) {
-            const ms_range *g = &r->ranges[i];
-            const ms_shard_info *sh = ms_ckpt_shard(s->ckpt, g->shard);
-            if (fds[g->shard] < 0) {
-                fds[g->shard] = open(sh->path, O_RDONLY | O_CLOEXEC);
-                if (fds[g->shard] < 0) {
-                    st = ms_err_set(err, MS_E_IO, "%s: cannot open: %s", sh->file, strerror(errno));
-                    break;
-                }
+    MS_ASSERT(!s->started && !s->start_failed);
+    ms_status st = plan_and_allocate(s, err);
+    if (st == MS_OK && s->trace_path) st = ms_trace_open(s->trace_path, &s->trace, err);
+    if (st == MS_OK) st = load_resident(s, err);
+    if (st != MS_OK) { s->start_failed = 1; return st; }
+    s->started = 1;
+    return MS_OK;
+}
+
+/* ------------------------------------------------------------ trunk ring */
+
+/* Distance from position p to the next use of the region in slot k; FREE
+ * slots are farther than anything. */
+static int ring_dist(const ms_store *s, int p, int k) {
+    const ring_slot *q = &s->ring[k];
+    if (q->state == RS_FREE) return s->n_stream + 1;
+    int x = s->regions[q->region].stream_pos, n = s->n_stream;
+    return ((x - p - 1) % n + n) % n + 1;
+}
+
+/* Empty slot k (pins 0) for reuse; a read still in flight is waited for. */
+static void ring_evict(ms_store *s, int k) {
+    ring_slot *q = &s->ring[k];
+    MS_ASSERT(q->pins == 0);
+    if (q->state == RS_LOADING) {
+        ms_err e2;
+        ms_err_clear(&e2);
+        wait_ticket(s, q->ticket, &s->stats.ra_wait_ns, &e2);
+    }
+    if (q->state != RS_FREE && q->readahead) s->stats.ra_wasted++;
+    if (q->region >= 0) s->regions[q->region].ring_slot = -1;
+    *q = (ring_slot){ -1, RS_FREE, 0, 0, 0, q->buf };
+}
+
+static void ring_readahead(ms_store *s, int p) {
+    const int n = s->n_stream;
+    for (int d = 1; d < s->n_ring && d < n; d++) {
+        int id = s->stream[(p + d) % n];
+        if (s->regions[id].ring_slot >= 0) continue;
+        int best = -1, best_d = d;
+        for (int k = 0; k < s->n_ring; k++) {
+            const ring_slot *q = &s->ring[k];
+            if (q->pins > 0 || q->state == RS_LOADING) continue;    /* never block here */
+            int dk = ring_dist(s, p, k);
+            if (dk > best_d) { best = k; best_d = dk; }
+        }
+        if (best < 0) break;
+        ring_evict(s, best);
+        ring_slot *q = &s->ring[best];
+        ms_err e2;
+        ms_err_clear(&e2);
+        if (submit_region(s, &s->regions[id], q->buf, &q->ticket, &e2) != MS_OK) break;
+        q->region = id;
+        q->state = RS_LOADING;
+        q->readahead = 1;
+        s->regions[id].ring_slot = best;
+        s->stats.ra_issued++;
+    }
+}
+
+static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
+    region *r = &s->regions[id];
+    const int p = r->stream_pos;
+    int k = r->ring_slot;
+    if (k >= 0) {
+        ring_slot *q = &s->ring[k];
+        if (q->state == RS_LOADING) {
+            ms_err e2;
+            ms_err_clear(&e2);
+            ms_status st = wait_ticket(s, q->ticket, &s->stats.ra_wait_ns, &e2);
+            q->ticket = 0;
+            if (st == MS_OK) q->state = RS_READY;
+            else {
+                /* a failed read-ahead is retried on demand below */
+                s->stats.ra_failed++;
+                q->readahead = 0;
+                q->state = RS_FREE;
+                ring_evict(s, k);
+                k = -1;
             }
-            st = read_full(fds[g->shard], r->buf + r->pos[i], g->n_bytes, g->offset, sh->file, err);
-            s->stats.reads_issued++;
-            if (r->cls == MS_REGION_TRUNK) s->stats.trunk_bytes_read += g->n_bytes;
-            else if (r->cls == MS_REGION_EXPERT) s->stats.expert_bytes_read += g->n_bytes;
-            else s->stats.global_bytes_read += g->n_bytes;
+        }
+        if (k >= 0) {
+            if (q->readahead) { s->stats.ra_used++; q->readahead = 0; }
+            else s->stats.trunk_ring_hits++;
+            q->pins++;
+            if (!s->p.no_readahead) ring_readahead(s, p);
+            return q->buf;
         }
     }
-    for (int i = 0; i < n_shards; i++) if (fds[i] >= 0) close(fds[i]);
-    free(fds);
-    s->stats.resident_bytes = total;
-    s->started = 1;
-    return st;
+    int best = -1, best_d = -1;
+    for (int j = 0; j < s->n_ring; j++) {
+        if (s->ring[j].pins > 0) continue;
+        int dj = ring_dist(s, p, j);
+        if (dj > best_d) { best = j; best_d = dj; }
+    }
+    MS_ASSERT(best >= 0);   /* more streamed regions held at once than ring slots */
+    ring_evict(s, best);
+    ring_slot *q = &s->ring[best];
+    uint64_t t;
+    ms_status st = submit_region(s, r, q->buf, &t, err);
+    if (st != MS_OK) return NULL;
+    q->region = id;
+    q->state = RS_LOADING;
+    q->pins = 1;
+    r->ring_slot = best;
+    s->stats.trunk_sync_reads++;
+    /* queue the read-ahead behind the demand read before blocking on it */
+    if (!s->p.no_readahead) ring_readahead(s, p);
+    st = wait_ticket(s, t, NULL, err);
+    if (st != MS_OK) {
+        q->pins = 0;
+        ring_evict(s, best);
+        return NULL;
+    }
+    q->state = RS_READY;
+    return q->buf;
 }
+
+/* --------------------------------------------------------- expert cache */
+
+enum { K_HIT = 0, K_PENDING = 1, K_MISS = 2 };
+
+/* Wait for every prefetch still loading with no holder; publish what arrived. */
+static void drain_prefetches(ms_store *s) {
+    for (int i = 0; i < s->cache.n_slots; i++) {
+        ms_cache_slot *c = &s->cache.slots[i];
+        if (c->state != MS_SLOT_LOADING || c->pins > 0 || !c->prefetched) continue;
+        ms_err e2;
+        ms_err_clear(&e2);
+        if (wait_ticket(s, c->ticket, NULL, &e2) == MS_OK) ms_cache_publish(&s->cache, i);
+        else { s->stats.prefetch_failed++; ms_cache_abort(&s->cache, i); }
+    }
+}
+
+static int reserve_slot(ms_store *s, int key) {
+    int ek, ep;
+    int slot = ms_cache_reserve(&s->cache, key, &ek, &ep);
+    if (slot < 0) {
+        drain_prefetches(s);
+        slot = ms_cache_reserve(&s->cache, key, &ek, &ep);
+    }
+    if (slot >= 0 && ek >= 0 && ep) s->stats.prefetch_wasted++;
+    return slot;
+}
+
+static int miss_before(const ms_store *s, int a, int b) {
+    const ms_range *x = &s->regions[s->key_region[s->cache.slots[a].key]].ranges[0];
+    const ms_range *y = &s->regions[s->key_region[s->cache.slots[b].key]].ranges[0];
+    if (x->shard != y->shard) return x->shard < y->shard;
+    return x->offset < y->offset;
+}
+
+/* The experts at regions[idx[0..n)]: all pinned and READY on success. */
+static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, int n,
+                              const uint8_t **ptrs, ms_err *err) {
+    MS_ASSERT(s->cache_on && n <= s->cache.n_slots);
+    ms_cache *c = &s->cache;
+    const int64_t b = s->batch_no++;
+    for (int j = 0; j < n; j++) {
+        const int key = s->regions[regions[idx[j]]].key;
+        MS_ASSERT(s->seen[key] != b);   /* an expert twice in one batch */
+        s->seen[key] = b;
+        s->b_slot[j] = regions[idx[j]]; /* region ids, for the trace */
+    }
+    if (s->trace) ms_trace_write(s->trace, b, s->b_slot, n);
+    s->stats.expert_requests += n;
+    /* 1. hits (READY or a prefetch in flight) are pinned before any eviction */
+    for (int j = 0; j < n; j++) {
+        const int key = s->regions[regions[idx[j]]].key;
+        int slot = ms_cache_find(c, key);
+        s->b_slot[j] = slot;
+        if (slot < 0) { s->b_kind[j] = K_MISS; continue; }
+        ms_cache_slot *cs = &c->slots[slot];
+        cs->pins++;
+        if (cs->state == MS_SLOT_LOADING) { s->b_kind[j] = K_PENDING; continue; }
+        s->b_kind[j] = K_HIT;
+        if (cs->prefetched) { cs->prefetched = 0; s->stats.prefetch_hits++; }
+        else { s->stats.expert_hits++; ms_cache_touch(c, slot); }
+    }
+    /* 2. prefetches in flight: wait; a failed one becomes a miss */
+    for (int j = 0; j < n; j++) {
+        if (s->b_kind[j] != K_PENDING) continue;
+        int slot = s->b_slot[j];
+        ms_cache_slot *cs = &c->slots[slot];
+        ms_err e2;
+        ms_err_clear(&e2);
+        if (wait_ticket(s, cs->ticket, NULL, &e2) == MS_OK) {
+            ms_cache_publish(c, slot);
+            cs->prefetched = 0;
+            s->stats.prefetch_hits++;
+            s->b_kind[j] = K_HIT;
+        } else {
+            s->stats.prefetch_failed++;
+            cs->pins--;
+            MS_ASSERT(cs->pins == 0);
+            ms_cache_abort(c, slot);
+            s->b_kind[j] = K_MISS;
+        }
+    }
+    /* 3. misses reserve slots serially, in the caller's order */
+    int n_miss = 0;
+    for (int j = 0; j < n; j++) {
+        if (s->b_kind[j] != K_MISS) continue;
+        const int key = s->regions[regions[idx[j]]].key;
+        int slot = reserve_slot(s, key);
+        MS_ASSERT(slot >= 0);   /* more experts held at once than cache slots */
+        c->slots[slot].pins = 1;
+        s->b_slot[j] = slot;
+        s->b_miss[n_miss++] = slot;
+        s->stats.expert_misses++;
+    }
+    /* 4. submit in (file, offset) order, one ticket per region, then wait all */
+    for (int i = 1; i < n_miss; i++)
+        for (int j = i; j > 0 && miss_before(s, s->b_miss[j], s->b_miss[j - 1]); j--) {
+            int t = s->b_miss[j]; s->b_miss[j] = s->b_miss[j - 1]; s->b_miss[j - 1] = t;
+        }
+    ms_status st = MS_OK;
+    for (int i = 0; i < n_miss; i++) {
+        ms_cache_slot *cs = &c->slots[s->b_miss[i]];
+        cs->ticket = 0;
+        if (st != MS_OK) continue;      /* the call fails: issue nothing more */
+        st = submit_region(s, &s->regions[s->key_region[cs->key]], slot_buf(s, s->b_miss[i]),
+                           &cs->ticket, err);
+    }
+    for (int i = 0; i < n_miss; i++) {
+        ms_cache_slot *cs = &c->slots[s->b_miss[i]];
+        ms_status w = cs->ticket ? wait_ticket(s, cs->ticket, NULL, err) : MS_E_IO;
+        cs->ticket = 0;
+        s->b_ok[s->b_miss[i]] = w == MS_OK;
+        if (st == MS_OK) st = w;
+    }
+    /* 5. publish in the caller's order (the policy sees the order the trace
+     * records, so a replay reproduces the live hit count); drop failures */
+    for (int j = 0; j < n; j++) {
+        const int slot = s->b_slot[j];
+        if (s->b_kind[j] != K_MISS) continue;
+        ms_cache_slot *cs = &c->slots[slot];
+        if (s->b_ok[slot]) { ms_cache_publish(c, slot); continue; }
+        cs->pins = 0;
+        ms_cache_abort(c, slot);
+        s->b_slot[j] = -1;
+    }
+    if (st != MS_OK) {
+        for (int j = 0; j < n; j++) {
+            if (s->b_slot[j] >= 0) c->slots[s->b_slot[j]].pins--;
+            ptrs[idx[j]] = NULL;
+        }
+        return st;
+    }
+    for (int j = 0; j < n; j++) ptrs[idx[j]] = slot_buf(s, s->b_slot[j]);
+    return MS_OK;
+}
+
+void ms_store_hint(ms_store *s, const int *regions, int n) {
+    if (!s->started || !s->cache_on || s->plan.experts_resident) return;
+    for (int i = 0; i < n; i++) {
+        MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
+        const region *r = &s->regions[regions[i]];
+        if (r->cls != MS_REGION_EXPERT || ms_cache_find(&s->cache, r->key) >= 0) continue;
+        int ek, ep;
+        int slot = ms_cache_reserve(&s->cache, r->key, &ek, &ep);   /* no blocking drain */
+        if (slot < 0) return;
+        if (ek >= 0 && ep) s->stats.prefetch_wasted++;
+        ms_cache_slot *cs = &s->cache.slots[slot];
+        ms_err e2;
+        ms_err_clear(&e2);
+        if (submit_region(s, r, slot_buf(s, slot), &cs->ticket, &e2) != MS_OK) {
+            ms_cache_abort(&s->cache, slot);
+            return;
+        }
+        cs->prefetched = 1;
+        s->stats.prefetch_issued++;
+    }
+}
+
+/* ---------------------------------------------------------- acquire API */
 
 const uint8_t *ms_store_acquire(ms_store *s, int region_id, ms_err *err) {
     MS_ASSERT(s->started && region_id >= 0 && region_id < s->n_regions);
     region *r = &s->regions[region_id];
-    if (r->cls == MS_REGION_EXPERT) { s->stats.expert_requests++; s->stats.expert_hits++; }
-    return r->buf;
+    if (r->resident) return r->buf;
+    if (r->cls == MS_REGION_TRUNK) return ring_acquire(s, region_id, err);
+    MS_ASSERT(r->cls == MS_REGION_EXPERT);  /* a sparse GLOBAL is read by parts only */
+    const uint8_t *p = NULL;
+    int idx = 0;
+    if (expert_batch(s, &region_id, &idx, 1, &p, err) != MS_OK) return NULL;
+    return p;
 }
 
 ms_status ms_store_acquire_batch(ms_store *s, const int *regions, int n,
                                  const uint8_t **ptrs, ms_err *err) {
+    MS_ASSERT(s->started && n >= 0);
+    int n_exp = 0;
     for (int i = 0; i < n; i++) {
-        ptrs[i] = ms_store_acquire(s, regions[i], err);
-        if (!ptrs[i]) return err ? err->status : MS_E_IO;
+        MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
+        ptrs[i] = NULL;
+        if (s->regions[regions[i]].cls == MS_REGION_EXPERT) n_exp++;
     }
-    return MS_OK;
+    MS_ASSERT(n_exp == 0 || (s->cache_on && n_exp <= s->cache.n_slots));
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (s->regions[regions[i]].cls == MS_REGION_EXPERT) s->b_idx[k++] = i;
+    ms_status st = MS_OK;
+    for (int i = 0; i < n && st == MS_OK; i++) {
+        if (s->regions[regions[i]].cls == MS_REGION_EXPERT) continue;
+        if (!(ptrs[i] = ms_store_acquire(s, regions[i], err))) st = err ? err->status : MS_E_IO;
+    }
+    if (st == MS_OK && n_exp > 0) st = expert_batch(s, regions, s->b_idx, n_exp, ptrs, err);
+    if (st != MS_OK) {
+        for (int i = 0; i < n; i++)
+            if (ptrs[i] && s->regions[regions[i]].cls != MS_REGION_EXPERT) {
+                ms_store_release(s, regions[i]);
+                ptrs[i] = NULL;
+            }
+        if (st >= 0) st = MS_E_IO;
+    }
+    return st;
 }
 
 void ms_store_release(ms_store *s, int region_id) {
-    MS_ASSERT(region_id >= 0 && region_id < s->n_regions);
+    MS_ASSERT(s->started && region_id >= 0 && region_id < s->n_regions);
+    region *r = &s->regions[region_id];
+    if (r->resident) return;
+    if (r->cls == MS_REGION_TRUNK) {
+        MS_ASSERT(r->ring_slot >= 0 && s->ring[r->ring_slot].pins > 0);
+        s->ring[r->ring_slot].pins--;
+        return;
+    }
+    MS_ASSERT(r->cls == MS_REGION_EXPERT);
+    int slot = ms_cache_find(&s->cache, r->key);
+    MS_ASSERT(slot >= 0 && s->cache.slots[slot].pins > 0);
+    s->cache.slots[slot].pins--;
 }
+
+/* ------------------------------------------------------------- read_part */
+
+/* Bytes of region r in memory right now (resident, a READY ring slot or a
+ * READY cache slot), or NULL. */
+static const uint8_t *in_memory(const ms_store *s, const region *r) {
+    if (r->resident) return r->buf;
+    if (r->cls == MS_REGION_TRUNK && r->ring_slot >= 0 && s->ring[r->ring_slot].state == RS_READY)
+        return s->ring[r->ring_slot].buf;
+    if (r->cls == MS_REGION_EXPERT && s->cache_on) {
+        int slot = ms_cache_find(&s->cache, r->key);
+        if (slot >= 0 && s->cache.slots[slot].state == MS_SLOT_READY) return slot_buf(s, slot);
+    }
+    return NULL;
+}
+
+ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_bytes,
+                             void *dst, ms_err *err) {
+    MS_ASSERT(s->started && region_id >= 0 && region_id < s->n_regions);
+    region *r = &s->regions[region_id];
+    if (rel < 0 || n_bytes < 0 || rel > r->data_bytes - n_bytes)
+        return ms_err_set(err, MS_E_INTERNAL, "store: part [%lld, +%lld) lies outside region %d (%lld bytes)",
+                          (long long)rel, (long long)n_bytes, region_id, (long long)r->data_bytes);
+    const uint8_t *mem = in_memory(s, r);
+    uint8_t *out = dst;
+    for (int i = 0; i < r->n_ranges && n_bytes > 0; i++) {
+        const ms_range *g = &r->ranges[i];
+        if (rel >= g->n_bytes) { rel -= g->n_bytes; continue; }
+        int64_t take = g->n_bytes - rel < n_bytes ? g->n_bytes - rel : n_bytes;
+        if (mem) {
+            memcpy(out, mem + r->pos[i] + rel, (size_t)take);
+        } else {
+            /* through the bounce buffer, in pieces whose aligned span fits it */
+            const block *bb = &s->blk[BK_BOUNCE];
+            MS_ASSERT(bb->p && bb->bytes > 2 * STORE_ALIGN);
+            const int64_t piece_max = bb->bytes - 2 * STORE_ALIGN;
+            for (int64_t done = 0; done < take;) {
+                int64_t len = take - done < piece_max ? take - done : piece_max;
+                int64_t off = g->offset + rel + done;
+                ms_io_req q = { s->file_of[g->shard], off, len, bb->p };
+                uint64_t t;
+                ms_status st = ms_io_submit(s->io, &q, 1, &t, err);
+                if (st == MS_OK) st = wait_ticket(s, t, NULL, err);
+                if (st != MS_OK) return st;
+                s->stats.reads_issued++;
+                if (r->cls == MS_REGION_TRUNK) s->stats.trunk_bytes_read += len;
+                else if (r->cls == MS_REGION_EXPERT) s->stats.expert_bytes_read += len;
+                else s->stats.global_bytes_read += len;
+                memcpy(out + done, bb->p + ms_io_skew(off), (size_t)len);
+                done += len;
+            }
+        }
+        out += take;
+        n_bytes -= take;
+        rel = 0;
+    }
+    MS_ASSERT(n_bytes == 0);
+    return MS_OK;
+}
+
+/* ----------------------------------------------------------------- stats */
 
 void ms_store_get_stats(const ms_store *s, ms_store_stats *st) { *st = s->stats; }
 
 void ms_store_reset_stats(ms_store *s) {
-    int64_t resident = s->stats.resident_bytes;
+    int64_t resident = s->stats.resident_bytes, peak = s->stats.peak_bytes;
     memset(&s->stats, 0, sizeof s->stats);
     s->stats.resident_bytes = resident;
+    s->stats.peak_bytes = peak;
 }

@@ -26,8 +26,10 @@
 #define MS_STORE_STORE_H
 
 #include "base/err.h"
+#include "base/io.h"
 #include "base/log.h"
 #include "format/safetensors.h"
+#include "store/plan.h"
 
 #include <stdint.h>
 
@@ -41,42 +43,111 @@ typedef struct ms_range {
     int64_t n_bytes;
 } ms_range;
 
+/* Every field after `log` means "default" when zero / NULL, so a caller may
+ * fill only the first two. Strings are copied by ms_store_open. */
 typedef struct ms_store_params {
     int64_t ram_bytes;          /* 0 = everything resident */
     const ms_logger *log;
+    int64_t trunk_bytes;        /* > 0: ceiling on pinned trunk + ring (store/plan.h) */
+    int64_t expert_bytes;       /* > 0: ceiling on the expert arena */
+    int min_expert_slots;       /* floor of the expert cache (default 1; the engine
+                                   passes experts per token, 2x with hints) */
+    int ring_slots;             /* trunk ring slots, >= 2 (default 2) */
+    int no_readahead;           /* 1: streamed trunk regions are read synchronously */
+    const char *policy;         /* expert cache policy: "lru" (default) | "s3fifo" */
+    const char *trace_path;     /* append every expert request here (store/trace.h) */
+    int64_t bounce_bytes;       /* by-part read buffer (default 256 KiB, >= 16 KiB) */
+    const ms_io_params *io;     /* I/O backend and faults (default ms_io_default_params());
+                                   io_uring unavailable -> falls back to O_DIRECT pread */
 } ms_store_params;
 
+/* Counters since open or the last reset. "Hits" are resident hits: uses of
+ * a slot whose bytes were already in memory before the request, loaded by an
+ * earlier demand (or at start); the first use of a prefetched expert is a
+ * prefetch hit, not a hit. Bytes read count the requested data bytes (not
+ * the alignment padding the I/O layer adds). */
 typedef struct ms_store_stats {
     int64_t trunk_bytes_read, expert_bytes_read, global_bytes_read;
-    int64_t reads_issued;
+    int64_t reads_issued;       /* I/O requests (one per range read) */
     int64_t expert_requests, expert_hits;
-    int64_t io_wait_ns;
-    int64_t resident_bytes;
+    int64_t io_wait_ns;         /* time the caller spent blocked on reads */
+    int64_t resident_bytes;     /* bytes the store allocated for weights (the plan's total) */
+    int64_t expert_misses;      /* demand reads of experts */
+    int64_t prefetch_issued, prefetch_hits, prefetch_wasted, prefetch_failed;
+    int64_t ra_issued;          /* trunk read-aheads submitted */
+    int64_t ra_used;            /* acquires served by a read-ahead */
+    int64_t ra_wasted;          /* read-aheads overwritten or dropped unused */
+    int64_t ra_failed;          /* read-aheads that failed (re-read on demand) */
+    int64_t ra_wait_ns;         /* part of io_wait_ns spent on read-aheads */
+    int64_t trunk_sync_reads;   /* streamed trunk regions read at acquire time */
+    int64_t trunk_ring_hits;    /* acquires of a streamed region still in its slot */
+    int64_t peak_bytes;         /* most bytes the store held allocated for weights */
 } ms_store_stats;
+
+/* Defaults for every field (ram_bytes 0, no logger). Pure. */
+ms_store_params ms_store_default_params(void);
 
 typedef struct ms_store ms_store;
 
+/* Open a store over the checkpoint's shards (the checkpoint must outlive
+ * nothing: its paths are copied). Starts the I/O layer and opens every
+ * shard. Errors: MS_E_USAGE (bad params, unknown policy), MS_E_IO (a shard
+ * cannot be opened), MS_E_NOMEM. Allocates; close with ms_store_close. */
 ms_status ms_store_open(const ms_store_params *p, const ms_ckpt *ckpt,
                         ms_store **out, ms_err *err);
+/* The same over a list of files: shard i of every ms_range is paths[i]. */
+ms_status ms_store_open_paths(const ms_store_params *p, const char *const *paths, int n_paths,
+                              ms_store **out, ms_err *err);
+/* Drain outstanding reads, close the trace (a trace write error is logged),
+ * free everything. NULL is a no-op. */
 void ms_store_close(ms_store *s);
 
 /* Declare a region (before ms_store_start). range_pos[n_ranges] receives each
  * range's offset inside the region buffer. Returns the region id (>= 0) or a
- * negative status. */
+ * negative status (MS_E_MODEL for a range outside its file, MS_E_NOMEM).
+ * Regions are declared in the order the model uses them: the streamed TRUNK
+ * regions are read ahead in declaration order, cyclically. */
 int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges,
                         int n_ranges, int64_t *range_pos, ms_err *err);
 
-/* All regions declared: compute the plan, refuse if it does not fit the budget,
- * read what is resident. */
+/* Declare that GLOBAL region `region` is only ever read with
+ * ms_store_read_part (the embedding table): the plan may then leave it on
+ * disk (it is resident only when everything else is), and acquiring it is a
+ * bug. Call before ms_store_start. */
+void ms_store_mark_sparse(ms_store *s, int region);
+
+/* All regions declared: compute the plan (store/plan.h), refuse if it does
+ * not fit the budget (MS_E_BUDGET, "needs X bytes ..., budget Y bytes"; the
+ * plan table is logged at INFO either way), allocate every buffer the run
+ * will use, read what is resident. After a refusal the store can only be
+ * closed (ms_store_get_plan still shows the floor). */
 ms_status ms_store_start(ms_store *s, ms_err *err);
 
 /* Bytes of a region; blocks until they are in memory. On failure returns NULL
- * and sets err (the caller's result is then unsound). */
+ * and sets err (the caller's result is then unsound). Compute thread only;
+ * allocates nothing. A streamed TRUNK acquire also starts the read-ahead of
+ * the next streamed regions; more streamed TRUNK regions held at once than
+ * ring slots is a bug (assert). */
 const uint8_t *ms_store_acquire(ms_store *s, int region, ms_err *err);
-/* Acquire several regions at once (their reads run in parallel). */
+/* Acquire several regions at once (their reads run in parallel). EXPERT
+ * regions of one call must be distinct and at most ms_store_expert_capacity()
+ * minus the experts still held from other calls (assert). On failure no
+ * pointer is handed out (ptrs[] are NULL) and nothing stays acquired; on
+ * success every region must be released. */
 ms_status ms_store_acquire_batch(ms_store *s, const int *regions, int n,
                                  const uint8_t **ptrs, ms_err *err);
 void ms_store_release(ms_store *s, int region);
+
+/* Experts that can be held at once (the cache's slot count; 0 before start
+ * or without experts). A model batches its expert acquires to this. */
+int ms_store_expert_capacity(const ms_store *s);
+
+/* Hint that EXPERT regions will be acquired soon: start reading the ones not
+ * cached into free or victim slots (never evicting pinned or loading ones;
+ * stops quietly when no slot can be had). Non-expert regions are ignored.
+ * A failed prefetch is not an error: the acquire reads again on demand.
+ * Compute thread only; allocates nothing. */
+void ms_store_hint(ms_store *s, const int *regions, int n);
 
 /* Copy n_bytes at byte `rel` of a region's data (rel counts from the start of
  * the region's first range, as if its ranges were concatenated) into dst,
@@ -88,7 +159,16 @@ ms_status ms_store_read_part(ms_store *s, int region, int64_t rel, int64_t n_byt
 /* Bytes of a region's buffer (its ranges with their alignment padding). */
 int64_t ms_store_region_bytes(const ms_store *s, int region);
 
+/* 1 when the region's bytes stay in memory for the whole run (pinned
+ * GLOBAL / TRUNK, resident sparse regions, every EXPERT when all are
+ * resident). Valid after a successful ms_store_start. */
+int ms_store_region_resident(const ms_store *s, int region);
+
+/* The plan of the last ms_store_start (also after a refusal), or NULL. */
+const ms_plan *ms_store_get_plan(const ms_store *s);
+
 void ms_store_get_stats(const ms_store *s, ms_store_stats *st);
+/* Zero the counters except resident_bytes and peak_bytes. */
 void ms_store_reset_stats(ms_store *s);
 
 #endif

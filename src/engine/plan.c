@@ -1,0 +1,100 @@
+/* engine/plan.c - the engine's memory budget and the `plan` report.
+ *
+ * --ram is a ceiling on the whole process. It is split, before any weight is
+ * read, into:
+ *   session   one session's state (KDA S + conv history, the latent MLA cache
+ *             at max_context) + forward scratch for a 32-token chunk + logits;
+ *   overhead  what the process holds before the store allocates (code, libs,
+ *             the checkpoint's name table, thread stacks): measured from
+ *             /proc/self/statm at open, estimated from the tensor count in a
+ *             dry plan, plus MS_SLACK_BYTES;
+ *   store     the rest: pinned trunk + ring + expert cache (store/plan.h).
+ * Both ms_engine_open and ms_plan_describe use ms_engine_budget, so what the
+ * `plan` command prints is what the engine does.
+ */
+#include "engine/engine_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx) {
+    const ms_config *c = &m->cfg;
+    return ms_state_bytes(c, max_ctx) + ms_fwd_bytes(m, MS_CHUNK, max_ctx) +
+           c->vocab_size * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t);
+}
+
+int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead) {
+    if (ram <= 0) return 0;
+    int64_t left = ram - session - overhead - MS_SLACK_BYTES;
+    return left > 0 ? left : -1;
+}
+
+static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
+
+ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
+                           char *out, size_t n) {
+    ms_err err;
+    ms_err_clear(&err);
+    char cfg_path[4200];
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path);
+    else snprintf(cfg_path, sizeof cfg_path, "%s", path);
+    if (max_context <= 0) max_context = MS_DEFAULT_CONTEXT;
+    ms_config cfg;
+    ms_status st = ms_config_load(cfg_path, &cfg, &err);
+    if (st != MS_OK) { snprintf(out, n, "%s", err.msg); return st == MS_E_IO ? MS_E_MODEL : st; }
+    ms_model m;
+    st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
+    if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
+    const int64_t session = ms_session_bytes(&m, max_context);
+    /* the name table: ~ 200 bytes per tensor (info + name + hash slot) */
+    int64_t n_tensors = 0;
+    for (int i = 0; i < m.n_plan_regions; i++) n_tensors += m.plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;
+    const int64_t overhead = MS_BASE_OVERHEAD + 200 * n_tensors;
+    const int64_t store_ram = ms_store_budget(ram_bytes, session, overhead);
+    ms_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ms_plan_input in;
+    memset(&in, 0, sizeof in);
+    in.regions = m.plan_regions;
+    in.n_regions = m.n_plan_regions;
+    in.ram_bytes = store_ram < 0 ? 1 : store_ram;
+    in.min_expert_slots = (int)cfg.num_experts_per_token;
+    st = store_ram < 0 ? MS_E_BUDGET : ms_plan_compute(&in, &plan, NULL, &err);
+    char a[32], b[32], c[32], d[32];
+    human(session, a, sizeof a);
+    human(overhead + MS_SLACK_BYTES, b, sizeof b);
+    human(ram_bytes, c, sizeof c);
+    size_t at = 0;
+    at += (size_t)snprintf(out + at, n > at ? n - at : 0,
+                           "model: %s: %lld layers, hidden %lld, %lld experts x %lld layers, vocab %lld\n"
+                           "budget: %s\n"
+                           "  session (KDA state, latent MLA cache at %lld positions, scratch): %s\n"
+                           "  process overhead + slack: %s\n",
+                           cfg_path, (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
+                           (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
+                           (long long)cfg.vocab_size, ram_bytes > 0 ? c : "none (everything resident)",
+                           (long long)max_context, a, b);
+    if (st == MS_OK || st == MS_E_BUDGET) {
+        if (st == MS_OK || plan.floor_bytes > 0) {
+            at += (size_t)snprintf(out + at, n > at ? n - at : 0, "store:\n");
+            if (at < n) at += (size_t)ms_plan_format(&plan, out + at, n - at);
+        }
+        if (st == MS_E_BUDGET) {
+            int64_t need = plan.floor_bytes + session + overhead + MS_SLACK_BYTES;
+            human(need, d, sizeof d);
+            at += (size_t)snprintf(out + at, n > at ? n - at : 0,
+                                   "DOES NOT FIT: the smallest plan needs %s in all, the budget is %s\n", d, c);
+        } else {
+            human(plan.total_bytes + session + overhead + MS_SLACK_BYTES, d, sizeof d);
+            at += (size_t)snprintf(out + at, n > at ? n - at : 0, "total planned: %s\n", d);
+        }
+    } else {
+        at += (size_t)snprintf(out + at, n > at ? n - at : 0, "%s\n", err.msg);
+    }
+    ms_model_free(&m);
+    return st;
+}

@@ -1,0 +1,69 @@
+/* kernels/ref/ops.c - the scalar building blocks shared by every ISA.
+ *
+ * Owns: RMSNorm, L2 normalisation, SiTU-GLU and softmax (kernels.h).
+ * Idea: these are cheap next to the matrix products, so there is one plain-C
+ *   version used by every kernel table; reductions accumulate in DOUBLE in
+ *   increasing index order and transcendental functions come from
+ *   kernels/ref/math.c, so the bits never depend on the ISA.
+ * Invariants: no allocation, no state; n <= 0 is a no-op.
+ * Does not: check for NaN/inf (they propagate as IEEE arithmetic says).
+ */
+#include "kernels/kernels.h"
+
+#include <math.h>       /* sqrt: correctly rounded by IEEE-754, same bits everywhere */
+
+static double sum_squares(const float *x, int64_t n) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    return ss;
+}
+
+/* See kernels.h. n <= 0 returns 1.0f (nothing to scale). */
+float ms_rms_inv(const float *x, int64_t n, float eps) {
+    if (n <= 0) return 1.0f;
+    double ss = sum_squares(x, n);
+    return (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+}
+
+/* See kernels.h. y may alias x (each element is read before it is written). */
+void ms_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    if (n <= 0) return;
+    float inv = ms_rms_inv(x, n, eps);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] * inv) * w[i];
+}
+
+/* See kernels.h: divides by the root of the SUM of squares (spec 4.3). */
+void ms_l2norm_inplace(float *x, int64_t n, float eps) {
+    if (n <= 0) return;
+    double ss = sum_squares(x, n);
+    float inv = (float)(1.0 / sqrt(ss + (double)eps));
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* See kernels.h. |out| <= b1*b2 because every factor is bounded exactly:
+ * |tanh| <= 1 and 0 <= sigmoid <= 1 in their float results. */
+void ms_situ_glu(float *out, const float *g, const float *u, int64_t n, float b1, float b2) {
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];    /* read both inputs first: out may alias g or u */
+        float ui = u[i];
+        float gate = (b1 * ms_tanhf(gi / b1)) * ms_sigmoidf(gi);   /* sigmoid of the UNCAPPED g */
+        out[i] = gate * (b2 * ms_tanhf(ui / b2));
+    }
+}
+
+/* See kernels.h. NaN anywhere gives NaN everywhere; an all -inf row gives
+ * NaN (there is no defined distribution); a single +inf max gives NaN too
+ * (inf - inf). Callers mask with finite large negatives or skip entries. */
+void ms_softmax_inplace(float *x, int64_t n) {
+    if (n <= 0) return;
+    float m = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > m) m = x[i];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = ms_expf(x[i] - m);
+        x[i] = e;
+        sum += (double)e;
+    }
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((double)x[i] / sum);
+}
