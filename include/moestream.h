@@ -53,6 +53,17 @@ typedef struct ms_engine_params {
     int n_threads;              /* compute threads; 0 = number of online CPUs */
     int64_t ram_bytes;          /* hard ceiling on resident memory; 0 = no limit */
     int64_t max_context;        /* positions a session may hold; 0 = 4096 */
+    /* store and I/O knobs (0 / NULL = default); none of them changes output bits */
+    int64_t trunk_bytes;        /* > 0: ceiling on pinned trunk + ring */
+    int64_t expert_bytes;       /* > 0: ceiling on the expert cache */
+    const char *io_backend;     /* "direct" (default), "pread", "uring" */
+    int io_queue_depth;         /* reads in flight (default 4) */
+    const char *cache_policy;   /* "lru" (default), "s3fifo" */
+    int no_readahead;           /* 1: read streamed trunk regions synchronously */
+    const char *trace_path;     /* append every expert request here */
+    /* fault injection, for tests: fail request #fault_at_read of the run */
+    int fault_kind;             /* 0 none, 1 EIO, 2 transient, 3 short, 4 corrupt */
+    int64_t fault_at_read;
     ms_log_fn log;              /* NULL = silent */
     void *log_user;
     ms_log_level log_level;

@@ -13,6 +13,10 @@ typedef struct cli_opts {
     int threads, quiet;
     int64_t ram;
     int64_t max_context;
+    int64_t trunk_bytes, expert_bytes;
+    const char *io_backend, *cache_policy, *trace_path;
+    int io_queue_depth, no_readahead, fault_kind;
+    int64_t fault_at_read;
 } cli_opts;
 
 /* Consume argv[*i] (and its value) if it is a common option or MODEL_DIR:

@@ -40,6 +40,10 @@ static void usage(FILE *f) {
         "  --threads N          compute threads (default: all cores; output bits do not change)\n"
         "  --ram SIZE           resident-memory ceiling, e.g. 8G (default: no limit)\n"
         "  --quiet              no progress or summary on stderr\n"
+        "  --trunk-ram SIZE     ceiling on pinned trunk + ring   --expert-ram SIZE  ceiling on the expert cache\n"
+        "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight\n"
+        "  --cache lru|s3fifo   expert cache policy              --no-readahead     synchronous trunk reads\n"
+        "  --trace PATH         append every expert request to PATH\n"
         "\n"
         "exit codes: 0 ok, 1 runtime failure, 2 usage or invalid model, 4 output unsound\n");
 }
@@ -50,6 +54,31 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--quiet")) { o->quiet = 1; return 1; }
+    if (!strcmp(a, "--no-readahead")) { o->no_readahead = 1; return 1; }
+    if (!strcmp(a, "--io") || !strcmp(a, "--cache") || !strcmp(a, "--trace") || !strcmp(a, "--fault") ||
+        !strcmp(a, "--trunk-ram") || !strcmp(a, "--expert-ram") || !strcmp(a, "--queue-depth")) {
+        if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
+        (*i)++;
+        if (!strcmp(a, "--io")) o->io_backend = v;
+        else if (!strcmp(a, "--cache")) o->cache_policy = v;
+        else if (!strcmp(a, "--trace")) o->trace_path = v;
+        else if (!strcmp(a, "--queue-depth")) o->io_queue_depth = atoi(v);
+        else if (!strcmp(a, "--fault")) {
+            /* KIND:N - inject a fault into the N-th read request (tests) */
+            static const char *kinds[] = { "none", "eio", "transient", "short", "corrupt" };
+            const char *colon = strchr(v, ':');
+            o->fault_kind = -1;
+            for (int k = 0; colon && k < 5; k++)
+                if ((size_t)(colon - v) == strlen(kinds[k]) && !strncmp(v, kinds[k], (size_t)(colon - v))) o->fault_kind = k;
+            if (o->fault_kind < 0) { fprintf(stderr, "moestream: bad --fault '%s' (KIND:N, KIND = eio|transient|short|corrupt)\n", v); return -1; }
+            o->fault_at_read = strtoll(colon + 1, NULL, 10);
+        } else {
+            int64_t b = cli_parse_size(v);
+            if (b <= 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
+            if (!strcmp(a, "--trunk-ram")) o->trunk_bytes = b; else o->expert_bytes = b;
+        }
+        return 1;
+    }
     if (!strcmp(a, "--threads") || !strcmp(a, "--ram") || !strcmp(a, "--max-context")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
         (*i)++;
@@ -84,6 +113,15 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.n_threads = o->threads;
     ep.ram_bytes = o->ram;
     ep.max_context = o->max_context;
+    ep.trunk_bytes = o->trunk_bytes;
+    ep.expert_bytes = o->expert_bytes;
+    ep.io_backend = o->io_backend;
+    ep.io_queue_depth = o->io_queue_depth;
+    ep.cache_policy = o->cache_policy;
+    ep.no_readahead = o->no_readahead;
+    ep.trace_path = o->trace_path;
+    ep.fault_kind = o->fault_kind;
+    ep.fault_at_read = o->fault_at_read;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = MS_LOG_WARN;
     char msg[1024];

@@ -16,6 +16,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "store/store.h"
+#include "base/io.h"
 #include "engine/engine_int.h"
 
 #include <math.h>
@@ -131,8 +132,27 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
             goto fail;
         }
     }
+    ms_io_params iop = ms_io_default_params();
+    if (p->io_backend) {
+        if (!strcmp(p->io_backend, "pread")) iop.kind = MS_IO_PREAD;
+        else if (!strcmp(p->io_backend, "direct")) iop.kind = MS_IO_DIRECT;
+        else if (!strcmp(p->io_backend, "uring")) iop.kind = MS_IO_URING;
+        else { st = ms_err_set(&err, MS_E_USAGE, "unknown I/O backend '%s' (pread, direct, uring)", p->io_backend); goto fail; }
+    }
+    if (p->io_queue_depth > 0) iop.queue_depth = p->io_queue_depth;
+    if (p->fault_kind < 0 || p->fault_kind > 4) { st = ms_err_set(&err, MS_E_USAGE, "unknown fault kind %d", p->fault_kind); goto fail; }
+    iop.fault.kind = (ms_fault_kind)p->fault_kind;
+    iop.fault.at_read = p->fault_at_read;
+    iop.fault.corrupt_begin = 0;
+    iop.fault.corrupt_end = 64;
     ms_store_params sp = ms_store_default_params();
     sp.ram_bytes = store_ram;
+    sp.trunk_bytes = p->trunk_bytes;
+    sp.expert_bytes = p->expert_bytes;
+    sp.policy = p->cache_policy;
+    sp.no_readahead = p->no_readahead;
+    sp.trace_path = p->trace_path;
+    sp.io = &iop;
     sp.log = &e->log;
     sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
@@ -148,6 +168,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     if (access(path, F_OK) == 0 &&
         (st = ms_tok_load(p->model_dir, e->cfg.vocab_size, &e->tok, &err)) != MS_OK) goto fail;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
+    ms_engine_stats_reset(e);               /* counters describe feeds, not loading */
     ms_log(&e->log, MS_LOG_INFO, "model: %lld layers (%lld MLA, %lld KDA), hidden %lld, %lld experts (top %lld), vocab %lld; kernels %s; %d threads",
            (long long)e->cfg.num_hidden_layers, (long long)e->cfg.n_mla_layers,
            (long long)e->cfg.n_kda_layers, (long long)e->cfg.hidden_size,

@@ -338,6 +338,7 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
     int n_kda = 0, n_mla = 0;
     for (int il = 0; il < m->n_layer; il++) {
         ms_layer *L = &m->layers[il];
+        L->index = il;
         L->is_mla = c->layer_is_mla[il];
         L->is_dense = il < c->first_k_dense_replace;
         L->kda_index = L->is_mla ? -1 : n_kda++;

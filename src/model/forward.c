@@ -19,6 +19,8 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +94,26 @@ static void mm_mxfp4(ms_fwd_ctx *c, float *Y, int64_t ldy, const uint8_t *packed
     mm_job j = { c->m->kern, Y, ldy, packed, scales, X, ldx, T, cols, 1, 0 };
     ms_pool_for(c->pool, rows, 16, mm_part, &j);
     c->scale255 += j.n255;
+}
+
+/* Prefix the recorded error with what the model was reading, so a failed read
+ * names the layer and expert. */
+static ms_status with_context(ms_err *err, ms_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ms_status with_context(ms_err *err, ms_status st, const char *fmt, ...) {
+    char ctx[160], old[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    size_t lc = strlen(ctx), lo = strnlen(old, sizeof old - 1);
+    if (lc + 2 + lo >= sizeof err->msg) lo = sizeof err->msg - lc - 3;
+    memcpy(err->msg, ctx, lc);
+    memcpy(err->msg + lc, ": ", 2);
+    memcpy(err->msg + lc + 2, old, lo);
+    err->msg[lc + 2 + lo] = '\0';
+    return st;
 }
 
 /* A 1-D weight as floats (BF16 or F32 in the file). */
@@ -393,7 +415,9 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     for (int b0 = 0; b0 < n_used; b0 += cap) {
         const int nb = n_used - b0 < cap ? n_used - b0 : cap;
         ms_status st = ms_store_acquire_batch(c->store, f->eregion + b0, nb, f->eptr + b0, err);
-        if (st != MS_OK) return st;
+        if (st != MS_OK) return with_context(err, st, "layer %d, experts %d..%d of this chunk", L->index,
+                                             f->eregion[b0] - L->expert_region0,
+                                             f->eregion[b0 + nb - 1] - L->expert_region0);
         for (int iu = b0; iu < b0 + nb; iu++) {
             const int64_t e = f->eregion[iu] - L->expert_region0;
             const uint8_t *eb = f->eptr[iu];
@@ -582,7 +606,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     for (int64_t t = 0; t < T; t++) {
         uint16_t *row = (uint16_t *)(f->h + t * H);     /* h is free until layer 0 */
         s = ms_store_read_part(c->store, m->embed_region, m->embed.rel + (int64_t)ids[t] * H * 2, H * 2, row, err);
-        if (s != MS_OK) return s;
+        if (s != MS_OK) return with_context(err, s, "layer input: embedding row of token %d", ids[t]);
         for (int64_t i = H - 1; i >= 0; i--) f->run[t * H + i] = ms_bf16_to_f32(row[i]);
     }
 
@@ -590,7 +614,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     for (int il = 0; il < m->n_layer; il++) {
         const ms_layer *L = &m->layers[il];
         const uint8_t *base = ms_store_acquire(c->store, L->attn_region, err);
-        if (!base) return err->status;
+        if (!base) return with_context(err, err->status, "layer %d attention weights", il);
         /* h = read(bank + [run]) once the bank has something, else run */
         const float *wn = vec(base, &L->attn_res_norm, f->vec0);
         const float *wp = vec(base, &L->attn_res_proj, f->vec1);
@@ -618,7 +642,8 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         const float *pn = vec(base, &L->post_attn_norm, f->vec2);
         for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->h + t * H, pn, H, eps);
         ms_store_release(c->store, L->attn_region);
-        if (!(base = ms_store_acquire(c->store, L->ffn_region, err))) return err->status;
+        if (!(base = ms_store_acquire(c->store, L->ffn_region, err)))
+            return with_context(err, err->status, "layer %d FFN weights", il);
         if (L->is_dense) {
             dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
         } else {
@@ -631,7 +656,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
 
     /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y */
     const uint8_t *fb = ms_store_acquire(c->store, m->final_region, err);
-    if (!fb) return err->status;
+    if (!fb) return with_context(err, err->status, "after the last layer: final norms");
     const float *wn = vec(fb, &m->out_res_norm, f->vec0);
     const float *wp = vec(fb, &m->out_res_proj, f->vec1);
     const float *fn = vec(fb, &m->final_norm, f->vec2);
@@ -643,7 +668,8 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     ms_store_release(c->store, m->final_region);
     for (int ic = 0; ic < m->n_lm_chunks; ic++) {
         const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
-        if (!lb) return err->status;
+        if (!lb) return with_context(err, err->status, "after the last layer: lm_head rows %lld..%lld",
+                                     (long long)m->lm_row0[ic], (long long)m->lm_row0[ic + 1]);
         const int64_t r0 = m->lm_row0[ic];
         ms_wt part = m->lm_head;
         part.off = m->lm_off[ic];

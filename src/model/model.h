@@ -56,6 +56,7 @@ typedef struct ms_layer {
     int expert_region0;         /* expert ie is region expert_region0 + ie */
     int64_t (*expert_off)[MS_EXP_N];   /* [n_expert][6] byte offsets in its region */
     int kda_index, mla_index;   /* index among KDA / MLA layers, -1 if not */
+    int index;                  /* the layer's own index */
 } ms_layer;
 
 typedef struct ms_model {
