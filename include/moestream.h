@@ -146,6 +146,59 @@ int64_t ms_token_bytes(const ms_engine *e, int32_t id, const char **bytes);
 /* Id of a special token by name ("<|end_of_msg|>"), -1 if none. */
 int32_t ms_special_id(const ms_engine *e, const char *name);
 
+/* ---- chat (the K3 chat format, spec section 6) ---- */
+
+typedef struct ms_tool_call {
+    const char *name;           /* the tool */
+    const char *arguments;      /* JSON text of the arguments object */
+    int64_t index;              /* K: the call's position in its message */
+} ms_tool_call;
+
+typedef struct ms_message {
+    const char *role;           /* "system" | "user" | "assistant" | "tool" */
+    const char *content;        /* UTF-8, NULL = "" */
+    const char *reasoning;      /* assistant: the think block, NULL = none */
+    const ms_tool_call *tool_calls;     /* assistant */
+    int64_t n_tool_calls;
+    const char *tool_name;      /* tool: which tool answered */
+    int64_t tool_index;         /* tool: K of the call answered */
+} ms_message;
+
+typedef struct ms_chat_format {
+    const char *tools_json;     /* JSON array of tool definitions, NULL = none */
+    int thinking;               /* 1: the assistant thinks first */
+    const char *effort;         /* "low" | "high" | "max" | NULL (with thinking) */
+    int add_generation_prompt;  /* 1: end with the assistant's opening */
+} ms_chat_format;
+
+/* Render messages to token ids. append = 0: a whole conversation (with the
+ * tool declaration and effort preamble); append = 1: only these messages, to
+ * follow ids the session already holds (after ms_chat_close). *ids malloc'd.
+ * MS_E_USAGE for a bad message (message in errbuf). */
+ms_status ms_chat_tokens(const ms_engine *e, const ms_message *msgs, int64_t n,
+                         const ms_chat_format *f, int append, int32_t **ids, int64_t *n_ids,
+                         char *errbuf, size_t errbuf_len);
+/* The ids that close an assistant turn the model generated (gen = what it
+ * produced after the generation prompt, up to and including <|end_of_msg|>
+ * if it stopped there), so the next turn can be appended. */
+ms_status ms_chat_close(const ms_engine *e, const int32_t *gen, int64_t n_gen, int thinking,
+                        int32_t **ids, int64_t *n_ids);
+
+typedef struct ms_reply {
+    char *reasoning;            /* malloc'd ("" if none) */
+    char *content;              /* malloc'd */
+    ms_tool_call *tool_calls;   /* malloc'd array; its strings are malloc'd */
+    int64_t n_tool_calls;
+    int truncated;              /* the output stopped with markup still open */
+} ms_reply;
+
+/* Split what the model generated after the generation prompt into reasoning,
+ * answer and tool calls (arguments re-assembled as JSON). Never fails on
+ * garbled output: whatever parses is returned. */
+ms_status ms_chat_parse_reply(const ms_engine *e, const int32_t *ids, int64_t n, int thinking,
+                              ms_reply *out);
+void ms_reply_free(ms_reply *r);
+
 /* ---- sessions on disk ---- */
 
 /* Save a session (tokens fed so far, KDA state, conv history, MLA cache, the
