@@ -92,3 +92,4 @@ clean:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include tests/fuzz/fuzz.mk
+-include bench/bench.mk

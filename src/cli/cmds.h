@@ -35,6 +35,7 @@ void cli_text_add(cli_text *t, const ms_engine *e, int32_t id, FILE *out);
 void cli_text_flush(cli_text *t, FILE *out);
 
 void cli_print_stats_json(FILE *f, const ms_stats *st);
+int cmd_chat(int argc, char **argv);
 void cli_print_stats_human(FILE *f, const ms_stats *st);
 
 #endif

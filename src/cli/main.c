@@ -31,7 +31,10 @@ static void usage(FILE *f) {
         "      --recompute          recompute the whole sequence for every token (check mode)\n"
         "      --save-session PATH  save the session state after the run\n"
         "      --load-session PATH  resume a saved session, then feed the prompt and continue\n"
-        "  chat MODEL_DIR       interactive multi-turn chat in the K3 chat format\n"
+        "  chat MODEL_DIR       interactive multi-turn chat in the K3 chat format; the state is kept\n"
+        "                       between turns, so each turn reads only its new tokens\n"
+        "      --system TEXT --thinking on|off --effort low|high|max --show-reasoning\n"
+        "      --max-tokens N and the sampling options of run; /reset, /save PATH, /exit\n"
         "  tokenize MODEL_DIR   text on stdin -> JSON array of ids (--decode: ids -> text)\n"
         "  perplexity MODEL_DIR --file PATH [--max-tokens N]   JSON {n_tokens, nll, perplexity}\n"
         "  plan MODEL_DIR|config.json --ram SIZE   the memory plan, without reading weights\n"
@@ -543,6 +546,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return EXIT_OK; }
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);
