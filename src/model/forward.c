@@ -402,14 +402,20 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
             w[j] = w[j] * rsf;
         }
     }
-    /* latent input */
-    mm_bf16(c, f->z, lat, base, &L->lat_down, f->x, H, T);
-    /* the experts this chunk needs, acquired together, in expert order */
+    /* the experts this chunk needs, in expert order; their reads start now and
+     * overlap the latent projection and the shared experts below */
     int n_used = 0;
     for (int64_t e = 0; e < E; e++) f->ecount[e] = 0;
     for (int64_t i = 0; i < T * k; i++) f->ecount[f->sel[i]]++;
     for (int64_t e = 0; e < E; e++)
         if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
+    const int cap_hint = ms_store_expert_capacity(c->store);
+    ms_store_hint(c->store, f->eregion, n_used < cap_hint ? n_used : cap_hint);
+    /* latent input */
+    mm_bf16(c, f->z, lat, base, &L->lat_down, f->x, H, T);
+    /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted);
+     * f->a (the mixer's output) is free again: run already holds it */
+    dense_mlp(c, f, &L->sh_gate, &L->sh_up, &L->sh_down, base, f->x, f->a, T);
     /* in batches of at most the cache's capacity; each expert is read once per chunk */
     const int cap = ms_store_expert_capacity(c->store) > 0 ? ms_store_expert_capacity(c->store) : n_used;
     for (int b0 = 0; b0 < n_used; b0 += cap) {
@@ -456,8 +462,6 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
         ms_rmsnorm(r, r, ln, lat, eps);
     }
     mm_bf16(c, f->ffn, H, base, &L->lat_up, f->zr, lat, T);
-    /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted) */
-    dense_mlp(c, f, &L->sh_gate, &L->sh_up, &L->sh_down, base, f->x, f->a, T);
     for (int64_t i = 0; i < T * H; i++) f->ffn[i] = f->ffn[i] + f->a[i];
     return MS_OK;
 }
