@@ -48,10 +48,13 @@ typedef void (*ms_log_fn)(void *user, ms_log_level level, const char *line);
 typedef struct ms_engine ms_engine;
 typedef struct ms_session ms_session;
 
+#define MS_RAM_MIN ((int64_t)-1)
+
 typedef struct ms_engine_params {
     const char *model_dir;      /* directory holding config.json + safetensors */
     int n_threads;              /* compute threads; 0 = number of online CPUs */
-    int64_t ram_bytes;          /* hard ceiling on resident memory; 0 = no limit */
+    int64_t ram_bytes;          /* hard ceiling on resident memory; 0 = no limit;
+                                   MS_RAM_MIN = the smallest plan that fits */
     int64_t max_context;        /* positions a session may hold; 0 = 4096 */
     /* store and I/O knobs (0 / NULL = default); none of them changes output bits */
     int64_t trunk_bytes;        /* > 0: ceiling on pinned trunk + ring */
@@ -219,6 +222,20 @@ const int32_t *ms_session_tokens(const ms_session *s, int64_t *n);
  * it needs), MS_E_MODEL for a bad config. */
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
                            char *out, size_t n);
+
+/* ---- expert request traces (ms_engine_params.trace_path) ---- */
+
+typedef struct ms_trace_stats {
+    int64_t requests, hits, misses, batches;
+    double hit_rate;
+} ms_trace_stats;
+
+/* Replay a trace through the expert cache directory with `policy` ("lru",
+ * "s3fifo", or "belady": the offline optimum, MIN) and `capacity` slots.
+ * MS_E_USAGE for an unknown policy, MS_E_IO / MS_E_MODEL for a bad file
+ * (message in errbuf). */
+ms_status ms_trace_replay_file(const char *path, const char *policy, int capacity,
+                               ms_trace_stats *out, char *errbuf, size_t errbuf_len);
 
 /* ---- sampling ---- */
 typedef struct ms_sample_params {

@@ -63,5 +63,20 @@ expect_rc 2 "$BIN" run "$TD/c" --load-session "$tmp/s.bin" --gen 2 --quiet
 grep -q "different model" "$tmp/err" && ok || bad "mismatched session message: $(cat "$tmp/err")"
 head -c 100 "$tmp/s.bin" > "$tmp/short.bin"
 expect_rc 2 "$BIN" run "$TD/b" --load-session "$tmp/short.bin" --gen 2 --quiet
+# --ram presets and the memory plan
+got=$("$BIN" run "$TD/c" --ids 5,6,7 --gen 10 --ram min --trace "$tmp/trace.txt" --quiet)
+want=$("$BIN" run "$TD/c" --ids 5,6,7 --gen 10 --quiet)
+[ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "--ram min ids '$got' != '$want'"
+"$BIN" trace "$tmp/trace.txt" --capacity 8 > "$tmp/replay.txt" && ok || bad "trace replay failed"
+$PY - "$tmp/replay.txt" <<'PYEOF' && ok || bad "trace replay: Belady must bound the online policies: $(cat "$tmp/replay.txt")"
+import sys
+rows = {l.split()[0]: int(l.split()[3]) for l in open(sys.argv[1]).read().splitlines()[1:]}
+assert set(rows) == {"lru", "s3fifo", "belady"}, rows
+assert rows["belady"] >= rows["lru"] and rows["belady"] >= rows["s3fifo"] and rows["belady"] > 0, rows
+PYEOF
+cfg=tests/data/format/kimi-k3-config.json
+"$BIN" plan "$cfg" --ram 8G > "$tmp/plan8.txt" 2>&1 && grep -q "total planned" "$tmp/plan8.txt" && ok || bad "the released model's plan at 8G does not fit: $(cat "$tmp/plan8.txt")"
+expect_rc 2 "$BIN" plan "$cfg" --ram 2G
+"$BIN" plan "$cfg" --ram 2G 2>/dev/null | grep -q "DOES NOT FIT" && ok || bad "plan at 2G does not say it does not fit"
 echo "t_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -38,10 +38,12 @@ static void usage(FILE *f) {
         "  tokenize MODEL_DIR   text on stdin -> JSON array of ids (--decode: ids -> text)\n"
         "  perplexity MODEL_DIR --file PATH [--max-tokens N]   JSON {n_tokens, nll, perplexity}\n"
         "  plan MODEL_DIR|config.json --ram SIZE   the memory plan, without reading weights\n"
+        "  trace TRACE_FILE --capacity N [--policy lru|s3fifo|belady|all]   replay an expert trace\n"
         "\n"
         "common options:\n"
         "  --threads N          compute threads (default: all cores; output bits do not change)\n"
-        "  --ram SIZE           resident-memory ceiling, e.g. 8G (default: no limit)\n"
+        "  --ram SIZE           resident-memory ceiling, e.g. 8G; min = the smallest plan,\n"
+        "                       auto = 90%% of MemAvailable, all = no limit (the default)\n"
         "  --quiet              no progress or summary on stderr\n"
         "  --trunk-ram SIZE     ceiling on pinned trunk + ring   --expert-ram SIZE  ceiling on the expert cache\n"
         "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight\n"
@@ -91,8 +93,11 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
             if (*end || t < 1 || t > 1024) { fprintf(stderr, "moestream: bad --threads '%s'\n", v); return -1; }
             o->threads = (int)t;
         } else if (!strcmp(a, "--ram")) {
-            o->ram = cli_parse_size(v);
-            if (o->ram < 0) { fprintf(stderr, "moestream: bad --ram '%s' (e.g. 8G, 512M)\n", v); return -1; }
+            o->ram = cli_parse_ram(v);
+            if (o->ram < 0 && o->ram != MS_RAM_MIN) {
+                fprintf(stderr, "moestream: bad --ram '%s' (a size like 8G or 512M; min, auto or all)\n", v);
+                return -1;
+            }
         } else {
             char *end;
             long long t = strtoll(v, &end, 10);
@@ -523,6 +528,30 @@ static int cmd_perplexity(int argc, char **argv) {
     return rc;
 }
 
+static int cmd_trace(int argc, char **argv) {
+    const char *path = NULL, *policy = "all";
+    int capacity = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--policy") && i + 1 < argc) policy = argv[++i];
+        else if (!strcmp(argv[i], "--capacity") && i + 1 < argc) capacity = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && !path) path = argv[i];
+        else { fprintf(stderr, "moestream: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
+    }
+    if (!path || capacity < 1) { fprintf(stderr, "moestream: trace TRACE_FILE --capacity SLOTS [--policy lru|s3fifo|belady|all]\n"); return EXIT_USAGE; }
+    const char *all[] = { "lru", "s3fifo", "belady" };
+    int n = !strcmp(policy, "all") ? 3 : 1;
+    printf("policy    capacity   requests       hits   hit rate\n");
+    for (int i = 0; i < n; i++) {
+        const char *pol = n == 3 ? all[i] : policy;
+        ms_trace_stats r;
+        char msg[512];
+        ms_status st = ms_trace_replay_file(path, pol, capacity, &r, msg, sizeof msg);
+        if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", msg); return cli_exit_code(st); }
+        printf("%-8s %9d %10lld %10lld   %6.2f%%\n", pol, capacity, (long long)r.requests, (long long)r.hits, 100.0 * r.hit_rate);
+    }
+    return EXIT_OK;
+}
+
 static int cmd_plan(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
@@ -546,6 +575,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return EXIT_OK; }
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);

@@ -146,3 +146,18 @@ char *cli_read_all(FILE *f, size_t *len) {
     *len = n;
     return buf;
 }
+
+int64_t cli_parse_ram(const char *s) {
+    if (!strcmp(s, "min")) return MS_RAM_MIN;
+    if (!strcmp(s, "all") || !strcmp(s, "max")) return 0;
+    if (!strcmp(s, "auto")) {
+        FILE *f = fopen("/proc/meminfo", "r");
+        long long kb = -1;
+        char line[256];
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+        if (f) fclose(f);
+        return kb > 0 ? (int64_t)kb * 1024 / 10 * 9 : -2;
+    }
+    return cli_parse_size(s);
+}

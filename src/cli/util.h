@@ -12,6 +12,9 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_UNSOUND = 4 };
 
 /* Parse "8G", "512M", "100K", "12345" (bytes; binary units). -1 on error. */
 int64_t cli_parse_size(const char *s);
+/* --ram: a size, "min" (MS_RAM_MIN), "auto" (90% of MemAvailable), "all"
+ * (0, no limit). Negative (not MS_RAM_MIN) on error. */
+int64_t cli_parse_ram(const char *s);
 /* Parse "1,2,3" into a malloc'd array; returns count or -1. */
 int64_t cli_parse_ids(const char *s, int32_t **out);
 /* Map an engine status to an exit code. */

@@ -120,7 +120,13 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     if ((st = ms_ckpt_open(p->model_dir, &e->ckpt, &err)) != MS_OK) goto fail;
     /* the budget left for weights once one session and the process are counted */
     int64_t store_ram = 0;
-    if (p->ram_bytes > 0) {
+    if (p->ram_bytes < 0 && p->ram_bytes != MS_RAM_MIN) {
+        st = ms_err_set(&err, MS_E_USAGE, "bad ram budget %lld", (long long)p->ram_bytes);
+        goto fail;
+    }
+    if (p->ram_bytes == MS_RAM_MIN) {
+        store_ram = 1;                      /* refused below; the plan then holds its floor */
+    } else if (p->ram_bytes > 0) {
         ms_model dry;
         if ((st = ms_model_bind(&dry, &e->cfg, NULL, NULL, &err)) != MS_OK) { ms_model_free(&dry); goto fail; }
         int64_t session = ms_session_bytes(&dry, e->p.max_context);
@@ -159,6 +165,23 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     e->model.kern = NULL;
     if ((st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err)) != MS_OK) goto fail;
     e->model_bound = 1;
+    if (p->ram_bytes == MS_RAM_MIN) {
+        /* the smallest plan: ask the store for its floor, then start over with it */
+        ms_err probe;
+        ms_err_clear(&probe);
+        if (ms_store_start(e->store, &probe) != MS_E_BUDGET || !ms_store_get_plan(e->store)) {
+            st = ms_err_set(&err, MS_E_INTERNAL, "cannot find the smallest plan: %s", probe.msg);
+            goto fail;
+        }
+        sp.ram_bytes = ms_store_get_plan(e->store)->floor_bytes;
+        ms_store_close(e->store);
+        e->store = NULL;
+        ms_model_free(&e->model);
+        e->model_bound = 0;
+        if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
+        if ((st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err)) != MS_OK) goto fail;
+        e->model_bound = 1;
+    }
     e->model.kern = ms_kernels_select(NULL);
     MS_ASSERT(e->model.kern != NULL);
     if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;

@@ -14,6 +14,8 @@
  */
 #include "engine/engine_int.h"
 
+#include "store/trace.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,4 +99,23 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     }
     ms_model_free(&m);
     return st;
+}
+
+ms_status ms_trace_replay_file(const char *path, const char *policy, int capacity,
+                               ms_trace_stats *out, char *errbuf, size_t errbuf_len) {
+    ms_err err;
+    ms_err_clear(&err);
+    ms_trace_result r;
+    memset(out, 0, sizeof *out);
+    ms_status st = ms_trace_replay(path, policy, capacity, &r, &err);
+    if (st != MS_OK) {
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);
+        return st;
+    }
+    out->requests = r.requests;
+    out->hits = r.hits;
+    out->misses = r.misses;
+    out->batches = r.batches;
+    out->hit_rate = r.hit_rate;
+    return MS_OK;
 }
