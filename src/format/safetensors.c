@@ -484,7 +484,10 @@ struct ms_ckpt {
     name_tab names;             /* tensor i is names entry i */
     ms_tensor_info *tensors;
     int64_t n_tensors, cap_tensors;
+    int has_index;
 };
+
+int ms_ckpt_has_index(const ms_ckpt *c) { return c->has_index; }
 
 /* Add a tensor parsed from shard `info->shard`; refuses a name seen before. */
 static int ckpt_add_tensor(void *user, const ms_tensor_info *info, ms_err *err) {
@@ -772,14 +775,26 @@ ms_status ms_ckpt_open(const char *dir, ms_ckpt **out, ms_err *err) {
         st = ms_err_set(err, MS_E_IO, "%.200s: cannot stat: %s", index_path, strerror(errno));
         goto done;
     }
+    c->has_index = have_index;
     st = have_index ? open_index(c, dir, index_path, &m, err) : list_shards(c, dir, err);
     if (st < 0) goto done;
 
     for (int s = 0; s < c->n_shards; s++) {
         uint8_t *buf = NULL;
         size_t n = 0;
-        st = read_shard_header(&c->shards[s], have_index ? " named by " ST_INDEX_FILE : "",
-                               &buf, &n, err);
+        /* with an index, name a tensor the missing shard should hold */
+        char why[400] = "";
+        if (have_index) {
+            int64_t first = -1, count = 0;
+            for (int64_t i = 0; i < m.names.n; i++)
+                if (m.file_of[i] == s) { if (first < 0) first = i; count++; }
+            if (first >= 0)
+                snprintf(why, sizeof why, " named by " ST_INDEX_FILE " for tensor '%.200s'%s", tab_name(&m.names, first),
+                         count > 1 ? " and others" : "");
+            else
+                snprintf(why, sizeof why, " named by " ST_INDEX_FILE);
+        }
+        st = read_shard_header(&c->shards[s], why, &buf, &n, err);
         if (st < 0) goto done;
         ms_shard_info *sh = &c->shards[s];
         st = ms_st_parse_header(buf, n, sh->file_bytes, sh->file, s, ckpt_add_tensor, c, err);

@@ -79,6 +79,8 @@ const ms_tensor_info *ms_ckpt_find(const ms_ckpt *c, const char *name);
 int64_t ms_ckpt_n_tensors(const ms_ckpt *c);
 const ms_tensor_info *ms_ckpt_tensor(const ms_ckpt *c, int64_t i);
 int ms_ckpt_n_shards(const ms_ckpt *c);
+/* 1 when the checkpoint was opened through model.safetensors.index.json. */
+int ms_ckpt_has_index(const ms_ckpt *c);
 const ms_shard_info *ms_ckpt_shard(const ms_ckpt *c, int i);
 
 /* Parse index JSON text (untrusted) into (name, shard file) pairs via a

@@ -86,7 +86,8 @@ static const ms_tensor_info *want(binder *bd, group *g, ms_wt *wt, int64_t *ext_
     char exp_s[128], got_s[128];
     fmt_shape(exp_s, sizeof exp_s, nd, dims);
     if (!ti) {
-        ms_err_set(err, MS_E_MODEL, "tensor '%s' is missing from the checkpoint (expected %s %s)",
+        ms_err_set(err, MS_E_MODEL, "%s: tensor '%s' is missing (expected %s %s, found no such tensor)",
+                   bd->ck && ms_ckpt_has_index(bd->ck) ? "model.safetensors.index.json" : "the checkpoint's shards",
                    name, dt_set_name(dt_mask), exp_s);
         return NULL;
     }
@@ -198,7 +199,11 @@ static int make_region(binder *bd, ms_region_class cls, group *g, ms_err *err) {
             rel += ranges[r].n_bytes;
         }
         MS_ASSERT(off >= 0);
-        if (g->wt[i]) { g->wt[i]->region = id; g->wt[i]->off = off; g->wt[i]->rel = rel; g->wt[i]->name = t->name; }
+        if (g->wt[i]) {
+            g->wt[i]->region = id; g->wt[i]->off = off; g->wt[i]->rel = rel;
+            g->wt[i]->name = t->name;
+            g->wt[i]->file = bd->ck ? ms_ckpt_shard(bd->ck, t->shard)->file : NULL;
+        }
         if (g->ext_off[i]) *g->ext_off[i] = off;
     }
     return id;
@@ -414,8 +419,8 @@ static ms_status check_finite(const ms_wt *w, ms_store *store, float *buf, int64
     for (int64_t i = n - 1; i >= 0; i--) {
         float v = esz == 4 ? buf[i] : ms_bf16_to_f32(((const uint16_t *)buf)[i]);
         if (!isfinite(v))
-            return ms_err_set(err, MS_E_MODEL, "tensor '%s': expected finite values, found %s at element %lld",
-                              w->name, isnan(v) ? "NaN" : "infinity", (long long)i);
+            return ms_err_set(err, MS_E_MODEL, "%s: tensor '%s': expected finite values, found %s at element %lld",
+                              w->file ? w->file : "?", w->name, isnan(v) ? "NaN" : "infinity", (long long)i);
     }
     return MS_OK;
 }

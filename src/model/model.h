@@ -35,6 +35,7 @@ typedef struct ms_wt {
     ms_dtype dtype;
     int64_t rows, cols;         /* 1-D tensors: rows = 1, cols = n */
     const char *name;           /* released name (owned by the checkpoint), NULL if unbound */
+    const char *file;           /* its shard file name (owned by the checkpoint) */
 } ms_wt;
 
 enum { MS_EXP_W1P, MS_EXP_W1S, MS_EXP_W2P, MS_EXP_W2S, MS_EXP_W3P, MS_EXP_W3S, MS_EXP_N };

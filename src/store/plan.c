@@ -95,8 +95,8 @@ static void fill(const plan_ctx *c, int k, int e, int sp, ms_plan *p) {
 
 static ms_status refuse(const plan_ctx *c, int k, int e, int sp, ms_plan *p, const char *what,
                         ms_err *err) {
-    ms_plan q = *p;
-    fill(c, k, e, sp, &q);
+    fill(c, k, e, sp, p);
+    const ms_plan q = *p;
     char h[7][32];
     return ms_err_set(err, MS_E_BUDGET,
                       "RAM budget too small: %s needs %lld bytes (%s: global %s + trunk pinned %s"

@@ -103,7 +103,9 @@ int64_t ms_plan_alloc_bytes(int64_t n);
  *   MS_E_USAGE   ring_slots == 1, a negative size, bounce below 16 KiB;
  *   MS_E_MODEL   a size overflows.
  * On MS_E_BUDGET *out still holds floor_bytes and full_bytes (and the counts)
- * so a caller can print them. Pure; allocates a temporary index of the TRUNK
+ * so a caller can print them; when the floor (or the overrides' plan) does
+ * not fit, *out is that refused plan, its total_bytes what it needs (resident
+ * is then not filled). Pure; allocates a temporary index of the TRUNK
  * regions (MS_E_NOMEM). */
 ms_status ms_plan_compute(const ms_plan_input *in, ms_plan *out, uint8_t *resident,
                           ms_err *err);

@@ -12,15 +12,31 @@
  *   region buffer:  |skew| range 0 bytes ... |pad to 4096|skew| range 1 ...|
  *
  * Classes tell the planner how a region is used, not what it means:
- *   GLOBAL  read once per token or less (embeddings, final norm, lm_head);
- *   TRUNK   read in a fixed cyclic order, every token (the layers' dense parts);
+ *   GLOBAL  read once per token or less (final norms; the embedding table,
+ *           marked sparse, is read only by parts);
+ *   TRUNK   read in a fixed cyclic order, every token (the layers' dense
+ *           parts, the lm_head chunks);
  *   EXPERT  equal-sized, chosen per token by the router.
+ * Where the bytes live is decided once, before any weight is read, by the
+ *   plan (store/plan.h) under ram_bytes: GLOBAL pinned; the TRUNK regions that
+ *   save the most bytes per pass pinned, the rest streamed through a ring of
+ *   >= 2 slots with asynchronous read-ahead in declaration order; EXPERTs in
+ *   one arena of equal slots managed by a replacement policy
+ *   (store/cache.h); sparse GLOBALs on disk unless everything fits. Every
+ *   read goes through the I/O layer (base/io.h); expert requests can be
+ *   traced and replayed under any policy (store/trace.h).
  * Invariants:
  *   1. a pointer from acquire stays valid until the matching release;
  *   2. acquire never returns bytes that did not fully arrive (a failed read is
- *      an error, never a partly filled buffer);
- *   3. the bytes handed out equal the file's bytes, whatever the backend.
- * Does not: know layers, tensors or dtypes.
+ *      an error, never a partly filled buffer, and leaves nothing cached);
+ *   3. the bytes handed out equal the file's bytes, whatever the backend;
+ *   4. the store's weight buffers total exactly the plan's total_bytes, all
+ *      allocated in ms_store_start; acquire / release allocate nothing.
+ * Thread safety: one thread (the compute thread) calls the store; the I/O
+ *   layer's threads only fill buffers between submit and wait.
+ * Does not: know layers, tensors or dtypes; detect silent corruption (the
+ *   checkpoint has no checksums: a read that "succeeds" with wrong bytes is
+ *   handed out as is - tests/test_store.c documents it).
  */
 #ifndef MS_STORE_STORE_H
 #define MS_STORE_STORE_H
