@@ -12,12 +12,18 @@
  *     the line number; round trip on random bytes; two threads agree.
  * With arguments (used by tests/t_tokenizer_parity.sh and the benchmark):
  *   --encode DIR N_VOCAB            stdin -> ids, one per line, on stdout
+ *   --encode-raw DIR N_VOCAB        stdin -> ids as native int32 on stdout
  *   --roundtrip DIR N_VOCAB FILE..  decode(encode(file)) == file for each
  *   --bench DIR N_VOCAB FILE        encode MB/s (best of 3) on stdout
+ *   --pcre2-cn                      the Unicode version of the linked PCRE2 and
+ *                                   the code point ranges it calls unassigned
  */
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include "text/tokenizer.h"
 
 #include "check.h"
+
+#include <pcre2.h>
 
 #include <pthread.h>
 #include <stdint.h>
@@ -635,9 +641,48 @@ static char *slurp(FILE *f, size_t *n) {
     return b;
 }
 
+/* The parity sweep excludes code points the linked PCRE2 does not know yet
+ * (its Unicode tables may be older than tiktoken's): print them as ranges. */
+static int pcre2_cn_main(void) {
+    char ver[64] = "";
+    pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, ver);
+    char pv[64] = "";
+    pcre2_config(PCRE2_CONFIG_VERSION, pv);
+    printf("# unicode %s pcre2 %s\n", ver, pv);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR) "\\p{Cn}", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_ANCHORED, &ec, &eo, NULL);
+    pcre2_match_data *md = re ? pcre2_match_data_create(1, NULL) : NULL;
+    if (!md) return 2;
+    long start = -1;
+    for (long cp = 0; cp <= 0x110000; cp++) {
+        int cn = 0;
+        if (cp < 0x110000 && (cp < 0xD800 || cp > 0xDFFF)) {
+            unsigned char u[4];
+            int l;
+            if (cp < 0x80) { u[0] = (unsigned char)cp; l = 1; }
+            else if (cp < 0x800) { u[0] = (unsigned char)(0xC0 | (cp >> 6)); u[1] = (unsigned char)(0x80 | (cp & 63)); l = 2; }
+            else if (cp < 0x10000) {
+                u[0] = (unsigned char)(0xE0 | (cp >> 12)); u[1] = (unsigned char)(0x80 | ((cp >> 6) & 63));
+                u[2] = (unsigned char)(0x80 | (cp & 63)); l = 3;
+            } else {
+                u[0] = (unsigned char)(0xF0 | (cp >> 18)); u[1] = (unsigned char)(0x80 | ((cp >> 12) & 63));
+                u[2] = (unsigned char)(0x80 | ((cp >> 6) & 63)); u[3] = (unsigned char)(0x80 | (cp & 63)); l = 4;
+            }
+            cn = pcre2_match(re, u, (PCRE2_SIZE)l, 0, 0, md, NULL) >= 0;
+        }
+        if (cn && start < 0) start = cp;
+        if (!cn && start >= 0) { printf("%lX %lX\n", start, cp - 1); start = -1; }
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return 0;
+}
+
 static int tool_main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--pcre2-cn") == 0) return pcre2_cn_main();
     if (argc < 4) {
-        fprintf(stderr, "usage: %s --encode|--roundtrip|--bench DIR N_VOCAB [FILE...]\n", argv[0]);
+        fprintf(stderr, "usage: %s --encode|--encode-raw|--roundtrip|--bench DIR N_VOCAB [FILE...] | --pcre2-cn\n", argv[0]);
         return 2;
     }
     ms_tok *t = NULL;
@@ -648,13 +693,17 @@ static int tool_main(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
-    if (strcmp(argv[1], "--encode") == 0) {
+    if (strcmp(argv[1], "--encode") == 0 || strcmp(argv[1], "--encode-raw") == 0) {
         size_t n;
         char *s = slurp(stdin, &n);
         int32_t *ids;
         int64_t k = encode(t, s, n, &ids);
         if (k < 0) rc = 1;
-        for (int64_t i = 0; i < k; i++) printf("%d\n", ids[i]);
+        if (argv[1][8] == '-') {
+            if (k > 0 && fwrite(ids, sizeof *ids, (size_t)k, stdout) != (size_t)k) rc = 1;
+        } else {
+            for (int64_t i = 0; i < k; i++) printf("%d\n", ids[i]);
+        }
         free(ids);
         free(s);
     } else if (strcmp(argv[1], "--roundtrip") == 0 || strcmp(argv[1], "--bench") == 0) {

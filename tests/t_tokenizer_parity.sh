@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# tests/t_tokenizer_parity.sh - our tokenizer against the real tiktoken.
+#
+# Installs the pinned npm `tiktoken` (tests/tokenizer/package.json + lock; the
+# WASM build of OpenAI's Rust core) with `npm ci` into $MS_BUILD/tokenizer-oracle
+# (nothing is written into the source tree), then runs tests/tokenizer/oracle.js,
+# which compares $MS_BUILD/tests/test_tokenizer --encode-raw with tiktoken on the
+# corpus for the o200k_base and cl100k_base ranks (see docs/TOKENIZER.md).
+# If npm or the registry is unreachable this test FAILS; it never skips.
+# Prints "t_tokenizer_parity: N passed, N failed" as its last line.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+NODE_DIR=$BUILD/tokenizer-oracle
+WORK=$BUILD/tokenizer-parity
+BIN=$BUILD/tests/test_tokenizer
+
+fail() { echo "t_tokenizer_parity: $1"; echo "t_tokenizer_parity: 0 passed, 1 failed"; exit 1; }
+
+[ -x "$BIN" ] || fail "$BIN is not built (run make)"
+command -v node >/dev/null && command -v npm >/dev/null || fail "node/npm not found"
+mkdir -p "$NODE_DIR" "$WORK" || fail "cannot create $NODE_DIR"
+# reinstall only when the pinned lock file changed
+if ! cmp -s tests/tokenizer/package-lock.json "$NODE_DIR/package-lock.json" ||
+   [ ! -f "$NODE_DIR/node_modules/tiktoken/package.json" ]; then
+    cp tests/tokenizer/package.json tests/tokenizer/package-lock.json "$NODE_DIR/" || fail "cannot copy package files"
+    if ! (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
+        tail -n 5 "$NODE_DIR/npm.log"
+        rm -f "$NODE_DIR/package-lock.json"
+        fail "npm ci failed (registry unreachable?)"
+    fi
+fi
+out=$(node tests/tokenizer/oracle.js check "$(cd "$NODE_DIR" && pwd)" "$WORK" tests/tokenizer/corpus "$BIN" 2>&1)
+rc=$?
+printf '%s\n' "$out" | grep -v '^ok ' | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
+line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+[ -n "$line" ] || fail "oracle produced no result (exit $rc)"
+echo "t_tokenizer_parity: $line"
+[ $rc -eq 0 ]
