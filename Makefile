@@ -78,7 +78,7 @@ demo: setup
 	@bash scripts/demo.sh
 
 asan:
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	@MS_SANITIZER=1 $(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
 ubsan: asan

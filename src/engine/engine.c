@@ -163,8 +163,9 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
     e->model.kern = NULL;
-    if ((st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err)) != MS_OK) goto fail;
-    e->model_bound = 1;
+    st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err);
+    e->model_bound = 1;                 /* a failed bind leaves a freeable model */
+    if (st != MS_OK) goto fail;
     if (p->ram_bytes == MS_RAM_MIN) {
         /* the smallest plan: ask the store for its floor, then start over with it */
         ms_err probe;
@@ -179,8 +180,9 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
         ms_model_free(&e->model);
         e->model_bound = 0;
         if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
-        if ((st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err)) != MS_OK) goto fail;
+        st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err);
         e->model_bound = 1;
+        if (st != MS_OK) goto fail;
     }
     e->model.kern = ms_kernels_select(NULL);
     MS_ASSERT(e->model.kern != NULL);
