@@ -17,7 +17,8 @@
  *   tanhf:   NaN -> NaN; tanh(+-0) = +-0; tiny x -> x; |x| > 20 -> +-1.
  *   sigmoid: NaN -> NaN; never overflows: x < -110 -> +0, x > 40 -> 1.
  *   silu:    NaN -> NaN; +inf -> +inf; x < -110 (and -inf) -> -0.
- * Does not: touch errno, the FP environment, or any global state.
+ * Does not: touch errno, the FP environment, or any global state. Assumes the
+ *   default environment (round to nearest even), which the engine never changes.
  */
 #include "kernels/kernels.h"
 

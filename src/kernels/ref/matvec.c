@@ -17,7 +17,10 @@
  *   Every ISA skips in the same way.
  * Invariants: y is written only in [r0, r1); nothing is allocated.
  * Does not: aim for speed (kernels/x86/ does); NaN payloads are not part of
- *   the bit contract (every NaN the kernels create is the default NaN).
+ *   the bit contract (every NaN the kernels create is the default NaN; NaN
+ *   INPUTS give NaN, but which payload survives may differ between ISAs).
+ *   Equal bits assume the default FP environment (round to nearest even, no
+ *   flush-to-zero / denormals-are-zero), which the engine never changes.
  */
 #include "kernels/kernels.h"
 
