@@ -18,8 +18,10 @@
  *     BF16: bits << 16.
  *     MXFP4: value = (float)(signed code2[c]) * ms_mxfp4_scale[s], where
  *       code2 = twice the magnitude {0,1,2,3,4,6,8,12}, sign = bit 3 of the
- *       nibble, and ms_mxfp4_scale[s] = 2^(s-128) for s < 255 and 0.0f for
- *       s == 255 (the group contributes zero and is counted). Element 2i of a
+ *       nibble, and ms_mxfp4_scale[s] = 2^(s-128) for s < 255. A group whose
+ *       scale byte is 255 is SKIPPED (its lanes are left unchanged, so the
+ *       result equals the sum without that group even when x there is inf)
+ *       and counted; the table holds 0.0f there only as a guard. Element 2i of a
  *       row is the LOW nibble of byte i, element 2i+1 the HIGH nibble.
  *   A matrix-matrix product computes every (token, row) with the same tree, so
  *   a chunk of tokens gives the same bits as one token at a time.
