@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# tests/t_chat.sh - `moestream chat` across turns without re-prefilling.
+#
+# On a tiny random model with a byte-level tokenizer and the K3 specials:
+#  - two user turns, then /save: every token of the conversation was fed
+#    exactly once (prefill + decode counts == positions in the saved session),
+#    i.e. turn 2 fed only the closing of answer 1 and its own message;
+#  - the kept state is the state of the whole conversation fed at once: a run
+#    resumed from the saved session continues with the same ids as a fresh run
+#    fed all of the conversation's ids;
+#  - user text containing "<|open|>" is tokenized as text (no special ids).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+BIN=${MS_BIN:-$BUILD/moestream}
+PY=/usr/bin/python3
+dir=$BUILD/testdata-chat
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+stamp="$(sha1sum tools/msgen.py tools/mslib.py "$0" | sha1sum | cut -c1-16)"
+if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$dir"
+    $PY tools/msgen.py "$dir" --preset wide --layers 4 --hidden 64 --experts 8 --topk 2 --vocab 512 \
+        --kda-heads 4 --kda-dim 16 --mla-heads 4 --q-lora 32 --kv-lora 16 --nope 16 --rope 8 --v 16 \
+        --inter 96 --moe-inter 32 --latent 32 --block 2 --seed 9 2>/dev/null || bad "generation"
+    $PY - "$dir" <<'PYEOF'
+import base64, json, sys
+d = sys.argv[1]
+with open(d + "/tiktoken.model", "w") as f:           # byte-level: the 256 single bytes
+    for i in range(256):
+        f.write(base64.b64encode(bytes([i])).decode() + " %d\n" % i)
+names = {256: "[BOS]", 257: "[EOS]", 258: "<|end_of_msg|>", 259: "<|open|>", 260: "<|close|>",
+         261: "<|sep|>", 510: "[UNK]", 511: "[PAD]"}          # the K3 block's order
+json.dump({"added_tokens_decoder": {str(k): {"content": v, "special": True} for k, v in names.items()}},
+          open(d + "/tokenizer_config.json", "w"))
+c = json.load(open(d + "/config.json"))
+for t in (c, c["text_config"]):
+    t["bos_token_id"], t["eos_token_id"], t["pad_token_id"] = 256, 258, 511
+json.dump(c, open(d + "/config.json", "w"), indent=2)
+PYEOF
+    echo "$stamp" > "$dir/.stamp"
+fi
+
+printf 'hello there\nand a second question\n/save %s\n' "$tmp/s.bin" | \
+    "$BIN" chat "$dir" --max-tokens 6 > "$tmp/out.txt" 2> "$tmp/err.txt"; rc=$?
+[ $rc -eq 0 ] && ok || bad "chat exited $rc: $(cat "$tmp/err.txt")"
+pre=$(grep -o 'prefill [0-9]* tokens' "$tmp/err.txt" | grep -o '[0-9]*')
+dec=$(grep -o 'decode [0-9]* tokens' "$tmp/err.txt" | grep -o '[0-9]*')
+$PY - "$tmp/s.bin" "$tmp/ids.txt" <<'PYEOF' || bad "cannot read the saved session"
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+assert b[:8] == b"MSSESS01"
+n_past = struct.unpack_from("<q", b, 16)[0]
+ids = struct.unpack_from("<%di" % n_past, b, 80)
+open(sys.argv[2], "w").write("%d\n%s\n" % (n_past, ",".join(map(str, ids))))
+PYEOF
+n_past=$(head -1 "$tmp/ids.txt"); all=$(tail -1 "$tmp/ids.txt")
+[ -n "$pre" ] && [ -n "$dec" ] && [ $((pre + dec)) -eq "$n_past" ] && ok || \
+    bad "tokens fed (prefill $pre + decode $dec) != positions $n_past: something was fed twice"
+turns=$(printf '%s' "$all" | tr ',' '\n' | grep -cx 258)
+[ "$turns" -ge 3 ] && ok || bad "expected <|end_of_msg|> after each message, found $turns"
+a=$("$BIN" run "$dir" --load-session "$tmp/s.bin" --gen 5 --quiet)
+b=$("$BIN" run "$dir" --ids "$all" --gen 5 --quiet)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "resumed chat state '$a' != fresh feed of the conversation '$b'"
+ids=$(printf 'say <|open|> and <|end_of_msg|>' | "$BIN" tokenize "$dir")
+$PY -c "import json,sys; ids=json.loads(sys.argv[1]); sys.exit(0 if ids and max(ids) < 256 else 1)" "$ids" && ok || \
+    bad "user text became special tokens: $ids"
+echo "t_chat: $pass passed, $fail failed"
+[ $fail -eq 0 ]
