@@ -41,6 +41,9 @@ help:
 	@echo "make setup      install missing Debian packages (as root) or print the command"
 	@echo "make asan       the test suite under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make tsan       the threaded tests under ThreadSanitizer (build-tsan/)"
+	@echo "make fuzz       run every fuzz target (FUZZ_SECONDS=60); fuzz-smoke: ~10 s each (CI)"
+	@echo "make bench      full-width benchmark ladder -> docs/PERFORMANCE.md (BENCH_QUICK=1: short)"
+	@echo "make bench-kernels / bench-device   kernel and device benchmarks only"
 	@echo "make clean      remove build directories"
 
 setup:

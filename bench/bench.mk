@@ -1,0 +1,54 @@
+# bench/bench.mk - benchmark targets, included by the main Makefile
+# (`-include bench/bench.mk`). Nothing here runs in `make` or `make test`:
+# benchmarks measure and report, tests never assert timings.
+#
+#   make bench          full run: checkpoint (6 layers x 64 experts, ~15 GB,
+#                       generated once under $(BUILD)/bench-model), device
+#                       benchmark, budget ladder, results + plot (~7 min on the
+#                       2-core reference machine, +1 min the first time)
+#   make bench BENCH_QUICK=1   2 layers x 32 experts, ~2.5 min
+#   make bench-device   only the device benchmark on the bench checkpoint
+#   make bench-kernels  memory read bandwidth (bench/membw.c), then the matvec
+#                       kernels at the real shapes (bench/bench_kernels.c)
+#   make bench-render   re-derive the table, plot and projection from results.json
+#
+# Every knob of bench/bench.py is an environment variable (BENCH_*; see its
+# header); make passes them through.
+
+BENCH_PROGS := $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench/bench_kernels \
+               $(BUILD)/bench/membw
+BENCH_PY    := /usr/bin/python3 bench/bench.py
+
+.PHONY: bench bench-device bench-kernels bench-render bench-progs
+
+bench-progs: $(BENCH_PROGS)
+
+$(BUILD)/bench/devbench: bench/devbench.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/decodebench: bench/decodebench.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/bench_kernels: bench/bench_kernels.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/membw: bench/membw.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LDLIBS) -o $@
+
+bench: $(BIN) $(BENCH_PROGS)
+	BUILD=$(BUILD) $(BENCH_PY) all
+
+bench-device: $(BIN) $(BUILD)/bench/devbench
+	BUILD=$(BUILD) $(BENCH_PY) device
+
+bench-kernels: $(BUILD)/bench/bench_kernels $(BUILD)/bench/membw
+	@echo "load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	$(BUILD)/bench/membw | tee $(BUILD)/bench/membw.txt
+	$(BUILD)/bench/bench_kernels | tee $(BUILD)/bench/kernels.txt
+
+bench-render:
+	BUILD=$(BUILD) $(BENCH_PY) render
