@@ -64,6 +64,8 @@ typedef struct ms_engine_params {
     const char *cache_policy;   /* "lru" (default), "s3fifo" */
     int no_readahead;           /* 1: read streamed trunk regions synchronously */
     const char *trace_path;     /* append every expert request here */
+    int predict_experts;        /* 1: during decode, apply the next layer's router (when it is
+                                   resident) to this layer's input and prefetch its choices */
     /* fault injection, for tests: fail request #fault_at_read of the run */
     int fault_kind;             /* 0 none, 1 EIO, 2 transient, 3 short, 4 corrupt */
     int64_t fault_at_read;

@@ -6,7 +6,7 @@
  *     pinned, the minimum ring, the minimum expert cache) through part of the
  *     trunk pinned, all of it pinned with a tiny expert cache, to everything
  *     resident; at each rung every I/O backend, both cache policies, read-ahead
- *     on and off: teacher-forced logits of every position BIT-identical to the
+ *     on and off, expert prediction on (io_uring runs): teacher-forced logits of every position BIT-identical to the
  *     everything-resident run; byte counters consistent with the plan (0 trunk
  *     bytes when resident, > 0 when streamed);
  *   - faults: for every read index of a short streamed run, an injected EIO,
@@ -73,6 +73,7 @@ typedef struct run_cfg {
     const char *io, *policy;
     int no_readahead, fault_kind;
     int64_t fault_at;
+    int predict;
 } run_cfg;
 
 /* Teacher-forced logits [n, V] under cfg; NULL when open or feed failed
@@ -89,6 +90,7 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     p.no_readahead = rc->no_readahead;
     p.fault_kind = rc->fault_kind;
     p.fault_at_read = rc->fault_at;
+    p.predict_experts = rc->predict;
     ms_engine *e;
     *status = ms_engine_open(&p, &e, msg, msg_len);
     if (*status != MS_OK) return NULL;
@@ -99,7 +101,16 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     float *lg = NULL;
     if ((*status = ms_session_open(e, &s)) == MS_OK) {
         lg = malloc((size_t)(n * *V) * sizeof *lg);
-        *status = ms_session_feed(s, ids, n, lg);
+        if (rc->predict) {
+            /* one token at a time: the expert predictor runs only while decoding */
+            *status = MS_OK;
+            for (int64_t i = 0; i < n && *status == MS_OK; i++) {
+                *status = ms_session_feed(s, ids + i, 1, NULL);
+                if (*status == MS_OK) memcpy(lg + i * *V, ms_session_logits(s), (size_t)*V * sizeof *lg);
+            }
+        } else {
+            *status = ms_session_feed(s, ids, n, lg);
+        }
         if (*status != MS_OK) {
             snprintf(msg, msg_len, "%s", ms_session_error(s));
             free(lg);
@@ -121,7 +132,7 @@ static void ladder(const char *dir, const char *name) {
     int64_t V = 0;
     ms_status st;
     char msg[1024];
-    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0 };
+    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0 };
     ms_stats rs;
     float *ref = run(dir, &base, IDS, N_IDS, &V, &st, msg, sizeof msg, &rs);
     CHECK(ref != NULL, "%s: resident run: %s", name, msg);
@@ -145,7 +156,8 @@ static void ladder(const char *dir, const char *name) {
         for (int io = 0; io < 3; io++)
             for (int pol = 0; pol < 2; pol++)
                 for (int ra = 0; ra < 2; ra++) {
-                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0 };
+                    /* io_uring runs also prefetch predicted experts: hints never change bits */
+                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0, io == 2 };
                     int64_t V2 = 0;
                     ms_stats stt;
                     float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &stt);
@@ -169,7 +181,7 @@ static void ladder(const char *dir, const char *name) {
     int n_ok = 0, n_unsound = 0, n_open_fail = 0, n_bad = 0;
     for (int kind = 1; kind <= 3; kind++)
         for (int64_t at = 0; at < 400; at++) {
-            run_cfg rc = { sh.ring_floor, ef, "pread", "lru", 0, kind, at };
+            run_cfg rc = { sh.ring_floor, ef, "pread", "lru", 0, kind, at, (int)(at % 2) };
             int64_t V2 = 0;
             float *lg = run(dir, &rc, IDS, 6, &V2, &st, msg, sizeof msg, NULL);
             if (lg) {

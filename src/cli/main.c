@@ -9,6 +9,7 @@
 
 #include "cli/cmds.h"
 #include "cli/util.h"
+#include "server/server.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +36,8 @@ static void usage(FILE *f) {
         "                       between turns, so each turn reads only its new tokens\n"
         "      --system TEXT --thinking on|off --effort low|high|max --show-reasoning\n"
         "      --max-tokens N and the sampling options of run; /reset, /save PATH, /exit\n"
+        "  serve MODEL_DIR      OpenAI-compatible HTTP server [--host 127.0.0.1] [--port 8080]\n"
+        "                       [--api-key KEY] (see docs/SERVER.md)\n"
         "  tokenize MODEL_DIR   text on stdin -> JSON array of ids (--decode: ids -> text)\n"
         "  perplexity MODEL_DIR --file PATH [--max-tokens N]   JSON {n_tokens, nll, perplexity}\n"
         "  plan MODEL_DIR|config.json --ram SIZE   the memory plan, without reading weights\n"
@@ -49,6 +52,7 @@ static void usage(FILE *f) {
         "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight\n"
         "  --cache lru|s3fifo   expert cache policy              --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
+        "  --predict-experts    prefetch the next layer's experts predicted by its router\n"
         "\n"
         "exit codes: 0 ok, 1 runtime failure, 2 usage or invalid model, 4 output unsound\n");
 }
@@ -60,6 +64,7 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--quiet")) { o->quiet = 1; return 1; }
     if (!strcmp(a, "--no-readahead")) { o->no_readahead = 1; return 1; }
+    if (!strcmp(a, "--predict-experts")) { o->predict_experts = 1; return 1; }
     if (!strcmp(a, "--io") || !strcmp(a, "--cache") || !strcmp(a, "--trace") || !strcmp(a, "--fault") ||
         !strcmp(a, "--trunk-ram") || !strcmp(a, "--expert-ram") || !strcmp(a, "--queue-depth")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
@@ -128,6 +133,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.cache_policy = o->cache_policy;
     ep.no_readahead = o->no_readahead;
     ep.trace_path = o->trace_path;
+    ep.predict_experts = o->predict_experts;
     ep.fault_kind = o->fault_kind;
     ep.fault_at_read = o->fault_at_read;
     ep.log = o->quiet ? NULL : cli_log;
@@ -577,6 +583,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return ms_serve_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return EXIT_OK; }
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -310,7 +310,7 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
         }
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0 };
+    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, e->p.predict_experts };
     double t0 = now_s();
     ms_status st = MS_OK;
     for (int64_t i = 0; i < n && st == MS_OK; i += MS_CHUNK) {

@@ -375,6 +375,32 @@ static void topk(const float *choice, int64_t E, int64_t k, int32_t *idx) {
     }
 }
 
+/* Prefetch hint for the NEXT MoE layer during decode: apply its router to this
+ * layer's FFN input (the "next-layer router" predictor, ~59% of K3's choices)
+ * and start reading the predicted experts, so their reads overlap the next
+ * layer's attention. Only when that router is resident (no read is issued to
+ * get it). A hint never changes a result: it only moves reads earlier. */
+static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L) {
+    const ms_model *m = c->m;
+    const ms_config *cf = &m->cfg;
+    if (L->index + 1 >= m->n_layer) return;
+    const ms_layer *N = &m->layers[L->index + 1];
+    if (N->is_dense || !ms_store_region_resident(c->store, N->ffn_region)) return;
+    const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
+    ms_err err;
+    ms_err_clear(&err);
+    const uint8_t *nb = ms_store_acquire(c->store, N->ffn_region, &err);
+    if (!nb) return;
+    mm_bf16(c, f->rl, E, nb, &N->router, f->x, H, 1);
+    const float *bias = vec(nb, &N->router_bias, f->vec0);
+    float *choice = f->tmp;
+    for (int64_t e = 0; e < E; e++) choice[e] = ms_sigmoidf(f->rl[e]) + bias[e];
+    topk(choice, E, k, f->sel);
+    for (int64_t j = 0; j < k; j++) f->eregion[j] = N->expert_region0 + f->sel[j];
+    ms_store_release(c->store, N->ffn_region);
+    ms_store_hint(c->store, f->eregion, (int)k);
+}
+
 static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base,
                              int64_t T, ms_err *err) {
     const ms_config *cf = &c->m->cfg;
@@ -461,6 +487,7 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
         }
         ms_rmsnorm(r, r, ln, lat, eps);
     }
+    if (T == 1 && c->predict) hint_next_layer(c, f, L);   /* f->x still holds this layer's FFN input */
     mm_bf16(c, f->ffn, H, base, &L->lat_up, f->zr, lat, T);
     for (int64_t i = 0; i < T * H; i++) f->ffn[i] = f->ffn[i] + f->a[i];
     return MS_OK;

@@ -122,6 +122,7 @@ typedef struct ms_fwd_ctx {
     ms_store *store;
     ms_pool *pool;
     int64_t scale255;           /* counter: MXFP4 groups with scale byte 255 used */
+    int predict;                /* decode: prefetch the next layer's predicted experts */
 } ms_fwd_ctx;
 
 /* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.

@@ -1,0 +1,411 @@
+/* server/http.c - the HTTP side of `moestream serve` (libmicrohttpd).
+ *
+ * Owns: the daemon (one thread per connection, so a handler may block while
+ *   its job waits for the engine), routing, authentication, the size limits,
+ *   reading request bodies, waiting for jobs, and writing responses: JSON
+ *   for everything but streamed completions, which are server-sent events
+ *   pulled by a content-reader callback from the job's output buffer.
+ *
+ * Per request (MHD calls the access handler several times):
+ *
+ *   first call      headers only: size of the headers, route, method, auth,
+ *                   draining, Content-Length -> an early error response, or
+ *                   wait for the body
+ *   upload calls    append to the body; beyond --max-body stop keeping it
+ *   last call       parse JSON, validate + render (api.c), submit, then
+ *                     non-stream: wait for the job, answer with its body
+ *                     stream:     wait for its first bytes (so errors before
+ *                                 the first byte still get a 4xx/5xx status),
+ *                                 then a 200 text/event-stream response
+ *   completed       (MHD_OPTION_NOTIFY_COMPLETED) a request that did not end
+ *                   normally cancels its job; the worker sees it before the
+ *                   next token
+ *
+ * Client disconnects are also noticed while a handler or the stream callback
+ *   waits: every 100 ms the connection's socket is polled for hang-up
+ *   (POLLRDHUP / a zero-byte peek). A client that half-closes its sending side
+ *   is treated as gone.
+ * Limits answered with an OpenAI error object: headers > --max-header (431),
+ *   body > --max-body (413), unknown path (404), wrong method (405), missing
+ *   or wrong key (401), full queue (429), shutting down (503). Headers beyond
+ *   the connection memory pool (4 x --max-header, at least 64 KiB) are refused
+ *   by libmicrohttpd itself before they reach us.
+ */
+#include "server/srv.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 100
+
+typedef enum route {
+    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION
+} route;
+
+typedef struct req {
+    srv *s;
+    route rt;
+    srv_buf body;
+    int too_big;
+    int responded;              /* a response is queued; ignore further calls */
+    int fd;
+    char client[64];
+    srv_job *job;               /* one reference while the request lives */
+} req;
+
+typedef struct stream_ctx {
+    srv_job *job;               /* one reference */
+    int fd;
+} stream_ctx;
+
+static struct MHD_Daemon *daemon_of(srv *s) { return (struct MHD_Daemon *)s->daemon; }
+
+/* ---- responses ------------------------------------------------------------------ */
+
+static enum MHD_Result respond(struct MHD_Connection *c, int status, char *body) {
+    static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    struct MHD_Response *r = body
+        ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
+        : MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+    if (!r) { free(body); return MHD_NO; }
+    if (!body) status = 500;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (status == 405) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result respond_err(srv *s, struct MHD_Connection *c, const srv_err *e) {
+    atomic_fetch_add(&s->n_errors, 1);
+    return respond(c, e->status, srv_err_body(e));
+}
+
+static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const char *type,
+                            const char *code, const char *msg) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    srv_err_set(&e, status, type, NULL, code, "%s", msg);
+    return respond_err(s, c, &e);
+}
+
+/* ---- helpers --------------------------------------------------------------------- */
+
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = { fd, POLLIN | POLLRDHUP, 0 };
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return 1;
+    if (p.revents & POLLIN) {
+        char ch;
+        return recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    }
+    return 0;
+}
+
+static void deadline_in(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_nsec += (long)ms * 1000000L;
+    while (ts->tv_nsec >= 1000000000L) { ts->tv_nsec -= 1000000000L; ts->tv_sec++; }
+}
+
+static enum MHD_Result sum_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
+static int auth_ok(srv *s, struct MHD_Connection *c) {
+    if (!s->o.api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(h), k = strlen(s->o.api_key);
+    unsigned diff = (unsigned)(n != k);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)h[i] ^ (unsigned char)s->o.api_key[i % (k ? k : 1)];
+    return diff == 0;
+}
+
+static route route_of(const char *url, int *is_post) {
+    if (!strncmp(url, "/v1/", 4)) url += 3;             /* "/v1/x" and "/x" are the same */
+    *is_post = 0;
+    if (!strcmp(url, "/health") || !strcmp(url, "/healthz")) return R_HEALTH;
+    if (!strcmp(url, "/models")) return R_MODELS;
+    if (!strncmp(url, "/models/", 8)) return R_MODEL;
+    *is_post = 1;
+    if (!strcmp(url, "/chat/completions")) return R_CHAT;
+    if (!strcmp(url, "/completions")) return R_COMPLETION;
+    return R_NONE;
+}
+
+/* ---- streaming ------------------------------------------------------------------- */
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_ctx *sc = cls;
+    srv_job *j = sc->job;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->out.n > 0) {
+            size_t n = j->out.n < max ? j->out.n : max;
+            memcpy(buf, j->out.p, n);
+            memmove(j->out.p, j->out.p + n, j->out.n - n);
+            j->out.n -= n;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)n;
+        }
+        if (j->done) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        struct timespec ts;
+        deadline_in(&ts, WAIT_MS);
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!j->done && j->out.n == 0 && client_gone(sc->fd)) {
+            atomic_store(&j->cancel, 1);
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    stream_ctx *sc = cls;
+    srv_job_unref(sc->job);
+    free(sc);
+}
+
+/* ---- the POST endpoints ------------------------------------------------------------ */
+
+static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
+    if (r->too_big) {
+        char m[128];
+        snprintf(m, sizeof m, "the request body is larger than this server's limit of %lld bytes", (long long)s->o.max_body);
+        return fail(s, c, 413, "invalid_request_error", "request_too_large", m);
+    }
+    json_error_t jerr;
+    json_t *req_json = json_loadb(r->body.p ? r->body.p : "", r->body.n, 0, &jerr);
+    if (!req_json) {
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        srv_err_set(&e, 400, "invalid_request_error", NULL, "invalid_json",
+                    "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+        return respond_err(s, c, &e);
+    }
+    if (!json_is_object(req_json)) {
+        json_decref(req_json);
+        return fail(s, c, 400, "invalid_request_error", "invalid_json", "the body must be a JSON object");
+    }
+    srv_job *j = srv_job_new();
+    if (!j) { json_decref(req_json); return fail(s, c, 500, "server_error", NULL, "out of memory"); }
+    j->created = (int64_t)time(NULL);
+    snprintf(j->client, sizeof j->client, "%s", r->client);
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    int rc = r->rt == R_CHAT ? srv_api_chat(s, req_json, j, &e) : srv_api_completion(s, req_json, j, &e);
+    json_decref(req_json);
+    if (rc < 0) { srv_job_unref(j); return respond_err(s, c, &e); }
+    if (atomic_load(&s->draining) || srv_submit(s, j) != 0) {
+        int draining = atomic_load(&s->draining);
+        srv_job_unref(j);
+        return draining ? fail(s, c, 503, "server_error", "shutting_down", "the server is shutting down")
+                        : fail(s, c, 429, "rate_limit_error", "queue_full", "the server's queue is full; retry later");
+    }
+    r->job = j;
+    /* wait: non-stream until done, stream until the first bytes (or done) */
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && !(j->stream && j->out.n > 0)) {
+        struct timespec ts;
+        deadline_in(&ts, WAIT_MS);
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!j->done && client_gone(r->fd)) {
+            atomic_store(&j->cancel, 1);
+            pthread_mutex_unlock(&j->mu);
+            return MHD_NO;                  /* close; the completed callback drops the job */
+        }
+    }
+    int streaming = j->stream && j->pushed;
+    int status = j->http_status;
+    char *body = j->body;
+    j->body = NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (!streaming) {
+        if (status >= 400) atomic_fetch_add(&s->n_errors, 1);
+        return respond(c, status ? status : 500, body);
+    }
+    free(body);
+    stream_ctx *sc = malloc(sizeof *sc);
+    if (!sc) { atomic_store(&j->cancel, 1); return MHD_NO; }
+    srv_job_ref(j);
+    sc->job = j;
+    sc->fd = r->fd;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
+    if (!resp) { stream_free(sc); atomic_store(&j->cancel, 1); return MHD_NO; }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ---- the access handler --------------------------------------------------------------- */
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv *s = cls;
+    req *r = *con_cls;
+    if (!r) {
+        /* first call: headers only */
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->s = s;
+        r->fd = -1;
+        *con_cls = r;
+        r->responded = 1;                   /* every return below but the last answers */
+        atomic_fetch_add(&s->active, 1);
+        atomic_fetch_add(&s->n_requests, 1);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) r->fd = ci->connect_fd;
+        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, r->client, sizeof r->client);
+            else if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, r->client, sizeof r->client);
+        }
+        size_t hdr = strlen(url) + strlen(method) + 16;
+        MHD_get_connection_values(c, MHD_HEADER_KIND, sum_header, &hdr);
+        if ((int64_t)hdr > s->o.max_header) {
+            char m[128];
+            snprintf(m, sizeof m, "the request headers are larger than this server's limit of %lld bytes", (long long)s->o.max_header);
+            return fail(s, c, 431, "invalid_request_error", "headers_too_large", m);
+        }
+        int want_post;
+        r->rt = route_of(url, &want_post);
+        int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        int is_post = !strcmp(method, "POST");
+        if (r->rt == R_NONE) {
+            char m[160];
+            snprintf(m, sizeof m, "unknown path '%.100s' (see docs/SERVER.md)", url);
+            return fail(s, c, 404, "invalid_request_error", "not_found", m);
+        }
+        if (want_post ? !is_post : !is_get) {
+            char m[160];
+            snprintf(m, sizeof m, "method %.16s is not allowed on %.100s (use %s)", method, url, want_post ? "POST" : "GET");
+            return fail(s, c, 405, "invalid_request_error", "method_not_allowed", m);
+        }
+        if (r->rt == R_HEALTH) return respond(c, atomic_load(&s->draining) ? 503 : 200, srv_api_health(s));
+        if (!auth_ok(s, c))
+            return fail(s, c, 401, "invalid_request_error", "invalid_api_key",
+                        "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+        if (atomic_load(&s->draining)) return fail(s, c, 503, "server_error", "shutting_down", "the server is shutting down");
+        if (r->rt == R_MODELS) return respond(c, 200, srv_api_models(s));
+        if (r->rt == R_MODEL) {
+            const char *id = strstr(url, "/models/") + 8;
+            if (strcmp(id, s->o.model_name) != 0) {
+                char m[200];
+                snprintf(m, sizeof m, "the model '%.100s' does not exist", id);
+                return fail(s, c, 404, "invalid_request_error", "model_not_found", m);
+            }
+            return respond(c, 200, srv_api_model(s));
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoll(cl, NULL, 10) > s->o.max_body) {
+            r->too_big = 1;
+            return run_post(s, c, r);       /* answer now; the body is never read */
+        }
+        r->responded = 0;
+        return MHD_YES;
+    }
+    if (r->responded) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        if (!r->too_big && (int64_t)(r->body.n + *upload_size) > s->o.max_body) {
+            r->too_big = 1;
+            srv_buf_free(&r->body);
+        }
+        if (!r->too_big && srv_buf_add(&r->body, upload, *upload_size) != 0) r->too_big = 1;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    r->responded = 1;
+    return run_post(s, c, r);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    srv *s = cls;
+    req *r = *con_cls;
+    if (!r) return;
+    if (r->job) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_store(&r->job->cancel, 1);
+        srv_job_unref(r->job);
+    }
+    srv_buf_free(&r->body);
+    free(r);
+    *con_cls = NULL;
+    atomic_fetch_sub(&s->active, 1);
+}
+
+/* ---- the daemon ------------------------------------------------------------------------ */
+
+int srv_http_start(srv *s) {
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->o.port);
+    int gai = getaddrinfo(s->o.host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        srv_log(s, 1, "cannot resolve --host '%s': %s", s->o.host, gai_strerror(gai));
+        return -1;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    size_t pool = (size_t)(4 * s->o.max_header);
+    if (pool < 65536) pool = 65536;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)s->o.port, NULL, NULL, handler, s,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+        MHD_OPTION_END);                /* no LISTENING_ADDRESS_REUSE: it would let two servers share a port */
+    freeaddrinfo(ai);
+    if (!d) {
+        srv_log(s, 1, "cannot listen on %s:%d (address in use or not available?)", s->o.host, s->o.port);
+        return -1;
+    }
+    s->daemon = d;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    s->bound_port = di && di->port ? di->port : s->o.port;
+    return 0;
+}
+
+void srv_http_quiesce(srv *s) {
+    if (!s->daemon) return;
+    MHD_socket fd = MHD_quiesce_daemon(daemon_of(s));
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void srv_http_stop(srv *s) {
+    if (!s->daemon) return;
+    MHD_stop_daemon(daemon_of(s));
+    s->daemon = NULL;
+}

@@ -1,0 +1,263 @@
+/* server/srv.h - internals shared by the files of `moestream serve`.
+ *
+ * Owns: the server object (options, the engine, the job queue), the job (one
+ * generation request travelling from an HTTP thread to the engine worker and
+ * its output travelling back), and the small helpers every file uses (a
+ * growable byte buffer, UTF-8 repair, OpenAI error objects).
+ *
+ * Idea: three layers, one file each, talking through srv_job:
+ *
+ *   http.c    libmicrohttpd, one thread per connection: routing, auth, size
+ *             limits, reading the body, waiting for a job, writing the
+ *             response (SSE through a content-reader callback)
+ *   api.c     OpenAI JSON in (validation, chat rendering to ids) and out
+ *             (completion objects, stream chunks, error objects)
+ *   worker.c  one engine thread: picks jobs from the queue fairly, reuses the
+ *             live session's state when a prompt extends it, samples, turns
+ *             ids into text and tool calls, hands api.c what to send
+ *
+ *   HTTP thread                         worker thread
+ *   parse + render (api.c) --submit-->  queue --pick--> prefill, decode
+ *   wait on job->cv  <--push bytes / complete---------  emit (api.c)
+ *   client gone: job->cancel = 1  ------------------->  checked per token
+ *
+ * Invariants:
+ *   1. Only the worker thread touches the session, the sampler and feeds the
+ *      engine; HTTP threads only tokenize/render (read-only tokenizer).
+ *   2. A job is reference counted: the HTTP request and a streaming response
+ *      hold one reference each, the queue/worker one; the last unref frees.
+ *   3. Everything a job shares (out, done, http_status, body) is read and
+ *      written under job->mu; cancel is an atomic flag.
+ *   4. Every byte handed to the client is valid UTF-8 (srv_utf8_clean).
+ * Does not: batch several sequences through one pass yet (the worker runs
+ *   one job at a time; see docs/SERVER.md for how the queue and the per-job
+ *   state are laid out so that a batched step can replace the single one).
+ */
+#ifndef MS_SERVER_SRV_H
+#define MS_SERVER_SRV_H
+
+#include "moestream.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- options --------------------------------------------------------------- */
+
+typedef struct srv_opts {
+    const char *model_dir;
+    const char *model_name;     /* the id clients name; default basename(model_dir) */
+    const char *host;           /* default 127.0.0.1 */
+    int port;                   /* default 8080; 0 = any free port (printed) */
+    const char *api_key;        /* NULL = no auth */
+    int threads, quiet;
+    int64_t ram;                /* engine ram_bytes */
+    int64_t max_context;        /* engine max_context (0 = engine default) */
+    int64_t max_body;           /* bytes of a request body */
+    int64_t max_header;         /* bytes of request line + headers */
+    int64_t max_messages;       /* messages per chat request */
+    int64_t max_tokens;         /* ceiling on max_tokens */
+    int64_t default_max_tokens; /* when a request names none (still capped by the context) */
+    int64_t max_queue;          /* jobs waiting; more are refused with 429 */
+    int64_t max_connections;
+    int64_t prefill_chunk;      /* tokens per feed while reading a prompt */
+    int thinking;               /* default of "thinking" when a request does not say */
+    double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
+    int idle_timeout_s;         /* close idle keep-alive connections after this */
+} srv_opts;
+
+/* ---- byte buffer ------------------------------------------------------------ */
+
+typedef struct srv_buf {
+    char *p;                    /* NUL terminated when not NULL */
+    size_t n, cap;
+} srv_buf;
+
+/* Append n bytes (keeps a NUL after them). 0, or -1 when out of memory
+ * (the buffer is then unchanged). */
+int srv_buf_add(srv_buf *b, const void *s, size_t n);
+int srv_buf_adds(srv_buf *b, const char *s);
+void srv_buf_free(srv_buf *b);
+
+/* ---- UTF-8 ------------------------------------------------------------------ */
+
+/* Length of the longest prefix of s[0..n) that does not end inside an
+ * incomplete (but so far valid) UTF-8 sequence: the bytes that can be sent
+ * now without a later byte changing how they are read. */
+size_t srv_utf8_ready(const char *s, size_t n);
+/* Append s[0..n) to out as valid UTF-8: each byte that does not start a valid
+ * sequence (invalid, overlong, surrogate, > U+10FFFF, or cut off at the end)
+ * becomes U+FFFD. Cleaning a text in pieces cut at srv_utf8_ready boundaries
+ * gives the same bytes as cleaning it whole. 0 or -1 (out of memory). */
+int srv_utf8_clean(srv_buf *out, const char *s, size_t n);
+
+/* ---- errors ---------------------------------------------------------------- */
+
+/* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
+typedef struct srv_err {
+    int status;                 /* HTTP status */
+    const char *type;           /* "invalid_request_error", ... */
+    const char *param;          /* NULL = null */
+    const char *code;           /* NULL = null */
+    char msg[512];
+} srv_err;
+
+/* Fill e (first error wins: a second call on a set error does nothing) and
+ * return -1. */
+int srv_err_set(srv_err *e, int status, const char *type, const char *param,
+                const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The JSON body of e (malloc'd). NULL only when out of memory. */
+char *srv_err_body(const srv_err *e);
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
+
+typedef struct srv_job {
+    /* set by the HTTP thread before srv_submit, read-only afterwards */
+    srv_kind kind;
+    int stream, include_usage, echo;
+    char id[48];                /* "chatcmpl-..." / "cmpl-..." */
+    int64_t created;            /* unix seconds */
+    char client[64];            /* fairness key: "user:NAME" or the peer address */
+    int32_t *prompt;            /* ids to read before generating */
+    int64_t n_prompt;
+    int32_t *forced;            /* ids forced as the start of the output (tool_choice) */
+    int64_t n_forced;
+    int forced_done;            /* forced ids close the message: nothing to sample */
+    ms_sample_params sp;
+    int64_t max_tokens;         /* sampled tokens, >= 1 */
+    char **stop;                /* stop strings (content / text), malloc'd */
+    int n_stop;
+    int thinking;               /* chat: which generation prompt was rendered */
+    int ignore_eos;             /* do not stop at the stop token (benchmarks, tests) */
+    char *echo_text;            /* completion with echo: the prompt text */
+
+    /* shared with the worker, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;                   /* no more output will come */
+    srv_buf out;                /* streamed bytes not yet taken by HTTP */
+    int pushed;                 /* some bytes were streamed (the status is 200 then) */
+    int http_status;            /* non-stream: the response */
+    char *body;
+    int refs;
+    atomic_int cancel;          /* 1 client gone, 2 server shutting down */
+
+    /* owned by the queue / worker */
+    uint64_t arrival;
+    struct srv_job *next;
+} srv_job;
+
+/* A new job with one reference; NULL when out of memory. */
+srv_job *srv_job_new(void);
+void srv_job_ref(srv_job *j);
+void srv_job_unref(srv_job *j);
+/* Worker: append bytes for a streaming response and wake the HTTP side. */
+void srv_job_push(srv_job *j, const char *s, size_t n);
+/* Worker: no more output. Non-stream jobs pass the response (body is taken
+ * over; NULL for a streaming job). Wakes the HTTP side. */
+void srv_job_complete(srv_job *j, int http_status, char *body);
+
+/* ---- the server ------------------------------------------------------------- */
+
+#define SRV_MAX_CLIENTS 64      /* fairness table entries */
+
+typedef struct srv {
+    srv_opts o;
+    ms_engine *e;
+    ms_model_info info;
+    int32_t stop_ids[3];        /* eos_id, <|end_of_msg|>, [EOS] (distinct, >= 0) */
+    int n_stop_ids;
+    int32_t id_open, id_close, id_sep;
+    int64_t started;            /* unix seconds */
+
+    /* queue (qmu) */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    srv_job *queue;             /* in arrival order */
+    int64_t n_queued;
+    srv_job *running;
+    int stop_worker;
+    uint64_t n_arrivals, n_served;
+    struct { char key[64]; uint64_t last; } clients[SRV_MAX_CLIENTS];
+    pthread_t worker;
+    int worker_started;
+
+    /* HTTP */
+    void *daemon;               /* struct MHD_Daemon * */
+    int bound_port;
+    atomic_int draining;        /* SIGTERM seen: refuse new work */
+    atomic_long active;         /* requests between first byte and completion */
+    atomic_ullong next_id;      /* response and tool-call ids */
+    uint64_t id_salt;
+    atomic_llong n_requests, n_errors;
+} srv;
+
+/* worker.c */
+int srv_worker_start(srv *s);
+/* Cancel everything still queued or running (reason 2), wait for the worker
+ * to finish them, join it. */
+void srv_worker_stop(srv *s);
+/* Queue a job (takes a reference). -1 when the queue is full or the server is
+ * shutting down (the job is untouched). */
+int srv_submit(srv *s, srv_job *j);
+/* Jobs waiting + running. */
+int64_t srv_queue_depth(srv *s);
+/* Set cancel = reason on every queued and running job. */
+void srv_cancel_all(srv *s, int reason);
+
+/* api.c: requests */
+/* Validate a chat completion request and fill j (prompt ids, sampling,
+ * limits). 0, or -1 with e set (a 4xx; 500 only when out of memory). */
+int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e);
+int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e);
+/* GET /v1/models and /v1/models/{id} bodies (malloc'd). */
+char *srv_api_models(srv *s);
+char *srv_api_model(srv *s);
+char *srv_api_health(srv *s);
+
+/* api.c: output, called by the worker */
+typedef struct srv_call_out {
+    const char *name;           /* valid UTF-8 */
+    const char *arguments;      /* valid UTF-8 JSON text */
+} srv_call_out;
+
+typedef struct srv_result {
+    const char *finish;         /* "stop" | "length" | "tool_calls"; NULL = failed */
+    int err_status;             /* failed: HTTP status and message */
+    const char *err_msg;
+    const char *err_type;
+    int64_t n_prompt, n_cached, n_completion, n_reasoning;
+    const char *reasoning;      /* chat, valid UTF-8 ("" = none) */
+    const char *content;        /* chat: the answer; completion: the text */
+    const srv_call_out *calls;  /* call i gets the id "call_<job id hex>_<i>" */
+    int64_t n_calls;
+} srv_result;
+
+/* Stream: the first chunk (role). */
+void srv_api_emit_start(srv *s, srv_job *j);
+/* Stream: a piece of reasoning and/or content (valid UTF-8, may be empty). */
+void srv_api_emit_delta(srv *s, srv_job *j, const char *reasoning, size_t n_reasoning,
+                        const char *content, size_t n_content);
+/* Stream: tool call number i, whole. */
+void srv_api_emit_call(srv *s, srv_job *j, int64_t i, const srv_call_out *c);
+/* The end: stream -> last chunk(s) + [DONE]; otherwise the whole response.
+ * Completes the job. */
+void srv_api_finish(srv *s, srv_job *j, const srv_result *r);
+
+/* http.c */
+int srv_http_start(srv *s);
+/* Stop accepting new connections (listening socket closed). */
+void srv_http_quiesce(srv *s);
+void srv_http_stop(srv *s);
+
+/* serve.c: a log line on stderr (unless --quiet for INFO). */
+void srv_log(srv *s, int is_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Monotonic seconds. */
+double srv_now(void);
+
+#endif

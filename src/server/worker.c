@@ -1,0 +1,448 @@
+/* server/worker.c - the engine worker: the job queue, fair picking, session
+ * reuse, and the generation loop.
+ *
+ * Owns: the one live session and every call that computes on the engine
+ *   (invariant 1 of srv.h). HTTP threads put jobs in the queue and wait; this
+ *   thread takes them one at a time.
+ *
+ * Fairness: the queue keeps arrival order, but the next job is the one whose
+ *   client (the request's "user", else the peer address) was served longest
+ *   ago (never served = first);
+ *   ties go to the earlier arrival. One client sending many requests at once
+ *   therefore alternates with the others instead of going first with all.
+ *
+ * Session reuse: the session holds the ids fed so far, S. A job's input is
+ *   P = prompt ids + forced output ids. If S is a prefix of P, only P[|S|..)
+ *   is fed and |S| prompt tokens are reported as cached; otherwise the
+ *   session is reset and P is fed whole. Because the engine gives identical
+ *   bits however a sequence is split into feeds, a reused answer equals a
+ *   fresh one (t_server tests that). The token the generation stops on (the
+ *   stop token, the max_tokens-th token, the one that completes a stop
+ *   string) is not fed: a follow-up request re-renders the answer, and the
+ *   closing markup follows from there. A conversation continues from the
+ *   kept state when the client sends back what the model produced and that
+ *   text re-encodes to the same ids (see docs/SERVER.md).
+ *
+ * The generation loop is written per job in steps (prefill in chunks, one
+ *   token per decode step, cancellation checked between steps) so that a
+ *   batched worker can later step several jobs' sequences through one pass
+ *   over the weights; today it runs one job to completion.
+ *
+ * Streaming text: chat replies are re-parsed (ms_chat_parse_reply) after
+ *   every token; reasoning and content only grow, so the bytes past what was
+ *   sent are the delta. Content is held back by (longest stop string - 1)
+ *   bytes and never cut inside a UTF-8 character (srv_utf8_ready), so the
+ *   concatenated deltas equal the non-streamed text. A tool call is sent
+ *   whole once a later call starts or the reply ends.
+ */
+#include "server/srv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- queue -------------------------------------------------------------------- */
+
+static uint64_t client_last(srv *s, const char *key) {
+    for (int i = 0; i < SRV_MAX_CLIENTS; i++)
+        if (s->clients[i].key[0] && !strcmp(s->clients[i].key, key)) return s->clients[i].last;
+    return 0;
+}
+
+static void client_touch(srv *s, const char *key, uint64_t when) {
+    int slot = 0;
+    for (int i = 0; i < SRV_MAX_CLIENTS; i++) {
+        if (s->clients[i].key[0] && !strcmp(s->clients[i].key, key)) { slot = i; break; }
+        if (s->clients[i].last < s->clients[slot].last) slot = i;   /* else: least recently served */
+    }
+    snprintf(s->clients[slot].key, sizeof s->clients[slot].key, "%s", key);
+    s->clients[slot].last = when;
+}
+
+/* Under qmu, queue not empty. */
+static srv_job *pick(srv *s) {
+    srv_job **best = NULL;
+    uint64_t best_last = UINT64_MAX;
+    for (srv_job **p = &s->queue; *p; p = &(*p)->next) {
+        uint64_t last = client_last(s, (*p)->client);
+        if (last < best_last) { best = p; best_last = last; }
+    }
+    srv_job *j = *best;
+    *best = j->next;
+    j->next = NULL;
+    s->n_queued--;
+    client_touch(s, j->client, ++s->n_served);
+    return j;
+}
+
+int srv_submit(srv *s, srv_job *j) {
+    pthread_mutex_lock(&s->qmu);
+    if (s->stop_worker || s->n_queued >= s->o.max_queue) {
+        pthread_mutex_unlock(&s->qmu);
+        return -1;
+    }
+    srv_job_ref(j);
+    j->arrival = ++s->n_arrivals;
+    srv_job **p = &s->queue;
+    while (*p) p = &(*p)->next;
+    *p = j;
+    s->n_queued++;
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    return 0;
+}
+
+int64_t srv_queue_depth(srv *s) {
+    pthread_mutex_lock(&s->qmu);
+    int64_t n = s->n_queued + (s->running ? 1 : 0);
+    pthread_mutex_unlock(&s->qmu);
+    return n;
+}
+
+void srv_cancel_all(srv *s, int reason) {
+    pthread_mutex_lock(&s->qmu);
+    for (srv_job *j = s->queue; j; j = j->next) atomic_store(&j->cancel, reason);
+    if (s->running) atomic_store(&s->running->cancel, reason);
+    pthread_mutex_unlock(&s->qmu);
+}
+
+/* ---- one job ------------------------------------------------------------------ */
+
+typedef struct gen {
+    int32_t *ids;               /* forced + sampled ids */
+    int64_t n, cap;
+    int64_t n_sampled;
+    size_t max_stop;            /* longest stop string */
+    int stopped;                /* a stop string was found at stop_at */
+    size_t stop_at;
+    size_t searched;            /* stop strings were searched up to here (start positions) */
+    size_t sent_r, sent_c;      /* raw bytes of reasoning / content (text) already sent */
+    int64_t calls_sent;
+    srv_buf text;               /* completions: the generated bytes */
+    srv_buf scratch, scratch2;
+} gen;
+
+static int gen_push(gen *g, int32_t id) {
+    if (g->n == g->cap) {
+        int64_t cap = g->cap ? 2 * g->cap : 256;
+        int32_t *p = realloc(g->ids, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        g->ids = p;
+        g->cap = cap;
+    }
+    g->ids[g->n++] = id;
+    return 0;
+}
+
+static int is_stop_id(const srv *s, int32_t id) {
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == id) return 1;
+    return 0;
+}
+
+/* Search the stop strings in t[0..n) for matches starting at >= g->searched. */
+static void find_stop(const srv_job *j, gen *g, const char *t, size_t n) {
+    if (g->stopped || j->n_stop == 0) return;
+    size_t best = SIZE_MAX;
+    for (int k = 0; k < j->n_stop; k++) {
+        size_t len = strlen(j->stop[k]);
+        for (size_t p = g->searched; p + len <= n; p++)
+            if (!memcmp(t + p, j->stop[k], len)) { if (p < best) best = p; break; }
+    }
+    if (best != SIZE_MAX) { g->stopped = 1; g->stop_at = best; return; }
+    /* a match can start no earlier than n - max_stop + 1 next time */
+    if (n + 1 > g->max_stop && n + 1 - g->max_stop > g->searched) g->searched = n + 1 - g->max_stop;
+}
+
+/* Bytes of t[0..n) that may be sent now (final: all of them). */
+static size_t sendable(const gen *g, const char *t, size_t n, size_t sent, int hold, int final) {
+    size_t limit = n;
+    if (g->stopped && g->stop_at < limit) limit = g->stop_at;
+    else if (!final && hold && g->max_stop > 1) limit = n >= g->max_stop - 1 ? n - (g->max_stop - 1) : 0;
+    if (limit <= sent) return sent;
+    if (final) return limit;
+    return sent + srv_utf8_ready(t + sent, limit - sent);
+}
+
+/* Send the new reasoning/content bytes (clean UTF-8). */
+static void emit_text(srv *s, srv_job *j, gen *g, const char *r, size_t nr, const char *c, size_t nc, int final) {
+    size_t to_r = r ? sendable(g, r, nr, g->sent_r, 0, final) : g->sent_r;
+    size_t to_c = sendable(g, c, nc, g->sent_c, 1, final);
+    if (r && nr < g->sent_r) to_r = g->sent_r;          /* never shrinks; guard anyway */
+    if (nc < g->sent_c) to_c = g->sent_c;
+    g->scratch.n = g->scratch2.n = 0;
+    if (to_r > g->sent_r) srv_utf8_clean(&g->scratch, r + g->sent_r, to_r - g->sent_r);
+    if (to_c > g->sent_c) srv_utf8_clean(&g->scratch2, c + g->sent_c, to_c - g->sent_c);
+    g->sent_r = to_r;
+    g->sent_c = to_c;
+    srv_api_emit_delta(s, j, g->scratch.p, g->scratch.n, g->scratch2.p, g->scratch2.n);
+}
+
+/* A tool call as sent: name and arguments cleaned (allocated into *buf). */
+static void clean_call(const ms_tool_call *tc, srv_buf *bn, srv_buf *ba, srv_call_out *out) {
+    bn->n = ba->n = 0;
+    srv_utf8_clean(bn, tc->name ? tc->name : "", tc->name ? strlen(tc->name) : 0);
+    srv_utf8_clean(ba, tc->arguments ? tc->arguments : "{}", tc->arguments ? strlen(tc->arguments) : 2);
+    out->name = bn->p ? bn->p : "";
+    out->arguments = ba->p ? ba->p : "{}";
+}
+
+static void emit_calls(srv *s, srv_job *j, gen *g, const ms_reply *r, int64_t upto) {
+    srv_buf bn = {0}, ba = {0};
+    for (; g->calls_sent < upto; g->calls_sent++) {
+        srv_call_out c;
+        clean_call(&r->tool_calls[g->calls_sent], &bn, &ba, &c);
+        srv_api_emit_call(s, j, g->calls_sent, &c);
+    }
+    srv_buf_free(&bn);
+    srv_buf_free(&ba);
+}
+
+/* After a new token: stop strings, streamed deltas. */
+static void on_token(srv *s, srv_job *j, gen *g, int32_t id) {
+    if (j->kind == SRV_COMPLETION) {
+        const char *b;
+        int64_t len = ms_token_bytes(s->e, id, &b);
+        if (len > 0) srv_buf_add(&g->text, b, (size_t)len);
+        find_stop(j, g, g->text.p, g->text.n);
+        if (j->stream) emit_text(s, j, g, NULL, 0, g->text.p, g->text.n, 0);
+        return;
+    }
+    if (!j->stream && j->n_stop == 0) return;          /* nothing to do per token */
+    ms_reply r;
+    if (ms_chat_parse_reply(s->e, g->ids, g->n, j->thinking, &r) != MS_OK) return;
+    size_t nc = strlen(r.content);
+    find_stop(j, g, r.content, nc);
+    if (j->stream) {
+        emit_text(s, j, g, r.reasoning, strlen(r.reasoning), r.content, nc, 0);
+        if (!g->stopped && r.n_tool_calls > 1) emit_calls(s, j, g, &r, r.n_tool_calls - 1);
+    }
+    ms_reply_free(&r);
+}
+
+/* Reasoning tokens: up to and including the <|sep|> of close(think). */
+static int64_t count_reasoning(srv *s, const srv_job *j, const gen *g) {
+    if (!j->thinking) return 0;
+    for (int64_t i = 0; i < g->n; i++) {
+        if (g->ids[i] != s->id_close) continue;
+        char tag[16];
+        size_t n = 0;
+        int64_t k = i + 1;
+        for (; k < g->n && g->ids[k] != s->id_sep; k++) {
+            const char *b;
+            int64_t len = ms_token_bytes(s->e, g->ids[k], &b);
+            if (len < 0 || n + (size_t)len >= sizeof tag) break;
+            memcpy(tag + n, b, (size_t)len);
+            n += (size_t)len;
+        }
+        if (k < g->n && g->ids[k] == s->id_sep && n == 5 && !memcmp(tag, "think", 5)) return k + 1;
+    }
+    return g->n;
+}
+
+static void reopen_session(srv *s, ms_session **ses) {
+    ms_session_close(*ses);
+    *ses = NULL;
+    if (ms_session_open(s->e, ses) != MS_OK) {
+        *ses = NULL;
+        srv_log(s, 1, "cannot reopen the session: %s", ms_engine_error(s->e));
+    }
+}
+
+static void run_job(srv *s, ms_session **sesp, srv_job *j) {
+    double t0 = srv_now();
+    srv_result res;
+    memset(&res, 0, sizeof res);
+    res.n_prompt = j->n_prompt;
+    gen g;
+    memset(&g, 0, sizeof g);
+    for (int k = 0; k < j->n_stop; k++)
+        if (strlen(j->stop[k]) > g.max_stop) g.max_stop = strlen(j->stop[k]);
+    ms_sampler *smp = NULL;
+    int32_t *full = NULL;
+    ms_reply reply;
+    memset(&reply, 0, sizeof reply);
+    srv_call_out *calls = NULL;
+    srv_buf *cbufs = NULL;
+    srv_buf clean_r = {0}, clean_c = {0};
+    ms_status st = MS_OK;
+    char msg[256];
+    const char *fail = NULL;
+    int fail_status = 500;
+
+    if (!*sesp) reopen_session(s, sesp);
+    ms_session *ses = *sesp;
+    if (!ses) { fail = "the engine has no session"; goto done; }
+    if (atomic_load(&j->cancel)) goto done;
+    smp = ms_sampler_open(&j->sp, s->info.n_vocab, msg, sizeof msg);
+    if (!smp) { fail = msg; fail_status = 400; goto done; }
+
+    /* the input: prompt + forced output (without a forced final stop token) */
+    int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
+    int64_t n_full = j->n_prompt + n_forced_feed;
+    full = malloc((size_t)n_full * sizeof *full);
+    if (!full) { fail = "out of memory"; goto done; }
+    memcpy(full, j->prompt, (size_t)j->n_prompt * sizeof *full);
+    if (n_forced_feed > 0) memcpy(full + j->n_prompt, j->forced, (size_t)n_forced_feed * sizeof *full);
+    for (int64_t i = 0; i < j->n_forced; i++)
+        if (gen_push(&g, j->forced[i]) != 0) { fail = "out of memory"; goto done; }
+
+    /* reuse the live session when it holds a prefix of the input */
+    int64_t n_have = 0;
+    const int32_t *have = ms_session_tokens(ses, &n_have);
+    int64_t at = 0;
+    if (n_have > 0 && n_have <= n_full && ms_session_logits(ses) &&
+        memcmp(have, full, (size_t)n_have * sizeof *full) == 0) {
+        at = n_have;
+    } else if (n_have > 0) {
+        ms_session_reset(ses);
+    }
+    res.n_cached = at < j->n_prompt ? at : j->n_prompt;
+
+    /* prefill, in chunks so that a cancel is seen */
+    while (at < n_full) {
+        if (atomic_load(&j->cancel)) goto done;
+        int64_t n = n_full - at < s->o.prefill_chunk ? n_full - at : s->o.prefill_chunk;
+        if ((st = ms_session_feed(ses, full + at, n, NULL)) != MS_OK) goto done;
+        at += n;
+    }
+    srv_api_emit_start(s, j);
+    if (j->kind == SRV_CHAT && j->n_forced > 0) on_token(s, j, &g, j->forced[j->n_forced - 1]);
+
+    /* decode */
+    const char *finish = j->forced_done ? "tool_calls" : NULL;
+    while (!finish) {
+        if (atomic_load(&j->cancel)) goto done;
+        int64_t n_hist;
+        const int32_t *hist = ms_session_tokens(ses, &n_hist);
+        int32_t id = ms_sampler_next(smp, ms_session_logits(ses), hist, n_hist);
+        if (gen_push(&g, id) != 0) { fail = "out of memory"; goto done; }
+        g.n_sampled++;
+        if (!j->ignore_eos && is_stop_id(s, id)) { finish = "stop"; break; }
+        on_token(s, j, &g, id);
+        if (g.stopped) { finish = "stop"; break; }
+        if (g.n_sampled >= j->max_tokens) { finish = "length"; break; }
+        if ((st = ms_session_feed(ses, &id, 1, NULL)) != MS_OK) goto done;
+    }
+
+    /* the whole reply, cleaned */
+    res.n_completion = g.n;
+    res.n_reasoning = count_reasoning(s, j, &g);
+    if (j->kind == SRV_CHAT) {
+        if (ms_chat_parse_reply(s->e, g.ids, g.n, j->thinking, &reply) != MS_OK) { fail = "cannot parse the reply"; goto done; }
+        size_t nc = strlen(reply.content);
+        if (j->stream) {
+            emit_text(s, j, &g, reply.reasoning, strlen(reply.reasoning), reply.content, nc, 1);
+            if (!g.stopped) emit_calls(s, j, &g, &reply, reply.n_tool_calls);
+        }
+        if (g.stopped && g.stop_at < nc) nc = g.stop_at;
+        srv_utf8_clean(&clean_r, reply.reasoning, strlen(reply.reasoning));
+        srv_utf8_clean(&clean_c, reply.content, nc);
+        int64_t n_calls = g.stopped ? 0 : reply.n_tool_calls;
+        if (n_calls > 0) {
+            calls = calloc((size_t)n_calls, sizeof *calls);
+            cbufs = calloc((size_t)n_calls * 2, sizeof *cbufs);
+            if (!calls || !cbufs) { fail = "out of memory"; goto done; }
+            for (int64_t i = 0; i < n_calls; i++) clean_call(&reply.tool_calls[i], &cbufs[2 * i], &cbufs[2 * i + 1], &calls[i]);
+            res.calls = calls;
+            res.n_calls = n_calls;
+            if (!strcmp(finish, "stop")) finish = "tool_calls";
+        }
+    } else {
+        if (j->stream) emit_text(s, j, &g, NULL, 0, g.text.p, g.text.n, 1);
+        size_t nt = g.stopped && g.stop_at < g.text.n ? g.stop_at : g.text.n;
+        srv_utf8_clean(&clean_c, g.text.p ? g.text.p : "", nt);
+    }
+    res.finish = finish;
+    res.reasoning = clean_r.p ? clean_r.p : "";
+    res.content = clean_c.p ? clean_c.p : "";
+
+done:
+    if (!res.finish) {
+        int cancel = atomic_load(&j->cancel);
+        if (st != MS_OK) {
+            snprintf(msg, sizeof msg, "the engine failed: %s: %s", ms_status_name(st), ses ? ms_session_error(ses) : "");
+            res.err_msg = msg;
+            res.err_status = st == MS_E_CONTEXT ? 400 : 500;
+            reopen_session(s, sesp);            /* state after a failed feed is not trusted */
+        } else if (fail) {
+            res.err_msg = fail;
+            res.err_status = fail_status;
+        } else if (cancel == 2) {
+            res.err_msg = "the server is shutting down";
+            res.err_status = 503;
+        } else {
+            res.err_msg = "the request was cancelled";
+            res.err_status = 499;
+        }
+        res.err_type = res.err_status == 400 ? "invalid_request_error" : "server_error";
+    }
+    srv_api_finish(s, j, &res);
+    double dt = srv_now() - t0;
+    srv_log(s, 0, "%s %s: %s, prompt %lld (cached %lld), output %lld, %.2f s (%.1f tok/s)",
+            j->kind == SRV_CHAT ? "chat" : "completion", j->id, res.finish ? res.finish : res.err_msg,
+            (long long)res.n_prompt, (long long)res.n_cached, (long long)g.n, dt,
+            dt > 0 ? (double)g.n_sampled / dt : 0.0);
+    ms_reply_free(&reply);
+    for (int64_t i = 0; cbufs && i < 2 * res.n_calls; i++) srv_buf_free(&cbufs[i]);
+    free(cbufs);
+    free(calls);
+    srv_buf_free(&clean_r);
+    srv_buf_free(&clean_c);
+    srv_buf_free(&g.text);
+    srv_buf_free(&g.scratch);
+    srv_buf_free(&g.scratch2);
+    free(g.ids);
+    free(full);
+    ms_sampler_close(smp);
+}
+
+/* ---- the thread ---------------------------------------------------------------- */
+
+static void *worker_main(void *arg) {
+    srv *s = arg;
+    ms_session *ses = NULL;
+    if (ms_session_open(s->e, &ses) != MS_OK) {
+        ses = NULL;
+        srv_log(s, 1, "cannot open a session: %s", ms_engine_error(s->e));
+    }
+    for (;;) {
+        pthread_mutex_lock(&s->qmu);
+        while (!s->queue && !s->stop_worker) pthread_cond_wait(&s->qcv, &s->qmu);
+        if (!s->queue) {                    /* stop_worker and nothing left */
+            pthread_mutex_unlock(&s->qmu);
+            break;
+        }
+        srv_job *j = pick(s);
+        s->running = j;
+        pthread_mutex_unlock(&s->qmu);
+
+        run_job(s, &ses, j);
+
+        pthread_mutex_lock(&s->qmu);
+        s->running = NULL;
+        pthread_cond_broadcast(&s->qcv);
+        pthread_mutex_unlock(&s->qmu);
+        srv_job_unref(j);
+    }
+    ms_session_close(ses);
+    return NULL;
+}
+
+int srv_worker_start(srv *s) {
+    if (pthread_create(&s->worker, NULL, worker_main, s) != 0) return -1;
+    s->worker_started = 1;
+    return 0;
+}
+
+void srv_worker_stop(srv *s) {
+    if (!s->worker_started) return;
+    pthread_mutex_lock(&s->qmu);
+    s->stop_worker = 1;
+    for (srv_job *j = s->queue; j; j = j->next) atomic_store(&j->cancel, 2);
+    if (s->running) atomic_store(&s->running->cancel, 2);
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    pthread_join(s->worker, NULL);
+    s->worker_started = 0;
+}
