@@ -107,6 +107,10 @@ typedef struct ms_stats {
     int64_t expert_requests;    /* (layer, expert) uses */
     int64_t expert_hits;        /* uses served from memory without any read */
     int64_t scale255_groups;    /* MXFP4 groups with scale byte 255 (add zero) */
+    int64_t readahead_issued;   /* trunk regions read ahead */
+    int64_t readahead_used;     /* acquires served by a read-ahead (the rest waited for a demand read) */
+    int64_t prefetch_issued;    /* expert reads started by a hint */
+    int64_t prefetch_hits;      /* expert uses served by a prefetch */
     int64_t peak_rss_bytes;     /* from the kernel, filled by ms_engine_stats */
 } ms_stats;
 

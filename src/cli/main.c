@@ -223,24 +223,28 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"decode_s\": %.6f, \"s_per_token\": %.6f, \"bytes_read\": %lld, \"trunk_bytes_read\": %lld, "
             "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
             "\"expert_requests\": %lld, \"expert_hits\": %lld, \"io_wait_s\": %.6f, "
-            "\"scale255_groups\": %lld, \"peak_rss_bytes\": %lld}",
+            "\"scale255_groups\": %lld, \"readahead_issued\": %lld, \"readahead_used\": %lld, "
+            "\"prefetch_issued\": %lld, \"prefetch_hits\": %lld, \"peak_rss_bytes\": %lld}",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
             n_tok ? (double)(st->trunk_bytes_read + st->expert_bytes_read) / (double)n_tok : 0.0,
             (long long)st->reads_issued, (long long)st->expert_requests, (long long)st->expert_hits,
-            st->io_wait_s, (long long)st->scale255_groups, (long long)st->peak_rss_bytes);
+            st->io_wait_s, (long long)st->scale255_groups, (long long)st->readahead_issued,
+            (long long)st->readahead_used, (long long)st->prefetch_issued, (long long)st->prefetch_hits,
+            (long long)st->peak_rss_bytes);
 }
 
 void cli_print_stats_human(FILE *f, const ms_stats *st) {
     double s_per_tok = st->n_tokens_decode ? st->decode_s / (double)st->n_tokens_decode : 0.0;
     fprintf(f, "moestream: prefill %lld tokens in %.3f s; decode %lld tokens, %.4f s/token; "
             "read %.1f MB (trunk %.1f, experts %.1f) in %lld reads; expert hits %lld/%lld; "
-            "I/O wait %.3f s; peak RSS %.1f MB\n",
+            "read-ahead used %lld/%lld; I/O wait %.3f s; peak RSS %.1f MB\n",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode, s_per_tok,
             (double)(st->trunk_bytes_read + st->expert_bytes_read) / 1e6,
             (double)st->trunk_bytes_read / 1e6, (double)st->expert_bytes_read / 1e6,
             (long long)st->reads_issued, (long long)st->expert_hits, (long long)st->expert_requests,
+            (long long)st->readahead_used, (long long)st->readahead_issued,
             st->io_wait_s, (double)st->peak_rss_bytes / 1e6);
 }
 

@@ -244,6 +244,10 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->expert_hits = ss.expert_hits;
     st->io_wait_s = 1e-9 * (double)ss.io_wait_ns;
     st->scale255_groups = e->scale255;
+    st->readahead_issued = ss.ra_issued;
+    st->readahead_used = ss.ra_used;
+    st->prefetch_issued = ss.prefetch_issued;
+    st->prefetch_hits = ss.prefetch_hits;
     st->peak_rss_bytes = peak_rss_bytes();
 }
 
