@@ -159,7 +159,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     sp.no_readahead = p->no_readahead;
     sp.trace_path = p->trace_path;
     sp.io = &iop;
-    sp.log = &e->log;
+    sp.log = p->ram_bytes == MS_RAM_MIN ? NULL : &e->log;   /* the floor probe's refusal is expected */
     sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
     e->model.kern = NULL;
@@ -175,6 +175,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
             goto fail;
         }
         sp.ram_bytes = ms_store_get_plan(e->store)->floor_bytes;
+        sp.log = &e->log;
         ms_store_close(e->store);
         e->store = NULL;
         ms_model_free(&e->model);
