@@ -389,7 +389,7 @@ static int cmd_run(int argc, char **argv) {
         }
     }
     cli_text_flush(&out, stream);
-    if (stream) fputc('\n', stream);
+    if (stream) { fputc('\n', stream); fflush(stream); }
     if (st != MS_OK) {
         fprintf(stderr, "moestream: %s: %s\n", ms_status_name(st), ms_session_error(s));
         rc = cli_exit_code(st);

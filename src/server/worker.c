@@ -154,11 +154,12 @@ static void find_stop(const srv_job *j, gen *g, const char *t, size_t n) {
     if (n + 1 > g->max_stop && n + 1 - g->max_stop > g->searched) g->searched = n + 1 - g->max_stop;
 }
 
-/* Bytes of t[0..n) that may be sent now (final: all of them). */
-static size_t sendable(const gen *g, const char *t, size_t n, size_t sent, int hold, int final) {
+/* Bytes of t[0..n) that may be sent now (final: all of them). Stop strings
+ * apply to the content (is_content), not to the reasoning. */
+static size_t sendable(const gen *g, const char *t, size_t n, size_t sent, int is_content, int final) {
     size_t limit = n;
-    if (g->stopped && g->stop_at < limit) limit = g->stop_at;
-    else if (!final && hold && g->max_stop > 1) limit = n >= g->max_stop - 1 ? n - (g->max_stop - 1) : 0;
+    if (is_content && g->stopped && g->stop_at < limit) limit = g->stop_at;
+    else if (is_content && !final && g->max_stop > 1) limit = n >= g->max_stop - 1 ? n - (g->max_stop - 1) : 0;
     if (limit <= sent) return sent;
     if (final) return limit;
     return sent + srv_utf8_ready(t + sent, limit - sent);
