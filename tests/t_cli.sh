@@ -63,6 +63,13 @@ expect_rc 2 "$BIN" run "$TD/c" --load-session "$tmp/s.bin" --gen 2 --quiet
 grep -q "different model" "$tmp/err" && ok || bad "mismatched session message: $(cat "$tmp/err")"
 head -c 100 "$tmp/s.bin" > "$tmp/short.bin"
 expect_rc 2 "$BIN" run "$TD/b" --load-session "$tmp/short.bin" --gen 2 --quiet
+# sampling: the same seed gives the same tokens at every budget (and a different seed does not)
+s1=$("$BIN" run models/k3-tiny --prompt "And the LORD said" --max-tokens 24 --temperature 0.9 --top-p 0.95 --seed 7 --ram min --quiet)
+s2=$("$BIN" run models/k3-tiny --prompt "And the LORD said" --max-tokens 24 --temperature 0.9 --top-p 0.95 --seed 7 --quiet)
+s3=$("$BIN" run models/k3-tiny --prompt "And the LORD said" --max-tokens 24 --temperature 0.9 --top-p 0.95 --seed 8 --quiet)
+[ -n "$s1" ] && [ "$s1" = "$s2" ] && ok || bad "seed 7 at --ram min '$s1' != unlimited '$s2'"
+[ "$s2" != "$s3" ] && ok || bad "seeds 7 and 8 gave the same text"
+
 # --ram presets and the memory plan
 got=$("$BIN" run "$TD/c" --ids 5,6,7 --gen 10 --ram min --trace "$tmp/trace.txt" --quiet)
 want=$("$BIN" run "$TD/c" --ids 5,6,7 --gen 10 --quiet)
