@@ -1,6 +1,9 @@
 /* base/pool.c - see pool.h. Workers sleep on a condition variable; a job is
- * published with a generation counter; the caller runs part 0 itself and
- * waits until the count of finished parts reaches the number of parts. */
+ * published with a generation counter. The job's range is cut into
+ * CHUNKS_PER_THREAD x n_threads chunks (whole grains); the caller and every
+ * worker take the next chunk with an atomic counter until none is left, so a
+ * thread whose core is busy elsewhere takes fewer chunks instead of holding
+ * the others up. The caller waits until every participant has left the job. */
 #include "base/pool.h"
 
 #include <pthread.h>
@@ -17,14 +20,29 @@ struct ms_pool {
     ms_pool_fn fn;
     void *ctx;
     int64_t n, grain;
-    int n_parts, n_done;
+    int n_chunks, n_parts, n_done;
+    int next;                   /* next chunk to take (atomic) */
 };
 
-static void part_range(const ms_pool *p, int ip, int64_t *b, int64_t *e) {
+enum { CHUNKS_PER_THREAD = 4 };
+
+static void chunk_range(const ms_pool *p, int ic, int64_t *b, int64_t *e) {
     int64_t n_grains = (p->n + p->grain - 1) / p->grain;
-    int64_t g0 = n_grains * ip / p->n_parts, g1 = n_grains * (ip + 1) / p->n_parts;
+    int64_t g0 = n_grains * ic / p->n_chunks, g1 = n_grains * (ic + 1) / p->n_chunks;
     *b = g0 * p->grain;
     *e = g1 * p->grain < p->n ? g1 * p->grain : p->n;
+}
+
+/* Take chunks until none is left. Called without the lock; p->fn, p->ctx and
+ * the job's sizes are stable until every participant has finished. */
+static void run_chunks(ms_pool *p) {
+    for (;;) {
+        int ic = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+        if (ic >= p->n_chunks) return;
+        int64_t b, e;
+        chunk_range(p, ic, &b, &e);
+        if (e > b) p->fn(p->ctx, b, e);
+    }
 }
 
 typedef struct { ms_pool *p; int index; } worker_arg;
@@ -41,12 +59,8 @@ static void *worker(void *arg) {
         if (p->stop) break;
         seen = p->generation;
         if (ip < p->n_parts) {
-            int64_t b, e;
-            part_range(p, ip, &b, &e);
-            ms_pool_fn fn = p->fn;
-            void *ctx = p->ctx;
             pthread_mutex_unlock(&p->mu);
-            if (e > b) fn(ctx, b, e);
+            run_chunks(p);
             pthread_mutex_lock(&p->mu);
             if (++p->n_done == p->n_parts) pthread_cond_signal(&p->cv_done);
         }
@@ -103,16 +117,18 @@ void ms_pool_for(ms_pool *p, int64_t n, int64_t grain, ms_pool_fn fn, void *ctx)
     int64_t n_grains = (n + grain - 1) / grain;
     int n_parts = (!p || p->n_threads == 1) ? 1 : (int)(n_grains < p->n_threads ? n_grains : p->n_threads);
     if (n_parts <= 1) { fn(ctx, 0, n); return; }
+    int64_t n_chunks = (int64_t)n_parts * CHUNKS_PER_THREAD;
     pthread_mutex_lock(&p->mu);
     p->fn = fn; p->ctx = ctx; p->n = n; p->grain = grain;
-    p->n_parts = n_parts; p->n_done = 1;   /* part 0 is ours */
+    p->n_chunks = (int)(n_grains < n_chunks ? n_grains : n_chunks);
+    p->n_parts = n_parts; p->n_done = 0;
+    __atomic_store_n(&p->next, 0, __ATOMIC_RELAXED);
     p->generation++;
     pthread_cond_broadcast(&p->cv_work);
-    int64_t b, e;
-    part_range(p, 0, &b, &e);
     pthread_mutex_unlock(&p->mu);
-    if (e > b) fn(ctx, b, e);
+    run_chunks(p);
     pthread_mutex_lock(&p->mu);
+    p->n_done++;
     while (p->n_done < p->n_parts) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

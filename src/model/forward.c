@@ -442,36 +442,39 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted);
      * f->a (the mixer's output) is free again: run already holds it */
     dense_mlp(c, f, &L->sh_gate, &L->sh_up, &L->sh_down, base, f->x, f->a, T);
-    /* in batches of at most the cache's capacity; each expert is read once per chunk */
-    const int cap = ms_store_expert_capacity(c->store) > 0 ? ms_store_expert_capacity(c->store) : n_used;
-    for (int b0 = 0; b0 < n_used; b0 += cap) {
-        const int nb = n_used - b0 < cap ? n_used - b0 : cap;
-        ms_status st = ms_store_acquire_batch(c->store, f->eregion + b0, nb, f->eptr + b0, err);
-        if (st != MS_OK) return with_context(err, st, "layer %d, experts %d..%d of this chunk", L->index,
-                                             f->eregion[b0] - L->expert_region0,
-                                             f->eregion[b0 + nb - 1] - L->expert_region0);
-        for (int iu = b0; iu < b0 + nb; iu++) {
-            const int64_t e = f->eregion[iu] - L->expert_region0;
-            const uint8_t *eb = f->eptr[iu];
-            const int64_t *off = L->expert_off[e];
-            int64_t n = 0;
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t j = 0; j < k; j++)
-                    if (f->sel[t * k + j] == e) {
-                        f->etok[n] = (int32_t)t;
-                        f->eslot[n] = (int32_t)j;
-                        memcpy(f->zg + n * lat, f->z + t * lat, (size_t)lat * sizeof(float));
-                        n++;
-                    }
-            mm_mxfp4(c, f->fg, Im, eb + off[MS_EXP_W1P], eb + off[MS_EXP_W1S], Im, lat, f->zg, lat, n);
-            mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
-            situ_rows(cf, f->fg, f->fg, f->fu, n * Im);
-            mm_mxfp4(c, f->eo, lat, eb + off[MS_EXP_W2P], eb + off[MS_EXP_W2S], lat, Im, f->fg, Im, n);
-            for (int64_t r = 0; r < n; r++)
-                memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * lat, f->eo + r * lat,
-                       (size_t)lat * sizeof(float));
-        }
-        for (int iu = b0; iu < b0 + nb; iu++) ms_store_release(c->store, f->eregion[iu]);
+    /* one expert at a time, in the order their reads were issued: expert iu is
+     * computed while the reads of the next ones are in flight, and after each
+     * expert the hint is renewed over the next cap - 1 (the slot just released
+     * takes the next read), so the disk never waits for the computation. Each
+     * expert is read once per chunk; its outputs land in f->ey by (token, slot)
+     * and are summed below in selection order, so the order experts arrive in
+     * changes no bit. */
+    const int win = cap_hint > 1 ? cap_hint - 1 : 1;
+    for (int iu = 0; iu < n_used; iu++) {
+        if (iu > 0) ms_store_hint(c->store, f->eregion + iu, n_used - iu < win ? n_used - iu : win);
+        ms_status st = ms_store_acquire_batch(c->store, f->eregion + iu, 1, f->eptr + iu, err);
+        if (st != MS_OK) return with_context(err, st, "layer %d, expert %d", L->index,
+                                             f->eregion[iu] - L->expert_region0);
+        const int64_t e = f->eregion[iu] - L->expert_region0;
+        const uint8_t *eb = f->eptr[iu];
+        const int64_t *off = L->expert_off[e];
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < k; j++)
+                if (f->sel[t * k + j] == e) {
+                    f->etok[n] = (int32_t)t;
+                    f->eslot[n] = (int32_t)j;
+                    memcpy(f->zg + n * lat, f->z + t * lat, (size_t)lat * sizeof(float));
+                    n++;
+                }
+        mm_mxfp4(c, f->fg, Im, eb + off[MS_EXP_W1P], eb + off[MS_EXP_W1S], Im, lat, f->zg, lat, n);
+        mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
+        situ_rows(cf, f->fg, f->fg, f->fu, n * Im);
+        mm_mxfp4(c, f->eo, lat, eb + off[MS_EXP_W2P], eb + off[MS_EXP_W2S], lat, Im, f->fg, Im, n);
+        for (int64_t r = 0; r < n; r++)
+            memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * lat, f->eo + r * lat,
+                   (size_t)lat * sizeof(float));
+        ms_store_release(c->store, f->eregion[iu]);
     }
     /* weighted sum in selection order, then ONE RMSNorm on the aggregate
      * (trap: test trap_latent_norm_per_expert) */
