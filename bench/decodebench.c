@@ -130,6 +130,7 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-') { ep.model_dir = a; continue; }
         if (!strcmp(a, "--no-readahead")) { ep.no_readahead = 1; continue; }
+        if (!strcmp(a, "--predict-experts")) { ep.predict_experts = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { print_usage(stdout); return 0; }
         if (!v) { fprintf(stderr, "decodebench: %s needs a value\n", a); return 2; }
         i++;
