@@ -14,7 +14,7 @@ CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
               -Iinclude -Isrc -pthread $(SAN)
 CFLAGS   ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS   = -ljansson -lpcre2-8 -luring -lmicrohttpd -lm -pthread
+LDLIBS   = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash -lm -pthread
 LDFLAGS  ?=
 
 AVX2_FLAGS   = -mavx2 -mfma -mf16c

@@ -66,9 +66,16 @@ typedef struct ms_engine_params {
     const char *trace_path;     /* append every expert request here */
     int predict_experts;        /* 1: during decode, apply the next layer's router (when it is
                                    resident) to this layer's input and prefetch its choices */
+    /* checksums (moestream.sums, see ms_verify_checkpoint): when the sidecar is there,
+       every weight byte read from disk is verified before it is used */
+    const char *sums_path;      /* NULL = MODEL_DIR/moestream.sums if it exists (else no
+                                   verification); a path given here must exist */
+    int no_verify;              /* 1: do not load the sidecar, verify nothing */
     /* fault injection, for tests: fail request #fault_at_read of the run */
     int fault_kind;             /* 0 none, 1 EIO, 2 transient, 3 short, 4 corrupt */
     int64_t fault_at_read;
+    int64_t fault_corrupt_begin, fault_corrupt_end;  /* kind 4: bytes [begin, end) of the
+                                   request (relative to its offset) are flipped; 0, 0 = [0, 64) */
     ms_log_fn log;              /* NULL = silent */
     void *log_user;
     ms_log_level log_level;
@@ -112,6 +119,13 @@ typedef struct ms_stats {
     int64_t prefetch_issued;    /* expert reads started by a hint */
     int64_t prefetch_hits;      /* expert uses served by a prefetch */
     int64_t peak_rss_bytes;     /* from the kernel, filled by ms_engine_stats */
+    /* checksum verification: counted since the engine was opened (loading included),
+       not reset by ms_engine_stats_reset; all 0 without a sidecar */
+    int verify_on;              /* 1: a sidecar is loaded and every read is verified */
+    int64_t verify_bytes;       /* bytes whose block hashes matched */
+    int64_t verify_retries;     /* reads repeated after a mismatch (a transient one is cured) */
+    int64_t verify_failures;    /* reads failed because the repeat mismatched too */
+    double verify_s;            /* time spent hashing */
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);
@@ -218,6 +232,31 @@ ms_status ms_session_save(const ms_session *s, const char *path);
 ms_status ms_session_load(ms_session *s, const char *path);
 /* Token ids fed so far (owned by the session; valid until the next feed). */
 const int32_t *ms_session_tokens(const ms_session *s, int64_t *n);
+
+/* ---- checksums ---- */
+
+typedef struct ms_verify_result {
+    int wrote;                  /* 1: the sidecar was built and written */
+    int64_t n_tensors, n_blocks, bytes;
+    int64_t n_bad_tensors, n_bad_blocks;    /* mismatches (0 after a write) */
+    double seconds;
+} ms_verify_result;
+
+/* Build or check the checksum sidecar of the checkpoint in model_dir.
+ * sums_path NULL = MODEL_DIR/moestream.sums. When the sidecar does not exist
+ * or `write` is 1: read every tensor, hash it in 1 MiB blocks and write the
+ * sidecar atomically (temporary file + rename). Otherwise: load it (refused
+ * when truncated, damaged or of another checkpoint), re-hash every block and
+ * log one MS_LOG_ERROR line per tensor that mismatches ("FILE: tensor 'NAME'
+ * bytes [A, B) of the file: checksum mismatch (moestream.sums), K of N
+ * blocks"); the counts are in *out. Progress lines go to the log at
+ * MS_LOG_INFO every 5 s. Returns MS_OK when the sidecar was written or
+ * compared (mismatches included: see out->n_bad_tensors), MS_E_MODEL for an
+ * invalid checkpoint or sidecar, MS_E_IO when a file cannot be read or the
+ * sidecar cannot be written (message in errbuf). */
+ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int write,
+                               ms_log_fn log, void *log_user, ms_log_level log_level,
+                               ms_verify_result *out, char *errbuf, size_t errbuf_len);
 
 /* ---- memory plan ---- */
 

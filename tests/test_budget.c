@@ -12,17 +12,28 @@
  *   - faults: for every read index of a short streamed run, an injected EIO,
  *     short read and transient failure: the run either completes with the
  *     same bits or fails with MS_E_UNSOUND and a message naming the layer
- *     (or the open fails) - never a different result with MS_OK.
+ *     (or the open fails) - never a different result with MS_OK;
+ *   - silent corruption (fault kind 4: bytes of one request flipped after a
+ *     successful read) at every read index, with a checksum sidecar written
+ *     for the test (not into the model directory): every run must give the
+ *     same bits (the corruption is transient, so the store's one re-read
+ *     cures it) and the loop must have re-read something (verify_retries >
+ *     0), both with the corrupt window at the start of the request and at the
+ *     offset of an expert's first scale tensor inside its region (there it
+ *     flips `...experts.N.w1.weight_scale` bytes of expert reads).
  */
 #include "moestream.h"
 
 #include "check.h"
 #include "format/config.h"
+#include "format/safetensors.h"
+#include "format/sums.h"
 #include "model/model.h"
 #include "store/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct shape {
     int64_t ring_floor;         /* two slots of the largest trunk region */
@@ -74,6 +85,8 @@ typedef struct run_cfg {
     int no_readahead, fault_kind;
     int64_t fault_at;
     int predict;
+    const char *sums;
+    int64_t corrupt_begin, corrupt_end;
 } run_cfg;
 
 /* Teacher-forced logits [n, V] under cfg; NULL when open or feed failed
@@ -91,6 +104,9 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     p.fault_kind = rc->fault_kind;
     p.fault_at_read = rc->fault_at;
     p.predict_experts = rc->predict;
+    p.sums_path = rc->sums;
+    p.fault_corrupt_begin = rc->corrupt_begin;
+    p.fault_corrupt_end = rc->corrupt_end;
     ms_engine *e;
     *status = ms_engine_open(&p, &e, msg, msg_len);
     if (*status != MS_OK) return NULL;
@@ -126,13 +142,84 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
 static const int32_t IDS[] = { 3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28, 84, 19 };
 #define N_IDS ((int64_t)(sizeof IDS / sizeof IDS[0]))
 
+/* Offset, inside an expert region, of the first expert's w1 scale tensor
+ * (the region starts at the lowest offset of its six tensors), or -1. */
+static int64_t scale_offset(const char *dir, ms_ckpt *ck) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ms_config cfg;
+    ms_err err;
+    ms_err_clear(&err);
+    if (ms_config_load(path, &cfg, &err) != MS_OK) return -1;
+    const char *part[] = { "w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+                           "w2.weight_scale", "w3.weight_packed", "w3.weight_scale" };
+    int64_t lo = -1, scale = -1;
+    for (int k = 0; k < 6; k++) {
+        char name[256];
+        snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.%s",
+                 (long long)cfg.first_k_dense_replace, part[k]);
+        const ms_tensor_info *t = ms_ckpt_find(ck, name);
+        if (!t) return -1;
+        if (lo < 0 || t->offset < lo) lo = t->offset;
+        if (k == 1) scale = t->offset;
+    }
+    return scale - lo;
+}
+
+/* Kind 4 at every read index, with checksums: identical bits, retries seen. */
+static void corrupt_matrix(const char *dir, const char *name, const shape *sh, int64_t ef,
+                           const float *ref, int64_t V) {
+    char tmp[] = "/tmp/ms_test_budget_XXXXXX", sums[4200];
+    if (!mkdtemp(tmp)) { CHECK(0, "mkdtemp"); return; }
+    snprintf(sums, sizeof sums, "%s/%s.sums", tmp, name);
+    ms_verify_result vr;
+    char msg[1024];
+    ms_status st = ms_verify_checkpoint(dir, sums, 1, NULL, NULL, MS_LOG_INFO, &vr, msg, sizeof msg);
+    CHECK(st == MS_OK && vr.wrote, "%s: writing the sidecar: %s", name, msg);
+    ms_ckpt *ck = NULL;
+    ms_err err;
+    ms_err_clear(&err);
+    int64_t scale_rel = ms_ckpt_open(dir, &ck, &err) == MS_OK ? scale_offset(dir, ck) : -1;
+    ms_ckpt_close(ck);
+    CHECK(scale_rel > 0, "%s: no expert scale tensor found", name);
+    int n_same = 0, n_runs = 0;
+    int64_t retries[2] = { 0, 0 }, failures = 0;
+    for (int64_t at = 0; st == MS_OK && scale_rel > 0 && at < 400; at++) {
+        const int w = (int)(at % 2);
+        run_cfg rc = { sh->ring_floor, ef, "pread", "lru", 0, 4, at, 0, sums,
+                       w ? scale_rel : 0, w ? scale_rel + 64 : 64 };
+        int64_t V2 = 0;
+        ms_stats stt;
+        memset(&stt, 0, sizeof stt);
+        ms_status rs;
+        float *lg = run(dir, &rc, IDS, 6, &V2, &rs, msg, sizeof msg, &stt);
+        n_runs++;
+        if (lg && V2 == V && memcmp(lg, ref, (size_t)(6 * V) * sizeof *lg) == 0) n_same++;
+        else fprintf(stderr, "%s: corrupt at %lld (window %s): %s\n", name, (long long)at, w ? "scale" : "start",
+                     lg ? "DIFFERENT BITS" : msg);
+        CHECK(!lg || stt.verify_on, "%s: the sidecar was not used", name);
+        retries[w] += stt.verify_retries;
+        failures += stt.verify_failures;
+        free(lg);
+    }
+    printf("%s: corruption at %d read indices: %d identical; %lld + %lld re-reads (window at the request's"
+           " start / at an expert's w1 scale), %lld failures\n", name, n_runs, n_same, (long long)retries[0],
+           (long long)retries[1], (long long)failures);
+    CHECK(n_same == n_runs, "%s: %d of %d corrupt runs did not give the same bits", name, n_runs - n_same, n_runs);
+    CHECK(retries[0] > 0 && retries[1] > 0, "%s: no corruption was detected (retries %lld, %lld): the matrix is not exercised",
+          name, (long long)retries[0], (long long)retries[1]);
+    CHECK(failures == 0, "%s: %lld verify failures on transient corruption", name, (long long)failures);
+    unlink(sums);
+    rmdir(tmp);
+}
+
 static void ladder(const char *dir, const char *name) {
     shape sh;
     if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
     int64_t V = 0;
     ms_status st;
     char msg[1024];
-    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0 };
+    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, 0 };
     ms_stats rs;
     float *ref = run(dir, &base, IDS, N_IDS, &V, &st, msg, sizeof msg, &rs);
     CHECK(ref != NULL, "%s: resident run: %s", name, msg);
@@ -157,7 +244,7 @@ static void ladder(const char *dir, const char *name) {
             for (int pol = 0; pol < 2; pol++)
                 for (int ra = 0; ra < 2; ra++) {
                     /* io_uring runs also prefetch predicted experts: hints never change bits */
-                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0, io == 2 };
+                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0, io == 2, NULL, 0, 0 };
                     int64_t V2 = 0;
                     ms_stats stt;
                     float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &stt);
@@ -181,7 +268,7 @@ static void ladder(const char *dir, const char *name) {
     int n_ok = 0, n_unsound = 0, n_open_fail = 0, n_bad = 0;
     for (int kind = 1; kind <= 3; kind++)
         for (int64_t at = 0; at < 400; at++) {
-            run_cfg rc = { sh.ring_floor, ef, "pread", "lru", 0, kind, at, (int)(at % 2) };
+            run_cfg rc = { sh.ring_floor, ef, "pread", "lru", 0, kind, at, (int)(at % 2), NULL, 0, 0 };
             int64_t V2 = 0;
             float *lg = run(dir, &rc, IDS, 6, &V2, &st, msg, sizeof msg, NULL);
             if (lg) {
@@ -200,6 +287,7 @@ static void ladder(const char *dir, const char *name) {
     printf("%s: faults: %d identical, %d unsound (exit 4), %d refused at open, %d bad\n", name, n_ok, n_unsound, n_open_fail, n_bad);
     CHECK(n_bad == 0, "%s: %d fault runs ended wrongly", name, n_bad);
     CHECK(n_unsound > 0, "%s: no injected EIO hit a read during decoding: the fault matrix is not exercised", name);
+    corrupt_matrix(dir, name, &sh, ef, ref, V);
     free(ref);
 }
 

@@ -17,6 +17,8 @@ typedef struct cli_opts {
     const char *io_backend, *cache_policy, *trace_path;
     int io_queue_depth, no_readahead, fault_kind, predict_experts;
     int64_t fault_at_read;
+    const char *sums_path;      /* --sums PATH */
+    int no_verify;              /* --no-verify */
 } cli_opts;
 
 /* Consume argv[*i] (and its value) if it is a common option or MODEL_DIR:

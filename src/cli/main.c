@@ -42,6 +42,9 @@ static void usage(FILE *f) {
         "  perplexity MODEL_DIR --file PATH [--max-tokens N]   JSON {n_tokens, nll, perplexity}\n"
         "  plan MODEL_DIR|config.json --ram SIZE   the memory plan, without reading weights\n"
         "  trace TRACE_FILE --capacity N [--policy lru|s3fifo|belady|all]   replay an expert trace\n"
+        "  verify MODEL_DIR [--sums PATH] [--write]   checksum sidecar: without one (or with\n"
+        "                       --write) hash every tensor and write MODEL_DIR/moestream.sums;\n"
+        "                       with one, re-hash and name every tensor that differs (exit 4)\n"
         "\n"
         "common options:\n"
         "  --threads N          compute threads (default: all cores; output bits do not change)\n"
@@ -53,6 +56,8 @@ static void usage(FILE *f) {
         "  --cache lru|s3fifo   expert cache policy              --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
         "  --predict-experts    prefetch the next layer's experts predicted by its router\n"
+        "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
+        "                       every weight byte read is verified   --no-verify  do not verify\n"
         "\n"
         "exit codes: 0 ok, 1 runtime failure, 2 usage or invalid model, 4 output unsound\n");
 }
@@ -65,6 +70,13 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--quiet")) { o->quiet = 1; return 1; }
     if (!strcmp(a, "--no-readahead")) { o->no_readahead = 1; return 1; }
     if (!strcmp(a, "--predict-experts")) { o->predict_experts = 1; return 1; }
+    if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 1; }
+    if (!strcmp(a, "--sums")) {
+        if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
+        (*i)++;
+        o->sums_path = v;
+        return 1;
+    }
     if (!strcmp(a, "--io") || !strcmp(a, "--cache") || !strcmp(a, "--trace") || !strcmp(a, "--fault") ||
         !strcmp(a, "--trunk-ram") || !strcmp(a, "--expert-ram") || !strcmp(a, "--queue-depth")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
@@ -136,6 +148,8 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.predict_experts = o->predict_experts;
     ep.fault_kind = o->fault_kind;
     ep.fault_at_read = o->fault_at_read;
+    ep.sums_path = o->sums_path;
+    ep.no_verify = o->no_verify;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = MS_LOG_WARN;
     char msg[1024];
@@ -224,7 +238,9 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
             "\"expert_requests\": %lld, \"expert_hits\": %lld, \"io_wait_s\": %.6f, "
             "\"scale255_groups\": %lld, \"readahead_issued\": %lld, \"readahead_used\": %lld, "
-            "\"prefetch_issued\": %lld, \"prefetch_hits\": %lld, \"peak_rss_bytes\": %lld}",
+            "\"prefetch_issued\": %lld, \"prefetch_hits\": %lld, \"peak_rss_bytes\": %lld, "
+            "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
+            "\"verify_s\": %.6f}",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
@@ -232,7 +248,8 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             (long long)st->reads_issued, (long long)st->expert_requests, (long long)st->expert_hits,
             st->io_wait_s, (long long)st->scale255_groups, (long long)st->readahead_issued,
             (long long)st->readahead_used, (long long)st->prefetch_issued, (long long)st->prefetch_hits,
-            (long long)st->peak_rss_bytes);
+            (long long)st->peak_rss_bytes, st->verify_on ? "true" : "false", (long long)st->verify_bytes,
+            (long long)st->verify_retries, (long long)st->verify_failures, st->verify_s);
 }
 
 void cli_print_stats_human(FILE *f, const ms_stats *st) {
@@ -246,6 +263,10 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
             (long long)st->reads_issued, (long long)st->expert_hits, (long long)st->expert_requests,
             (long long)st->readahead_used, (long long)st->readahead_issued,
             st->io_wait_s, (double)st->peak_rss_bytes / 1e6);
+    if (st->verify_on)
+        fprintf(f, "moestream: verified %.1f MB (since open) in %.3f s; checksum retries %lld, failures %lld\n",
+                (double)st->verify_bytes / 1e6, st->verify_s, (long long)st->verify_retries,
+                (long long)st->verify_failures);
 }
 
 /* Streams decoded text: holds back a trailing incomplete UTF-8 sequence. */
@@ -562,6 +583,42 @@ static int cmd_trace(int argc, char **argv) {
     return EXIT_OK;
 }
 
+static int cmd_verify(int argc, char **argv) {
+    const char *dir = NULL, *sums = NULL;
+    int write = 0, quiet = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--write")) write = 1;
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else if (!strcmp(argv[i], "--sums") && i + 1 < argc) sums = argv[++i];
+        else if (argv[i][0] != '-' && !dir) dir = argv[i];
+        else { fprintf(stderr, "moestream: verify: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
+    }
+    if (!dir) { fprintf(stderr, "moestream: verify MODEL_DIR [--sums PATH] [--write]\n"); return EXIT_USAGE; }
+    ms_verify_result r;
+    char msg[1024];
+    /* mismatches are logged at error level: they are printed even with --quiet */
+    ms_status st = ms_verify_checkpoint(dir, sums, write, cli_log, NULL, quiet ? MS_LOG_ERROR : MS_LOG_INFO,
+                                        &r, msg, sizeof msg);
+    if (st != MS_OK) {
+        fprintf(stderr, "moestream: %s\n", msg);
+        return st == MS_E_IO && !strstr(msg, "--sums") ? EXIT_RUNTIME : EXIT_USAGE;
+    }
+    const double gb = (double)r.bytes / 1e9, rate = r.seconds > 0 ? gb / r.seconds : 0.0;
+    if (r.wrote) {
+        printf("wrote %s: %lld tensors, %lld blocks, %.3f GB hashed in %.2f s (%.2f GB/s)\n",
+               sums ? sums : "moestream.sums", (long long)r.n_tensors, (long long)r.n_blocks, gb, r.seconds, rate);
+        return EXIT_OK;
+    }
+    if (r.n_bad_tensors) {
+        printf("MISMATCH: %lld tensors (%lld blocks) differ from the checksums; %.3f GB checked in %.2f s\n",
+               (long long)r.n_bad_tensors, (long long)r.n_bad_blocks, gb, r.seconds);
+        return EXIT_UNSOUND;
+    }
+    printf("ok: %lld tensors, %lld blocks, %.3f GB match the checksums (%.2f s, %.2f GB/s)\n",
+           (long long)r.n_tensors, (long long)r.n_blocks, gb, r.seconds, rate);
+    return EXIT_OK;
+}
+
 static int cmd_plan(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
@@ -586,6 +643,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
+    if (!strcmp(cmd, "verify")) return cmd_verify(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return ms_serve_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return EXIT_OK; }

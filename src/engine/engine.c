@@ -118,6 +118,21 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     snprintf(path, sizeof path, "%s/config.json", p->model_dir);
     if ((st = ms_config_load(path, &e->cfg, &err)) != MS_OK) goto fail;
     if ((st = ms_ckpt_open(p->model_dir, &e->ckpt, &err)) != MS_OK) goto fail;
+    /* the checksum sidecar, before the budget is measured (its hashes are part of
+     * the process's resident size: 8 bytes per MiB of checkpoint) */
+    if (!p->no_verify) {
+        char sums_path[4200];
+        snprintf(sums_path, sizeof sums_path, "%s/%s", p->model_dir, MS_SUMS_FILE);
+        const char *sp_path = p->sums_path ? p->sums_path : sums_path;
+        if (p->sums_path || access(sp_path, F_OK) == 0) {
+            if ((st = ms_sums_load(sp_path, e->ckpt, &e->sums, &err)) != MS_OK) goto fail;
+            ms_log(&e->log, MS_LOG_INFO, "checksums: %s (%lld blocks): every weight read is verified",
+                   sp_path, (long long)ms_sums_n_blocks(e->sums));
+        } else {
+            ms_log(&e->log, MS_LOG_INFO, "checksums: no %s: weight bytes are not verified"
+                   " (run 'moestream verify %s' once to write it)", MS_SUMS_FILE, p->model_dir);
+        }
+    }
     /* the budget left for weights once one session and the process are counted */
     int64_t store_ram = 0;
     if (p->ram_bytes < 0 && p->ram_bytes != MS_RAM_MIN) {
@@ -151,6 +166,15 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     iop.fault.at_read = p->fault_at_read;
     iop.fault.corrupt_begin = 0;
     iop.fault.corrupt_end = 64;
+    if (p->fault_corrupt_begin || p->fault_corrupt_end) {
+        if (p->fault_corrupt_begin < 0 || p->fault_corrupt_end < p->fault_corrupt_begin) {
+            st = ms_err_set(&err, MS_E_USAGE, "bad corrupt window [%lld, %lld)",
+                            (long long)p->fault_corrupt_begin, (long long)p->fault_corrupt_end);
+            goto fail;
+        }
+        iop.fault.corrupt_begin = p->fault_corrupt_begin;
+        iop.fault.corrupt_end = p->fault_corrupt_end;
+    }
     ms_store_params sp = ms_store_default_params();
     sp.ram_bytes = store_ram;
     sp.trunk_bytes = p->trunk_bytes;
@@ -159,6 +183,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     sp.no_readahead = p->no_readahead;
     sp.trace_path = p->trace_path;
     sp.io = &iop;
+    sp.sums = e->sums;
     sp.log = p->ram_bytes == MS_RAM_MIN ? NULL : &e->log;   /* the floor probe's refusal is expected */
     sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
@@ -215,6 +240,7 @@ void ms_engine_close(ms_engine *e) {
     ms_tok_free(e->tok);
     if (e->model_bound) ms_model_free(&e->model);
     ms_store_close(e->store);
+    ms_sums_free(e->sums);
     ms_ckpt_close(e->ckpt);
     free(e);
 }
@@ -250,6 +276,11 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->prefetch_issued = ss.prefetch_issued;
     st->prefetch_hits = ss.prefetch_hits;
     st->peak_rss_bytes = peak_rss_bytes();
+    st->verify_on = e->sums != NULL;
+    st->verify_bytes = ss.verify_bytes;
+    st->verify_retries = ss.verify_retries;
+    st->verify_failures = ss.verify_failures;
+    st->verify_s = 1e-9 * (double)ss.verify_ns;
 }
 
 void ms_engine_stats_reset(ms_engine *e) {

@@ -9,6 +9,8 @@
  */
 #include "model/model.h"
 
+#include "format/sums.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -377,7 +379,7 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
     if ((id = make_region(bd, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
     m->final_region = id;
 
-    /* lm_head in row chunks no larger than the largest layer region */
+    /* lm_head in row chunks of about the largest layer region (below) */
     memset(&g, 0, sizeof g);
     const ms_tensor_info *lt = want(bd, &g, &m->lm_head, NULL, "language_model.lm_head.weight",
                                     DT_BF16, D2(V, H), 0, err);
@@ -392,6 +394,17 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
     const int64_t row_bytes = H * 2;
     int64_t rows_per = max_region / row_bytes;
     if (rows_per < 1) rows_per = 1;
+    if (rows_per < V) {
+        /* chunk boundaries on checksum blocks of the tensor (format/sums.h), so
+         * every chunk can be verified as read: a multiple of the rows in
+         * lcm(B, row_bytes) bytes; when not even one such multiple fits the
+         * largest layer region, the chunk is that one multiple (larger than
+         * the layer regions; the plan counts it like any region) */
+        int64_t a = MS_SUMS_BLOCK_BYTES, b = row_bytes;
+        while (b) { int64_t t = a % b; a = b; b = t; }      /* a = gcd(B, row_bytes) */
+        const int64_t unit = MS_SUMS_BLOCK_BYTES / a;        /* rows per lcm(B, row_bytes) */
+        rows_per = rows_per >= unit ? rows_per / unit * unit : unit;
+    }
     m->n_lm_chunks = (int)((V + rows_per - 1) / rows_per);
     m->lm_region = calloc((size_t)m->n_lm_chunks, sizeof *m->lm_region);
     m->lm_row0 = calloc((size_t)m->n_lm_chunks + 1, sizeof *m->lm_row0);

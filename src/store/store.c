@@ -26,6 +26,14 @@
  *   every ticket is waited; a region is published READY only when its read
  *   succeeded. Any failure frees the failed slots, unpins the rest and fails
  *   the call with no pointer handed out (invariant 2 of store.h).
+ * Verification (with params.sums): verify_region() runs after every wait
+ *   that brings region bytes in (load_resident, ring_acquire for demand
+ *   reads and read-aheads, expert_batch for misses and prefetches,
+ *   drain_prefetches) and before the slot is published; a mismatch is read
+ *   again once into the same buffer, synchronously. A failed check makes the
+ *   read count as failed on the path it was on (a read-ahead or prefetch is
+ *   then read again on demand, which checks again). read_part reads whole
+ *   blocks through the bounce buffer, checks them, then copies the part out.
  * Memory: every buffer is allocated in ms_store_start (blocks sized by the
  *   plan, plus scratch arrays sized by the slot counts); acquire, release,
  *   read_part and hint allocate nothing.
@@ -77,6 +85,7 @@ struct ms_store {
     char *policy, *trace_path;
     ms_io_params io_p;
     ms_io *io;
+    const ms_sums *sums;        /* NULL: no verification */
     int *file_of;               /* shard -> I/O file index */
     int64_t *file_bytes;
     int n_files;
@@ -138,6 +147,13 @@ ms_status ms_store_open_paths(const ms_store_params *p, const char *const *paths
     s->p = *p;
     s->io_p = p->io ? *p->io : ms_io_default_params();
     s->p.io = NULL;
+    s->sums = p->sums;
+    s->p.sums = NULL;
+    /* by-part reads then read the enclosing blocks: two of them (a part that
+     * straddles a block boundary) plus the alignment of both ends */
+    const int64_t verify_bounce = 2 * MS_SUMS_BLOCK_BYTES + 2 * MS_IO_ALIGN;
+    if (s->sums && (s->p.bounce_bytes == 0 ? MS_PLAN_DEFAULT_BOUNCE : s->p.bounce_bytes) < verify_bounce)
+        s->p.bounce_bytes = verify_bounce;
     s->policy = p->policy ? strdup(p->policy) : NULL;
     s->trace_path = p->trace_path ? strdup(p->trace_path) : NULL;
     s->p.policy = s->policy;
@@ -228,6 +244,14 @@ int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges
             return ms_err_set(err, MS_E_MODEL,
                               "store: region %d range %d (shard %d, offset %lld, %lld bytes) lies outside its file",
                               s->n_regions, i, g->shard, (long long)g->offset, (long long)g->n_bytes);
+        int64_t c0, c1;
+        if (s->sums && g->n_bytes > 0 &&
+            (ms_sums_cover(s->sums, g->shard, g->offset, g->n_bytes, &c0, &c1, err) != MS_OK ||
+             c0 != g->offset || c1 != g->offset + g->n_bytes))
+            return ms_err_set(err, MS_E_INTERNAL,
+                              "store: region %d range %d (shard %d, offset %lld, %lld bytes) is not made of whole"
+                              " checksum blocks, so it cannot be verified", s->n_regions, i, g->shard,
+                              (long long)g->offset, (long long)g->n_bytes);
     }
     if (s->n_regions == s->cap_regions) {
         int cap = s->cap_regions ? s->cap_regions * 2 : 256;
@@ -317,6 +341,37 @@ static ms_status wait_ticket(ms_store *s, uint64_t ticket, int64_t *ns_extra, ms
     int64_t dt = now_ns() - t0;
     s->stats.io_wait_ns += dt;
     if (ns_extra) *ns_extra += dt;
+    return st;
+}
+
+/* Check the bytes of region r in buf against the sums (timed and counted). */
+static ms_status check_region(ms_store *s, const region *r, const uint8_t *buf, ms_err *err) {
+    const int64_t t0 = now_ns();
+    ms_status st = MS_OK;
+    for (int i = 0; i < r->n_ranges && st == MS_OK; i++) {
+        const ms_range *g = &r->ranges[i];
+        if (g->n_bytes > 0) st = ms_sums_check(s->sums, g->shard, g->offset, g->n_bytes, buf + r->pos[i], err);
+    }
+    s->stats.verify_ns += now_ns() - t0;
+    if (st == MS_OK) s->stats.verify_bytes += r->data_bytes;
+    return st;
+}
+
+/* Region r has just arrived in buf: verify it; on a mismatch read it again
+ * (synchronously, into the same buffer) and verify once more. MS_OK, or the
+ * second mismatch / the re-read's error in err. No-op without sums. */
+static ms_status verify_region(ms_store *s, const region *r, uint8_t *buf, ms_err *err) {
+    if (!s->sums) return MS_OK;
+    ms_err first;
+    ms_err_clear(&first);
+    if (check_region(s, r, buf, &first) == MS_OK) return MS_OK;
+    s->stats.verify_retries++;
+    ms_log(s->p.log, MS_LOG_WARN, "store: %s; reading it again", first.msg);
+    uint64_t t;
+    ms_status st = submit_region(s, r, buf, &t, err);
+    if (st == MS_OK) st = wait_ticket(s, t, NULL, err);
+    if (st == MS_OK) st = check_region(s, r, buf, err);
+    if (st != MS_OK) s->stats.verify_failures++;
     return st;
 }
 
@@ -436,6 +491,8 @@ static uint8_t *slot_buf(const ms_store *s, int slot) {
 static ms_status load_resident(ms_store *s, ms_err *err) {
     enum { WINDOW = 16 };
     uint64_t tk[WINDOW];
+    int tk_region[WINDOW];
+    uint8_t *tk_dst[WINDOW];
     int n_out = 0;
     ms_status st = MS_OK;
     for (int i = 0; i < s->n_regions && st == MS_OK; i++) {
@@ -452,16 +509,18 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
         if (n_out == WINDOW) {
             for (int j = 0; j < n_out; j++) {
                 ms_status w = wait_ticket(s, tk[j], NULL, err);
+                if (w == MS_OK && st == MS_OK) w = verify_region(s, &s->regions[tk_region[j]], tk_dst[j], err);
                 if (st == MS_OK) st = w;
             }
             n_out = 0;
             if (st != MS_OK) break;
         }
         st = submit_region(s, r, dst, &tk[n_out], err);
-        if (st == MS_OK) n_out++;
+        if (st == MS_OK) { tk_region[n_out] = i; tk_dst[n_out] = dst; n_out++; }
     }
     for (int j = 0; j < n_out; j++) {
         ms_status w = wait_ticket(s, tk[j], NULL, err);
+        if (w == MS_OK && st == MS_OK) w = verify_region(s, &s->regions[tk_region[j]], tk_dst[j], err);
         if (st == MS_OK) st = w;
     }
     if (st != MS_OK) return st;
@@ -542,6 +601,7 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
             ms_err_clear(&e2);
             ms_status st = wait_ticket(s, q->ticket, &s->stats.ra_wait_ns, &e2);
             q->ticket = 0;
+            if (st == MS_OK) st = verify_region(s, r, q->buf, &e2);
             if (st == MS_OK) q->state = RS_READY;
             else {
                 /* a failed read-ahead is retried on demand below */
@@ -580,6 +640,7 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
     /* queue the read-ahead behind the demand read before blocking on it */
     if (!s->p.no_readahead) ring_readahead(s, p);
     st = wait_ticket(s, t, NULL, err);
+    if (st == MS_OK) st = verify_region(s, r, q->buf, err);
     if (st != MS_OK) {
         q->pins = 0;
         ring_evict(s, best);
@@ -600,7 +661,9 @@ static void drain_prefetches(ms_store *s) {
         if (c->state != MS_SLOT_LOADING || c->pins > 0 || !c->prefetched) continue;
         ms_err e2;
         ms_err_clear(&e2);
-        if (wait_ticket(s, c->ticket, NULL, &e2) == MS_OK) ms_cache_publish(&s->cache, i);
+        if (wait_ticket(s, c->ticket, NULL, &e2) == MS_OK &&
+            verify_region(s, &s->regions[s->key_region[c->key]], slot_buf(s, i), &e2) == MS_OK)
+            ms_cache_publish(&s->cache, i);
         else { s->stats.prefetch_failed++; ms_cache_abort(&s->cache, i); }
     }
 }
@@ -657,7 +720,8 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
         ms_cache_slot *cs = &c->slots[slot];
         ms_err e2;
         ms_err_clear(&e2);
-        if (wait_ticket(s, cs->ticket, NULL, &e2) == MS_OK) {
+        if (wait_ticket(s, cs->ticket, NULL, &e2) == MS_OK &&
+            verify_region(s, &s->regions[regions[idx[j]]], slot_buf(s, slot), &e2) == MS_OK) {
             ms_cache_publish(c, slot);
             cs->prefetched = 0;
             s->stats.prefetch_hits++;
@@ -699,6 +763,7 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
         ms_cache_slot *cs = &c->slots[s->b_miss[i]];
         ms_status w = cs->ticket ? wait_ticket(s, cs->ticket, NULL, err) : MS_E_IO;
         cs->ticket = 0;
+        if (w == MS_OK) w = verify_region(s, &s->regions[s->key_region[cs->key]], slot_buf(s, s->b_miss[i]), err);
         s->b_ok[s->b_miss[i]] = w == MS_OK;
         if (st == MS_OK) st = w;
     }
@@ -820,6 +885,58 @@ static const uint8_t *in_memory(const ms_store *s, const region *r) {
     return NULL;
 }
 
+static void count_part(ms_store *s, const region *r, int64_t len) {
+    s->stats.reads_issued++;
+    if (r->cls == MS_REGION_TRUNK) s->stats.trunk_bytes_read += len;
+    else if (r->cls == MS_REGION_EXPERT) s->stats.expert_bytes_read += len;
+    else s->stats.global_bytes_read += len;
+}
+
+/* Read bytes [off, off + n) of range g (of region r) into out, verified: the
+ * enclosing checksum blocks are read through the bounce buffer in pieces of
+ * whole blocks, each piece checked (and read once more on a mismatch) before
+ * its share of the part is copied out. */
+static ms_status read_part_verified(ms_store *s, const region *r, const ms_range *g, int64_t off,
+                                    int64_t n, uint8_t *out, ms_err *err) {
+    const block *bb = &s->blk[BK_BOUNCE];
+    int64_t c0, c1;
+    ms_status st = ms_sums_cover(s->sums, g->shard, off, n, &c0, &c1, err);
+    if (st != MS_OK) return st;
+    for (int64_t cur = c0; cur < c1;) {
+        int64_t end = cur;
+        for (;;) {          /* as many whole blocks as the bounce buffer holds */
+            int64_t nx = ms_sums_block_end(s->sums, g->shard, end);
+            MS_ASSERT(nx > end && nx <= c1);
+            if (end > cur && ms_io_span(cur, nx - cur) > bb->bytes) break;
+            end = nx;
+            if (end == c1) break;
+        }
+        MS_ASSERT(bb->p && ms_io_span(cur, end - cur) <= bb->bytes);   /* >= one block + alignment */
+        for (int attempt = 0;; attempt++) {
+            ms_io_req q = { s->file_of[g->shard], cur, end - cur, bb->p };
+            uint64_t t;
+            st = ms_io_submit(s->io, &q, 1, &t, err);
+            if (st == MS_OK) st = wait_ticket(s, t, NULL, err);
+            if (st != MS_OK) return st;
+            count_part(s, r, end - cur);
+            ms_err e1;
+            ms_err_clear(&e1);
+            const int64_t t0 = now_ns();
+            st = ms_sums_check(s->sums, g->shard, cur, end - cur, bb->p + ms_io_skew(cur),
+                               attempt ? err : &e1);
+            s->stats.verify_ns += now_ns() - t0;
+            if (st == MS_OK) { s->stats.verify_bytes += end - cur; break; }
+            if (attempt) { s->stats.verify_failures++; return st; }
+            s->stats.verify_retries++;
+            ms_log(s->p.log, MS_LOG_WARN, "store: %s; reading it again", e1.msg);
+        }
+        int64_t a = cur > off ? cur : off, b = end < off + n ? end : off + n;
+        if (b > a) memcpy(out + (a - off), bb->p + ms_io_skew(cur) + (a - cur), (size_t)(b - a));
+        cur = end;
+    }
+    return MS_OK;
+}
+
 ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_bytes,
                              void *dst, ms_err *err) {
     MS_ASSERT(s->started && region_id >= 0 && region_id < s->n_regions);
@@ -835,6 +952,9 @@ ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_
         int64_t take = g->n_bytes - rel < n_bytes ? g->n_bytes - rel : n_bytes;
         if (mem) {
             memcpy(out, mem + r->pos[i] + rel, (size_t)take);
+        } else if (s->sums) {
+            ms_status st = read_part_verified(s, r, g, g->offset + rel, take, out, err);
+            if (st != MS_OK) return st;
         } else {
             /* through the bounce buffer, in pieces whose aligned span fits it */
             const block *bb = &s->blk[BK_BOUNCE];
@@ -848,10 +968,7 @@ ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_
                 ms_status st = ms_io_submit(s->io, &q, 1, &t, err);
                 if (st == MS_OK) st = wait_ticket(s, t, NULL, err);
                 if (st != MS_OK) return st;
-                s->stats.reads_issued++;
-                if (r->cls == MS_REGION_TRUNK) s->stats.trunk_bytes_read += len;
-                else if (r->cls == MS_REGION_EXPERT) s->stats.expert_bytes_read += len;
-                else s->stats.global_bytes_read += len;
+                count_part(s, r, len);
                 memcpy(out + done, bb->p + ms_io_skew(off), (size_t)len);
                 done += len;
             }
@@ -869,8 +986,12 @@ ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_
 void ms_store_get_stats(const ms_store *s, ms_store_stats *st) { *st = s->stats; }
 
 void ms_store_reset_stats(ms_store *s) {
-    int64_t resident = s->stats.resident_bytes, peak = s->stats.peak_bytes;
+    const ms_store_stats keep = s->stats;
     memset(&s->stats, 0, sizeof s->stats);
-    s->stats.resident_bytes = resident;
-    s->stats.peak_bytes = peak;
+    s->stats.resident_bytes = keep.resident_bytes;
+    s->stats.peak_bytes = keep.peak_bytes;
+    s->stats.verify_bytes = keep.verify_bytes;
+    s->stats.verify_retries = keep.verify_retries;
+    s->stats.verify_failures = keep.verify_failures;
+    s->stats.verify_ns = keep.verify_ns;
 }

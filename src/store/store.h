@@ -34,9 +34,20 @@
  *      allocated in ms_store_start; acquire / release allocate nothing.
  * Thread safety: one thread (the compute thread) calls the store; the I/O
  *   layer's threads only fill buffers between submit and wait.
- * Does not: know layers, tensors or dtypes; detect silent corruption (the
- *   checkpoint has no checksums: a read that "succeeds" with wrong bytes is
- *   handed out as is - tests/test_store.c documents it).
+ * Verification (params.sums, format/sums.h): every read from disk - resident
+ *   loads at start, trunk demand reads and read-aheads, expert demand reads
+ *   and prefetches, by-part reads - is checked against the checkpoint's
+ *   block hashes right after its ticket completes, before the bytes are
+ *   published or copied out. A mismatch is read once more (a transient
+ *   corruption is cured: counted in verify_retries); a second mismatch fails
+ *   the read with MS_E_IO and "FILE: tensor 'NAME' bytes [A, B) of the file:
+ *   checksum mismatch (moestream.sums)". By-part reads read and check the
+ *   enclosing blocks (the bounce buffer then holds 2 blocks + alignment).
+ *   Every region range must be made of whole blocks of whole tensors (bind.c
+ *   guarantees it; ms_store_add_region refuses anything else).
+ * Does not: know layers, tensors or dtypes; detect silent corruption without
+ *   a sidecar (safetensors have no checksums: a read that "succeeds" with
+ *   wrong bytes is then handed out as is - tests/test_store.c documents it).
  */
 #ifndef MS_STORE_STORE_H
 #define MS_STORE_STORE_H
@@ -45,6 +56,7 @@
 #include "base/io.h"
 #include "base/log.h"
 #include "format/safetensors.h"
+#include "format/sums.h"
 #include "store/plan.h"
 
 #include <stdint.h>
@@ -75,6 +87,9 @@ typedef struct ms_store_params {
     int64_t bounce_bytes;       /* by-part read buffer (default 256 KiB, >= 16 KiB) */
     const ms_io_params *io;     /* I/O backend and faults (default ms_io_default_params());
                                    io_uring unavailable -> falls back to O_DIRECT pread */
+    const ms_sums *sums;        /* block hashes of the checkpoint (must outlive the store;
+                                   shard i of the sums = file i of the store): every read is
+                                   verified; NULL = no verification */
 } ms_store_params;
 
 /* Counters since open or the last reset. "Hits" are resident hits: uses of
@@ -98,6 +113,12 @@ typedef struct ms_store_stats {
     int64_t trunk_sync_reads;   /* streamed trunk regions read at acquire time */
     int64_t trunk_ring_hits;    /* acquires of a streamed region still in its slot */
     int64_t peak_bytes;         /* most bytes the store held allocated for weights */
+    /* verification (params.sums); unlike the rest, counted since open (loading
+     * included) and never reset */
+    int64_t verify_bytes;       /* bytes whose hashes matched */
+    int64_t verify_retries;     /* regions / parts read again after a mismatch */
+    int64_t verify_failures;    /* reads failed because the re-read mismatched too */
+    int64_t verify_ns;          /* time spent hashing */
 } ms_store_stats;
 
 /* Defaults for every field (ram_bytes 0, no logger). Pure. */
@@ -184,7 +205,7 @@ int ms_store_region_resident(const ms_store *s, int region);
 const ms_plan *ms_store_get_plan(const ms_store *s);
 
 void ms_store_get_stats(const ms_store *s, ms_store_stats *st);
-/* Zero the counters except resident_bytes and peak_bytes. */
+/* Zero the counters except resident_bytes, peak_bytes and verify_*. */
 void ms_store_reset_stats(ms_store *s);
 
 #endif

@@ -1,0 +1,389 @@
+/* format/sums.c - the checksum sidecar (format and contract in sums.h).
+ *
+ * Lookup: per shard, the non-empty tensors sorted by offset (the table order
+ * already is (shard, offset), but that is the parser's choice, so it is
+ * re-sorted here); a byte is found by binary search. first[i] is the index of
+ * tensor i's first block in the hash array.
+ * Hashing reads each tensor with pread in pieces of READ_BYTES (a multiple of
+ * B), so the page cache sees one sequential stream per shard.
+ */
+#include "format/sums.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define B MS_SUMS_BLOCK_BYTES
+#define READ_BYTES (8 * MS_SUMS_BLOCK_BYTES)
+#define SUMS_VERSION 1u
+#define PROGRESS_NS ((int64_t)5000000000)
+
+static const uint8_t MAGIC[8] = { 'M', 'S', 'S', 'U', 'M', 'S', 0, 1 };
+
+struct ms_sums {
+    const ms_ckpt *ck;
+    int64_t n_tensors, n_blocks;
+    int64_t *first;             /* [n_tensors + 1] first block of tensor i */
+    uint64_t *hash;             /* [n_blocks] */
+    uint64_t table_hash;
+    int n_shards;
+    int64_t **by_off;           /* [shard] non-empty tensor indices sorted by offset */
+    int64_t *n_by_off;          /* [shard] */
+};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static int64_t n_blocks_of(int64_t n_bytes) { return (n_bytes + B - 1) / B; }
+
+uint64_t ms_sums_table_hash(const ms_ckpt *ck) {
+    XXH3_state_t *x = XXH3_createState();
+    MS_ASSERT(x != NULL);
+    XXH3_64bits_reset(x);
+    uint8_t w[8];
+    const int ns = ms_ckpt_n_shards(ck);
+    put64(w, (uint64_t)ns);
+    XXH3_64bits_update(x, w, 8);
+    for (int i = 0; i < ns; i++) {
+        const char *f = ms_ckpt_shard(ck, i)->file;
+        XXH3_64bits_update(x, f, strlen(f) + 1);
+    }
+    const int64_t n = ms_ckpt_n_tensors(ck);
+    put64(w, (uint64_t)n);
+    XXH3_64bits_update(x, w, 8);
+    for (int64_t i = 0; i < n; i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
+        XXH3_64bits_update(x, t->name, strlen(t->name) + 1);
+        uint64_t v[4 + MS_MAX_DIMS];
+        int k = 0;
+        v[k++] = (uint64_t)t->dtype;
+        v[k++] = (uint64_t)t->n_dim;
+        for (int d = 0; d < t->n_dim; d++) v[k++] = (uint64_t)t->shape[d];
+        v[k++] = (uint64_t)t->shard;
+        for (int j = 0; j < k; j++) { put64(w, v[j]); XXH3_64bits_update(x, w, 8); }
+        put64(w, (uint64_t)t->offset); XXH3_64bits_update(x, w, 8);
+        put64(w, (uint64_t)t->n_bytes); XXH3_64bits_update(x, w, 8);
+    }
+    uint64_t h = XXH3_64bits_digest(x);
+    XXH3_freeState(x);
+    return h;
+}
+
+void ms_sums_free(ms_sums *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_shards; i++) free(s->by_off ? s->by_off[i] : NULL);
+    free(s->by_off);
+    free(s->n_by_off);
+    free(s->first);
+    free(s->hash);
+    free(s);
+}
+
+int64_t ms_sums_n_blocks(const ms_sums *s) { return s->n_blocks; }
+int64_t ms_sums_n_tensors(const ms_sums *s) { return s->n_tensors; }
+
+static int cmp_off(const void *a, const void *b, void *ck) {
+    const ms_tensor_info *x = ms_ckpt_tensor(ck, *(const int64_t *)a);
+    const ms_tensor_info *y = ms_ckpt_tensor(ck, *(const int64_t *)b);
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* A sidecar skeleton for ck: counts, block index, lookup tables, zeroed hashes. */
+static ms_status skeleton(const ms_ckpt *ck, ms_sums **out, ms_err *err) {
+    *out = NULL;
+    ms_sums *s = calloc(1, sizeof *s);
+    if (!s) return ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
+    s->ck = ck;
+    s->n_tensors = ms_ckpt_n_tensors(ck);
+    s->n_shards = ms_ckpt_n_shards(ck);
+    s->first = malloc(((size_t)s->n_tensors + 1) * sizeof *s->first);
+    s->by_off = calloc((size_t)s->n_shards + 1, sizeof *s->by_off);
+    s->n_by_off = calloc((size_t)s->n_shards + 1, sizeof *s->n_by_off);
+    if (!s->first || !s->by_off || !s->n_by_off) goto nomem;
+    int64_t nb = 0;
+    for (int64_t i = 0; i < s->n_tensors; i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
+        s->first[i] = nb;
+        nb += n_blocks_of(t->n_bytes);
+        if (t->n_bytes > 0) s->n_by_off[t->shard]++;
+    }
+    s->first[s->n_tensors] = nb;
+    s->n_blocks = nb;
+    s->hash = calloc((size_t)nb + 1, sizeof *s->hash);
+    if (!s->hash) goto nomem;
+    for (int i = 0; i < s->n_shards; i++) {
+        s->by_off[i] = malloc(((size_t)s->n_by_off[i] + 1) * sizeof **s->by_off);
+        if (!s->by_off[i]) goto nomem;
+        s->n_by_off[i] = 0;
+    }
+    for (int64_t i = 0; i < s->n_tensors; i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
+        if (t->n_bytes > 0) s->by_off[t->shard][s->n_by_off[t->shard]++] = i;
+    }
+    for (int i = 0; i < s->n_shards; i++)
+        qsort_r(s->by_off[i], (size_t)s->n_by_off[i], sizeof **s->by_off, cmp_off, (void *)ck);
+    s->table_hash = ms_sums_table_hash(ck);
+    *out = s;
+    return MS_OK;
+nomem:
+    ms_sums_free(s);
+    return ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
+}
+
+/* Hash every tensor of s->ck into hash[] (n_blocks entries). */
+static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash, ms_err *err) {
+    uint8_t *buf = malloc((size_t)READ_BYTES);
+    if (!buf) return ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
+    int64_t total = 0, done = 0;
+    for (int64_t i = 0; i < s->n_tensors; i++) total += ms_ckpt_tensor(s->ck, i)->n_bytes;
+    const int64_t t0 = now_ns();
+    int64_t last = t0;
+    int fd = -1, fd_shard = -1;
+    ms_status st = MS_OK;
+    for (int64_t i = 0; i < s->n_tensors && st == MS_OK; i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(s->ck, i);
+        const ms_shard_info *sh = ms_ckpt_shard(s->ck, t->shard);
+        if (t->n_bytes == 0) continue;
+        if (fd_shard != t->shard) {
+            if (fd >= 0) close(fd);
+            fd_shard = t->shard;
+            if ((fd = open(sh->path, O_RDONLY | O_CLOEXEC)) < 0) {
+                st = ms_err_set(err, MS_E_IO, "%s: cannot open: %s", sh->path, strerror(errno));
+                break;
+            }
+            posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        }
+        int64_t blk = s->first[i];
+        for (int64_t at = 0; at < t->n_bytes && st == MS_OK;) {
+            int64_t want = t->n_bytes - at < READ_BYTES ? t->n_bytes - at : READ_BYTES;
+            for (int64_t got = 0; got < want;) {
+                ssize_t r = pread(fd, buf + got, (size_t)(want - got), (off_t)(t->offset + at + got));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) {
+                    st = ms_err_set(err, MS_E_IO, "%s: tensor '%s': cannot read bytes [%lld, %lld): %s",
+                                    sh->file, t->name, (long long)(t->offset + at + got),
+                                    (long long)(t->offset + t->n_bytes), r < 0 ? strerror(errno) : "end of file");
+                    break;
+                }
+                got += r;
+            }
+            for (int64_t k = 0; k < want && st == MS_OK; k += B)
+                hash[blk++] = XXH3_64bits(buf + k, (size_t)(want - k < B ? want - k : B));
+            at += want;
+            done += want;
+            int64_t now = now_ns();
+            if (now - last >= PROGRESS_NS) {
+                last = now;
+                double sec = 1e-9 * (double)(now - t0);
+                ms_log(log, MS_LOG_INFO, "sums: hashed %.1f of %.1f GB (%.0f%%), %.0f MB/s",
+                       (double)done / 1e9, (double)total / 1e9, 100.0 * (double)done / (double)total,
+                       (double)done / 1e6 / sec);
+            }
+        }
+    }
+    if (fd >= 0) close(fd);
+    free(buf);
+    return st;
+}
+
+ms_status ms_sums_build(const ms_ckpt *ck, const ms_logger *log, ms_sums **out, ms_err *err) {
+    ms_status st = skeleton(ck, out, err);
+    if (st != MS_OK) return st;
+    if ((st = hash_all(*out, log, (*out)->hash, err)) != MS_OK) {
+        ms_sums_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+ms_status ms_sums_write(const ms_sums *s, const char *path, ms_err *err) {
+    const size_t n = (size_t)MS_SUMS_HEADER_BYTES + 8 * (size_t)s->n_blocks + 8;
+    uint8_t *img = malloc(n);
+    if (!img) return ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
+    memcpy(img, MAGIC, 8);
+    put32(img + 8, SUMS_VERSION);
+    put32(img + 12, 0);
+    put64(img + 16, (uint64_t)B);
+    put64(img + 24, s->table_hash);
+    put64(img + 32, (uint64_t)s->n_tensors);
+    put64(img + 40, (uint64_t)s->n_blocks);
+    for (int64_t i = 0; i < s->n_blocks; i++) put64(img + MS_SUMS_HEADER_BYTES + 8 * i, s->hash[i]);
+    put64(img + n - 8, XXH3_64bits(img, n - 8));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    ms_status st = MS_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = ms_err_set(err, MS_E_IO, "cannot write %s: %s", path, strerror(errno));
+    } else {
+        for (size_t done = 0; done < n && st == MS_OK;) {
+            ssize_t w = write(fd, img + done, n - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) st = ms_err_set(err, MS_E_IO, "cannot write %s: %s", tmp, strerror(errno));
+            else done += (size_t)w;
+        }
+        if (st == MS_OK && fsync(fd) != 0) st = ms_err_set(err, MS_E_IO, "cannot write %s: %s", tmp, strerror(errno));
+        if (close(fd) != 0 && st == MS_OK) st = ms_err_set(err, MS_E_IO, "cannot write %s: %s", tmp, strerror(errno));
+        if (st == MS_OK && rename(tmp, path) != 0) st = ms_err_set(err, MS_E_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        if (st != MS_OK) unlink(tmp);
+    }
+    free(img);
+    return st;
+}
+
+ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_err *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ms_err_set(err, MS_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return ms_err_set(err, MS_E_IO, "%s: not a regular file", path);
+    }
+    ms_sums *s = NULL;
+    ms_status st = skeleton(ck, &s, err);
+    if (st != MS_OK) { fclose(f); return st; }
+    const int64_t want = MS_SUMS_HEADER_BYTES + 8 * s->n_blocks + 8;
+    uint8_t *img = NULL;
+#define BAD(...) do { st = ms_err_set(err, MS_E_MODEL, __VA_ARGS__); goto done; } while (0)
+    if ((int64_t)sb.st_size < MS_SUMS_HEADER_BYTES + 8)
+        BAD("%s: truncated: %lld bytes, a sidecar has at least %d; rebuild it with 'moestream verify MODEL_DIR --write'",
+            path, (long long)sb.st_size, MS_SUMS_HEADER_BYTES + 8);
+    if ((int64_t)sb.st_size > ((int64_t)1 << 40)) BAD("%s: %lld bytes is not a sidecar", path, (long long)sb.st_size);
+    img = malloc((size_t)sb.st_size);
+    if (!img) { st = ms_err_set(err, MS_E_NOMEM, "sums: out of memory"); goto done; }
+    if (fread(img, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
+        st = ms_err_set(err, MS_E_IO, "%s: cannot read: %s", path, ferror(f) ? strerror(errno) : "short file");
+        goto done;
+    }
+    if (memcmp(img, MAGIC, 8) != 0) BAD("%s: not a moestream.sums file (bad magic)", path);
+    if (get32(img + 8) != SUMS_VERSION) BAD("%s: version %u, expected %u", path, get32(img + 8), SUMS_VERSION);
+    const uint64_t n_blocks = get64(img + 40);
+    const int64_t size_says = n_blocks > ((uint64_t)1 << 37) ? -1 : MS_SUMS_HEADER_BYTES + 8 * (int64_t)n_blocks + 8;
+    if (size_says != (int64_t)sb.st_size)
+        BAD("%s: truncated or damaged: %lld bytes, its header says %lld; rebuild it with 'moestream verify MODEL_DIR --write'",
+            path, (long long)sb.st_size, (long long)size_says);
+    const uint64_t tail = get64(img + sb.st_size - 8), calc = XXH3_64bits(img, (size_t)sb.st_size - 8);
+    if (tail != calc)
+        BAD("%s: damaged: its trailing checksum is %016llx, its contents hash to %016llx; rebuild it with 'moestream verify MODEL_DIR --write'",
+            path, (unsigned long long)tail, (unsigned long long)calc);
+    if (get64(img + 16) != (uint64_t)B)
+        BAD("%s: block size %llu, expected %lld", path, (unsigned long long)get64(img + 16), (long long)B);
+    if (get64(img + 24) != s->table_hash || get64(img + 32) != (uint64_t)s->n_tensors || size_says != want)
+        BAD("%s: belongs to a different checkpoint (tensor table hash %016llx, %llu tensors; this checkpoint: %016llx, %lld tensors); "
+            "rebuild it with 'moestream verify MODEL_DIR --write' or run with --no-verify",
+            path, (unsigned long long)get64(img + 24), (unsigned long long)get64(img + 32),
+            (unsigned long long)s->table_hash, (long long)s->n_tensors);
+    for (int64_t i = 0; i < s->n_blocks; i++) s->hash[i] = get64(img + MS_SUMS_HEADER_BYTES + 8 * i);
+#undef BAD
+done:
+    fclose(f);
+    free(img);
+    if (st != MS_OK) { ms_sums_free(s); return st; }
+    *out = s;
+    return MS_OK;
+}
+
+/* Index (into the table) of the tensor holding byte `offset` of `shard`, or -1. */
+static int64_t find_tensor(const ms_sums *s, int shard, int64_t offset) {
+    if (shard < 0 || shard >= s->n_shards) return -1;
+    const int64_t *v = s->by_off[shard];
+    int64_t lo = 0, hi = s->n_by_off[shard];          /* first with offset > `offset` */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ms_ckpt_tensor(s->ck, v[mid])->offset <= offset) lo = mid + 1; else hi = mid;
+    }
+    if (lo == 0) return -1;
+    const ms_tensor_info *t = ms_ckpt_tensor(s->ck, v[lo - 1]);
+    return offset < t->offset + t->n_bytes ? v[lo - 1] : -1;
+}
+
+int64_t ms_sums_block_end(const ms_sums *s, int shard, int64_t offset) {
+    int64_t i = find_tensor(s, shard, offset);
+    if (i < 0) return -1;
+    const ms_tensor_info *t = ms_ckpt_tensor(s->ck, i);
+    int64_t end = (offset - t->offset) / B * B + B;
+    return t->offset + (end < t->n_bytes ? end : t->n_bytes);
+}
+
+ms_status ms_sums_cover(const ms_sums *s, int shard, int64_t offset, int64_t n_bytes,
+                        int64_t *begin, int64_t *end, ms_err *err) {
+    MS_ASSERT(n_bytes > 0);
+    int64_t a = find_tensor(s, shard, offset), z = find_tensor(s, shard, offset + n_bytes - 1);
+    if (a < 0 || z < 0)
+        return ms_err_set(err, MS_E_INTERNAL, "sums: bytes [%lld, %lld) of shard %d are not all tensor bytes",
+                          (long long)offset, (long long)(offset + n_bytes), shard);
+    const ms_tensor_info *ta = ms_ckpt_tensor(s->ck, a);
+    *begin = ta->offset + (offset - ta->offset) / B * B;
+    *end = ms_sums_block_end(s, shard, offset + n_bytes - 1);
+    return MS_OK;
+}
+
+ms_status ms_sums_check(const ms_sums *s, int shard, int64_t offset, int64_t n_bytes,
+                        const uint8_t *bytes, ms_err *err) {
+    int64_t at = offset;
+    const int64_t end = offset + n_bytes;
+    while (at < end) {
+        int64_t i = find_tensor(s, shard, at);
+        const ms_tensor_info *t = i >= 0 ? ms_ckpt_tensor(s->ck, i) : NULL;
+        if (!t || (at - t->offset) % B != 0)
+            return ms_err_set(err, MS_E_INTERNAL, "sums: cannot check bytes [%lld, %lld) of shard %d: byte %lld %s",
+                              (long long)offset, (long long)end, shard, (long long)at,
+                              t ? "is not on a block boundary of its tensor" : "lies in no tensor");
+        int64_t stop = t->offset + t->n_bytes < end ? t->offset + t->n_bytes : end;
+        if (stop != t->offset + t->n_bytes && (stop - t->offset) % B != 0)
+            return ms_err_set(err, MS_E_INTERNAL, "sums: cannot check bytes [%lld, %lld) of shard %d: it ends inside a block of tensor '%s'",
+                              (long long)offset, (long long)end, shard, t->name);
+        for (int64_t blk = s->first[i] + (at - t->offset) / B; at < stop; blk++) {
+            int64_t len = stop - at < B ? stop - at : B;
+            if (XXH3_64bits(bytes + (at - offset), (size_t)len) != s->hash[blk])
+                return ms_err_set(err, MS_E_IO, "%s: tensor '%s' bytes [%lld, %lld) of the file: checksum mismatch (moestream.sums)",
+                                  ms_ckpt_shard(s->ck, shard)->file, t->name, (long long)at, (long long)(at + len));
+            at += len;
+        }
+    }
+    return MS_OK;
+}
+
+ms_status ms_sums_compare(const ms_sums *s, const ms_logger *log, ms_sums_bad_fn bad, void *user,
+                          int64_t *n_bad_tensors, int64_t *n_bad_blocks, ms_err *err) {
+    *n_bad_tensors = *n_bad_blocks = 0;
+    uint64_t *h = malloc(((size_t)s->n_blocks + 1) * sizeof *h);
+    if (!h) return ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
+    ms_status st = hash_all(s, log, h, err);
+    for (int64_t i = 0; i < s->n_tensors && st == MS_OK; i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(s->ck, i);
+        int64_t first_bad = -1, last_bad = -1, n_bad = 0;
+        for (int64_t b = s->first[i]; b < s->first[i + 1]; b++)
+            if (h[b] != s->hash[b]) {
+                if (first_bad < 0) first_bad = b - s->first[i];
+                last_bad = b - s->first[i];
+                n_bad++;
+            }
+        if (!n_bad) continue;
+        (*n_bad_tensors)++;
+        *n_bad_blocks += n_bad;
+        int64_t e = (last_bad + 1) * B < t->n_bytes ? (last_bad + 1) * B : t->n_bytes;
+        if (bad) bad(user, t, ms_ckpt_shard(s->ck, t->shard)->file, t->offset + first_bad * B, t->offset + e, n_bad);
+    }
+    free(h);
+    return st;
+}

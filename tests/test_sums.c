@@ -1,0 +1,292 @@
+/* tests/test_sums.c - the checksum sidecar (format/sums.h) and `verify`
+ * (ms_verify_checkpoint).
+ *
+ * On a generated two-shard checkpoint with a 2.5 MiB tensor (3 blocks, the
+ * last one short), a 0-byte tensor and small ones:
+ *   - build -> write -> load round trip; block counts; every tensor checks ok;
+ *     whole-block sub-ranges check ok; ranges that are not whole blocks are
+ *     refused (MS_E_INTERNAL); cover / block_end give block bounds;
+ *   - one flipped byte in memory -> MS_E_IO naming the tensor and the block's
+ *     file range; one flipped byte on disk -> compare reports exactly that
+ *     tensor and block; ms_verify_checkpoint says the same;
+ *   - a truncated, a tampered and another checkpoint's sidecar are refused
+ *     with a message saying which;
+ *   - the real layout ($MS_TESTDATA/a): every region-sized tensor checks ok.
+ */
+#include "moestream.h"
+
+#include "check.h"
+#include "format/safetensors.h"
+#include "format/sums.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MIB ((int64_t)1 << 20)
+
+typedef struct tdef { const char *name; int64_t n; } tdef;
+
+/* A U8 safetensors file with the given tensors; byte j of tensor i = (i * 31 + j * 7) & 255. */
+static void write_shard(const char *path, const tdef *t, int n) {
+    char hdr[4096];
+    int len = snprintf(hdr, sizeof hdr, "{");
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        len += snprintf(hdr + len, sizeof hdr - (size_t)len, "%s\"%s\": {\"dtype\": \"U8\", \"shape\": [%lld], \"data_offsets\": [%lld, %lld]}",
+                        i ? ", " : "", t[i].name, (long long)t[i].n, (long long)at, (long long)(at + t[i].n));
+        at += t[i].n;
+    }
+    len += snprintf(hdr + len, sizeof hdr - (size_t)len, "}");
+    while (len % 8) hdr[len++] = ' ';
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = (uint64_t)len;
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hl >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int i = 0; i < n; i++)
+        for (int64_t j = 0; j < t[i].n; j++) fputc((int)((i * 31 + j * 7) & 255), f);
+    fclose(f);
+}
+
+static uint8_t *read_range(const char *path, int64_t off, int64_t n) {
+    FILE *f = fopen(path, "rb");
+    uint8_t *b = malloc((size_t)n + 1);
+    fseek(f, (long)off, SEEK_SET);
+    size_t got = fread(b, 1, (size_t)n, f);
+    fclose(f);
+    if ((int64_t)got != n) { free(b); return NULL; }
+    return b;
+}
+
+static void flip_file_byte(const char *path, int64_t at) {
+    FILE *f = fopen(path, "r+b");
+    fseek(f, (long)at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, (long)at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+typedef struct bad_seen { int n; char name[256]; int64_t begin, end, n_bad; } bad_seen;
+static void on_bad(void *u, const ms_tensor_info *t, const char *file, int64_t b, int64_t e, int64_t n) {
+    bad_seen *s = u;
+    s->n++;
+    snprintf(s->name, sizeof s->name, "%s", t->name);
+    s->begin = b; s->end = e; s->n_bad = n;
+}
+
+static int g_n_err_lines;
+static char g_last_err[1024];
+static void log_fn(void *u, ms_log_level lv, const char *line) {
+    if (lv == MS_LOG_ERROR) { g_n_err_lines++; snprintf(g_last_err, sizeof g_last_err, "%s", line); }
+}
+
+static void copy_file(const char *from, const char *to, int64_t cut, int64_t flip_at) {
+    FILE *f = fopen(from, "rb");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n);
+    size_t got = fread(b, 1, (size_t)n, f);
+    fclose(f);
+    if (flip_at >= 0 && flip_at < n) b[flip_at] ^= 1;
+    f = fopen(to, "wb");
+    fwrite(b, 1, got - (size_t)(cut > 0 ? cut : 0), f);
+    fclose(f);
+    free(b);
+}
+
+static void generated(const char *tmp) {
+    char d1[4200], d2[4200], s1[4300], s2[4300], sums[4300], bad[4300];
+    snprintf(d1, sizeof d1, "%s/ck1", tmp);
+    snprintf(d2, sizeof d2, "%s/ck2", tmp);
+    mkdir(d1, 0755);
+    mkdir(d2, 0755);
+    const int64_t big = 5 * MIB / 2 + 123;
+    const tdef a[] = { { "small.a", 100 }, { "big", big }, { "empty", 0 }, { "small.b", 4096 } };
+    const tdef b[] = { { "exactly.one", MIB }, { "tail", 7 } };
+    snprintf(s1, sizeof s1, "%s/a.safetensors", d1);
+    snprintf(s2, sizeof s2, "%s/b.safetensors", d1);
+    write_shard(s1, a, 4);
+    write_shard(s2, b, 2);
+    ms_err err;
+    ms_err_clear(&err);
+    ms_ckpt *ck = NULL;
+    CHECK(ms_ckpt_open(d1, &ck, &err) == MS_OK, "%s", err.msg);
+    if (!ck) return;
+    ms_sums *sm = NULL;
+    CHECK(ms_sums_build(ck, NULL, &sm, &err) == MS_OK, "build: %s", err.msg);
+    if (!sm) { ms_ckpt_close(ck); return; }
+    /* 1 + 3 + 0 + 1 + 1 + 1 blocks */
+    CHECK(ms_sums_n_blocks(sm) == 7, "n_blocks %lld, want 7", (long long)ms_sums_n_blocks(sm));
+    CHECK(ms_sums_n_tensors(sm) == 6, "n_tensors %lld", (long long)ms_sums_n_tensors(sm));
+    snprintf(sums, sizeof sums, "%s/moestream.sums", d1);
+    CHECK(ms_sums_write(sm, sums, &err) == MS_OK, "write: %s", err.msg);
+    struct stat sb;
+    CHECK(stat(sums, &sb) == 0 && sb.st_size == MS_SUMS_HEADER_BYTES + 8 * 7 + 8, "sidecar size %lld",
+          (long long)sb.st_size);
+    ms_sums *ld = NULL;
+    CHECK(ms_sums_load(sums, ck, &ld, &err) == MS_OK, "load: %s", err.msg);
+    if (!ld) { ms_sums_free(sm); ms_ckpt_close(ck); return; }
+
+    /* every tensor checks whole; sub-ranges of whole blocks too */
+    const ms_tensor_info *tb = ms_ckpt_find(ck, "big");
+    for (int64_t i = 0; i < ms_ckpt_n_tensors(ck); i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
+        if (t->n_bytes == 0) continue;
+        uint8_t *bytes = read_range(ms_ckpt_shard(ck, t->shard)->path, t->offset, t->n_bytes);
+        ms_err_clear(&err);
+        CHECK(bytes && ms_sums_check(ld, t->shard, t->offset, t->n_bytes, bytes, &err) == MS_OK,
+              "tensor %s: %s", t->name, err.msg);
+        free(bytes);
+    }
+    /* the four tensors of shard a as one range (how bind.c merges adjacent tensors) */
+    const ms_tensor_info *ta0 = ms_ckpt_find(ck, "small.a"), *ta3 = ms_ckpt_find(ck, "small.b");
+    int64_t all_n = ta3->offset + ta3->n_bytes - ta0->offset;
+    uint8_t *all = read_range(s1, ta0->offset, all_n);
+    ms_err_clear(&err);
+    CHECK(all && ms_sums_check(ld, ta0->shard, ta0->offset, all_n, all, &err) == MS_OK, "merged range: %s", err.msg);
+    const uint8_t *bigb = all + (tb->offset - ta0->offset);
+    ms_err_clear(&err);
+    CHECK(ms_sums_check(ld, tb->shard, tb->offset + MIB, MIB, bigb + MIB, &err) == MS_OK, "block 1: %s", err.msg);
+    ms_err_clear(&err);
+    CHECK(ms_sums_check(ld, tb->shard, tb->offset + 2 * MIB, big - 2 * MIB, bigb + 2 * MIB, &err) == MS_OK,
+          "short last block: %s", err.msg);
+    ms_err_clear(&err);
+    CHECK(ms_sums_check(ld, tb->shard, tb->offset + 10, MIB, bigb + 10, &err) == MS_E_INTERNAL,
+          "a range starting inside a block is refused (got '%s')", err.msg);
+    ms_err_clear(&err);
+    CHECK(ms_sums_check(ld, tb->shard, tb->offset, MIB + 5, bigb, &err) == MS_E_INTERNAL,
+          "a range ending inside a block is refused (got '%s')", err.msg);
+    ms_err_clear(&err);
+    CHECK(ms_sums_check(ld, tb->shard, 0, 8, all, &err) == MS_E_INTERNAL, "header bytes are no tensor bytes");
+    int64_t c0 = 0, c1 = 0;
+    ms_err_clear(&err);
+    CHECK(ms_sums_cover(ld, tb->shard, tb->offset + MIB + 5, MIB, &c0, &c1, &err) == MS_OK &&
+          c0 == tb->offset + MIB && c1 == tb->offset + big, "cover [%lld, %lld)", (long long)c0, (long long)c1);
+    CHECK(ms_sums_cover(ld, tb->shard, ta0->offset + 50, tb->offset - ta0->offset, &c0, &c1, &err) == MS_OK &&
+          c0 == ta0->offset && c1 == tb->offset + MIB, "cover across tensors [%lld, %lld)", (long long)c0, (long long)c1);
+    CHECK(ms_sums_block_end(ld, tb->shard, tb->offset) == tb->offset + MIB, "block_end of block 0");
+    CHECK(ms_sums_block_end(ld, tb->shard, tb->offset + 2 * MIB + 1) == tb->offset + big, "block_end of the short block");
+    CHECK(ms_sums_block_end(ld, tb->shard, 3) == -1, "block_end in the header");
+
+    /* one flipped byte in memory: MS_E_IO naming tensor and block */
+    all[(tb->offset - ta0->offset) + 2 * MIB + 77] ^= 0x40;
+    ms_err_clear(&err);
+    ms_status st = ms_sums_check(ld, ta0->shard, ta0->offset, all_n, all, &err);
+    char want[256];
+    snprintf(want, sizeof want, "bytes [%lld, %lld)", (long long)(tb->offset + 2 * MIB), (long long)(tb->offset + big));
+    CHECK(st == MS_E_IO && strstr(err.msg, "a.safetensors") && strstr(err.msg, "'big'") &&
+          strstr(err.msg, want) && strstr(err.msg, "checksum mismatch (moestream.sums)"),
+          "flipped byte: status %d, message '%s'", st, err.msg);
+    free(all);
+
+    /* one flipped byte on disk: compare names that tensor and block only */
+    flip_file_byte(s1, tb->offset + MIB + 3);
+    bad_seen bs;
+    memset(&bs, 0, sizeof bs);
+    int64_t nt = -1, nb = -1;
+    ms_err_clear(&err);
+    CHECK(ms_sums_compare(ld, NULL, on_bad, &bs, &nt, &nb, &err) == MS_OK, "compare: %s", err.msg);
+    CHECK(nt == 1 && nb == 1 && bs.n == 1 && !strcmp(bs.name, "big") && bs.begin == tb->offset + MIB &&
+          bs.end == tb->offset + 2 * MIB, "compare found %lld tensors %lld blocks (%s [%lld, %lld))",
+          (long long)nt, (long long)nb, bs.name, (long long)bs.begin, (long long)bs.end);
+    ms_verify_result vr;
+    char msg[1024];
+    g_n_err_lines = 0;
+    st = ms_verify_checkpoint(d1, NULL, 0, log_fn, NULL, MS_LOG_INFO, &vr, msg, sizeof msg);
+    CHECK(st == MS_OK && !vr.wrote && vr.n_bad_tensors == 1 && vr.n_bad_blocks == 1 && g_n_err_lines == 1 &&
+          strstr(g_last_err, "'big'") && strstr(g_last_err, "a.safetensors") && strstr(g_last_err, "checksum mismatch"),
+          "verify with a bad byte: status %d, %lld bad tensors, %d error lines, last '%s'", st,
+          (long long)vr.n_bad_tensors, g_n_err_lines, g_last_err);
+    flip_file_byte(s1, tb->offset + MIB + 3);
+    st = ms_verify_checkpoint(d1, NULL, 0, log_fn, NULL, MS_LOG_INFO, &vr, msg, sizeof msg);
+    CHECK(st == MS_OK && vr.n_bad_tensors == 0 && vr.n_blocks == 7, "verify after the repair: %d %lld", st,
+          (long long)vr.n_bad_tensors);
+
+    /* refused sidecars */
+    snprintf(bad, sizeof bad, "%s/cut.sums", tmp);
+    copy_file(sums, bad, 8, -1);
+    ms_sums *x = NULL;
+    ms_err_clear(&err);
+    CHECK(ms_sums_load(bad, ck, &x, &err) == MS_E_MODEL && strstr(err.msg, "truncated") && strstr(err.msg, "cut.sums"),
+          "truncated: '%s'", err.msg);
+    ms_sums_free(x);
+    copy_file(sums, bad, 0, MS_SUMS_HEADER_BYTES + 8 * 3 + 2);
+    x = NULL;
+    ms_err_clear(&err);
+    CHECK(ms_sums_load(bad, ck, &x, &err) == MS_E_MODEL && strstr(err.msg, "damaged"), "tampered: '%s'", err.msg);
+    ms_sums_free(x);
+    copy_file(sums, bad, 60, -1);
+    x = NULL;
+    ms_err_clear(&err);
+    CHECK(ms_sums_load(bad, ck, &x, &err) == MS_E_MODEL && strstr(err.msg, "truncated"), "cut to the header: '%s'", err.msg);
+    ms_sums_free(x);
+    /* another checkpoint: same sizes, one tensor renamed */
+    const tdef a2[] = { { "small.a", 100 }, { "big", big }, { "empty", 0 }, { "small.c", 4096 } };
+    char s3[4300], s4[4300], sums2[4300];
+    snprintf(s3, sizeof s3, "%s/a.safetensors", d2);
+    snprintf(s4, sizeof s4, "%s/b.safetensors", d2);
+    write_shard(s3, a2, 4);
+    write_shard(s4, b, 2);
+    snprintf(sums2, sizeof sums2, "%s/moestream.sums", d2);
+    st = ms_verify_checkpoint(d2, NULL, 0, NULL, NULL, MS_LOG_INFO, &vr, msg, sizeof msg);
+    CHECK(st == MS_OK && vr.wrote && vr.n_blocks == 7, "verify writes a missing sidecar: %d %s", st, msg);
+    x = NULL;
+    ms_err_clear(&err);
+    CHECK(ms_sums_load(sums2, ck, &x, &err) == MS_E_MODEL && strstr(err.msg, "different checkpoint"),
+          "another checkpoint's sidecar: '%s'", err.msg);
+    ms_sums_free(x);
+    st = ms_verify_checkpoint(d1, sums2, 0, NULL, NULL, MS_LOG_INFO, &vr, msg, sizeof msg);
+    CHECK(st == MS_E_MODEL && strstr(msg, "different checkpoint"), "verify --sums OTHER: %d '%s'", st, msg);
+    /* a sidecar that cannot be written says where else to put it */
+    st = ms_verify_checkpoint(d1, "/nonexistent-dir/x.sums", 1, NULL, NULL, MS_LOG_INFO, &vr, msg, sizeof msg);
+    CHECK(st == MS_E_IO && strstr(msg, "--sums"), "unwritable sidecar: %d '%s'", st, msg);
+    ms_sums_free(ld);
+    ms_sums_free(sm);
+    ms_ckpt_close(ck);
+}
+
+/* The real layout: build over testdata a, every tensor checks (each is one block here). */
+static void real_layout(const char *dir) {
+    ms_err err;
+    ms_err_clear(&err);
+    ms_ckpt *ck = NULL;
+    CHECK(ms_ckpt_open(dir, &ck, &err) == MS_OK, "%s", err.msg);
+    if (!ck) return;
+    ms_sums *sm = NULL;
+    CHECK(ms_sums_build(ck, NULL, &sm, &err) == MS_OK, "%s", err.msg);
+    int n_ok = 0;
+    for (int64_t i = 0; sm && i < ms_ckpt_n_tensors(ck); i++) {
+        const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
+        if (t->n_bytes == 0) { n_ok++; continue; }
+        uint8_t *b = read_range(ms_ckpt_shard(ck, t->shard)->path, t->offset, t->n_bytes);
+        n_ok += b && ms_sums_check(sm, t->shard, t->offset, t->n_bytes, b, &err) == MS_OK;
+        free(b);
+    }
+    CHECK(n_ok == ms_ckpt_n_tensors(ck), "%d of %lld tensors check: %s", n_ok, (long long)ms_ckpt_n_tensors(ck), err.msg);
+    CHECK(ms_sums_table_hash(ck) != 0, "table hash");
+    ms_sums_free(sm);
+    ms_ckpt_close(ck);
+}
+
+int main(void) {
+    char tmp[] = "/tmp/ms_test_sums_XXXXXX";
+    if (!mkdtemp(tmp)) { CHECK(0, "mkdtemp"); return CHECK_DONE("test_sums"); }
+    generated(tmp);
+    const char *td = getenv("MS_TESTDATA");
+    if (td) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/a", td);
+        real_layout(path);
+    }
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp);
+    return CHECK_DONE("test_sums");
+}
