@@ -11,6 +11,7 @@
 #   make bench-kernels  memory read bandwidth (bench/membw.c), then the matvec
 #                       kernels at the real shapes (bench/bench_kernels.c)
 #   make bench-render   re-derive the table, plot and projection from results.json
+#   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
 #
 # Every knob of bench/bench.py is an environment variable (BENCH_*; see its
 # header); make passes them through.
@@ -19,7 +20,7 @@ BENCH_PROGS := $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench
                $(BUILD)/bench/membw
 BENCH_PY    := /usr/bin/python3 bench/bench.py
 
-.PHONY: bench bench-device bench-kernels bench-render bench-progs
+.PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash
 
 bench-progs: $(BENCH_PROGS)
 
@@ -38,6 +39,13 @@ $(BUILD)/bench/bench_kernels: bench/bench_kernels.c $(LIB)
 $(BUILD)/bench/membw: bench/membw.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LDLIBS) -o $@
+
+$(BUILD)/bench/hashbench: bench/hashbench.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LDLIBS) -o $@
+
+bench-hash: $(BUILD)/bench/hashbench
+	$(BUILD)/bench/hashbench
 
 bench: $(BIN) $(BENCH_PROGS)
 	BUILD=$(BUILD) $(BENCH_PY) all

@@ -605,8 +605,10 @@ static int cmd_verify(int argc, char **argv) {
     }
     const double gb = (double)r.bytes / 1e9, rate = r.seconds > 0 ? gb / r.seconds : 0.0;
     if (r.wrote) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/moestream.sums", dir);
         printf("wrote %s: %lld tensors, %lld blocks, %.3f GB hashed in %.2f s (%.2f GB/s)\n",
-               sums ? sums : "moestream.sums", (long long)r.n_tensors, (long long)r.n_blocks, gb, r.seconds, rate);
+               sums ? sums : path, (long long)r.n_tensors, (long long)r.n_blocks, gb, r.seconds, rate);
         return EXIT_OK;
     }
     if (r.n_bad_tensors) {
