@@ -1,16 +1,14 @@
 /* bench/bench_kernels.c - throughput of the matrix kernels at the model's shapes.
  *
  * Owns: a measurement, nothing the engine uses. Prints GB/s of weight bytes
- *   streamed by matvec_bf16 (7168 x 12288) and matvec_mxfp4 (3072 x 3584,
- *   packed + scales) for every kernel table the CPU supports, with 1 and 2
+ *   streamed by matvec_bf16 (7168 x 12288) and matvec_mxfp4 (3072 x 3584 and
+ *   3584 x 3072, packed + scales) for every kernel table the CPU supports, with 1 and 2
  *   threads (rows split between pthreads), next to a plain read bandwidth
  *   and memcpy bandwidth of the machine. "hot" reuses one matrix (it may sit
  *   in the last-level cache); "cold" rotates over copies larger than the LLC,
  *   as the engine does when it streams layer after layer. "in-cache" runs a
  *   small L2-resident matrix in thread CPU time: the compute ceiling.
- * Build (not part of `make`):
- *   gcc -std=c11 -O2 -ffp-contract=off -D_GNU_SOURCE -Iinclude -Isrc -pthread \
- *       bench/bench_kernels.c build/libmoestream.a -lm -pthread -o build/bench_kernels
+ * Build and run: `make bench-kernels` (bench/bench.mk; not part of `make`).
  * Does not: assert anything; numbers go to docs/PERFORMANCE.md by hand.
  */
 #include "kernels/kernels.h"
@@ -187,9 +185,11 @@ int main(void) {
         }
         free(W); free(x); free(y);
     }
-    /* MXFP4 3072 x 3584: packed then scales, contiguous per copy */
-    {
-        int64_t rows = 3072, cols = 3584;
+    /* MXFP4 at both expert shapes (gate/up 3072 x 3584, down 3584 x 3072):
+     * packed then scales, contiguous per copy */
+    static const int64_t mx_shape[2][2] = { { 3072, 3584 }, { 3584, 3072 } };
+    for (int is = 0; is < 2; is++) {
+        int64_t rows = mx_shape[is][0], cols = mx_shape[is][1];
         size_t pbytes = (size_t)(rows * cols / 2), sbytes = (size_t)(rows * cols / 32);
         size_t bytes = pbytes + sbytes;
         int ncold = 96;   /* 96 x 5.9 MB > 300 MB LLC: like many experts */
@@ -208,8 +208,8 @@ int main(void) {
                                           t == 0 ? 1 : 20);
                 double cold = bench_matvec(tabs[t], 1, M, bytes, pbytes, t == 0 ? 1 : ncold, x, y, rows,
                                            cols, bytes, nt, t == 0 ? 1 : 2);
-                printf("matvec_mxfp4 %-6s 3072x3584  %d thr: hot %6.1f GB/s  cold %6.1f GB/s  (%.3f ms cold)\n",
-                       tabs[t]->name, nt, hot, cold, bytes / cold / 1e6);
+                printf("matvec_mxfp4 %-6s %lldx%lld  %d thr: hot %6.1f GB/s  cold %6.1f GB/s  (%.3f ms cold)\n",
+                       tabs[t]->name, (long long)rows, (long long)cols, nt, hot, cold, bytes / cold / 1e6);
             }
         }
         free(M); free(x); free(y);
