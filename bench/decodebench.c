@@ -112,6 +112,8 @@ static json_t *phase_json(const ms_stats *a, const ms_stats *b, int64_t n_tokens
     json_object_set_new(j, "reads", json_integer(b->reads_issued - a->reads_issued));
     json_object_set_new(j, "expert_requests", json_integer(b->expert_requests - a->expert_requests));
     json_object_set_new(j, "expert_hits", json_integer(b->expert_hits - a->expert_hits));
+    json_object_set_new(j, "prefetch_issued", json_integer(b->prefetch_issued - a->prefetch_issued));
+    json_object_set_new(j, "prefetch_hits", json_integer(b->prefetch_hits - a->prefetch_hits));
     return j;
 }
 

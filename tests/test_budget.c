@@ -103,7 +103,7 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     p.no_readahead = rc->no_readahead;
     p.fault_kind = rc->fault_kind;
     p.fault_at_read = rc->fault_at;
-    p.predict_experts = rc->predict;
+    p.predict_experts = rc->predict == 1;   /* 2: one token at a time, no predictor */
     p.sums_path = rc->sums;
     p.fault_corrupt_begin = rc->corrupt_begin;
     p.fault_corrupt_end = rc->corrupt_end;
@@ -262,6 +262,27 @@ static void ladder(const char *dir, const char *name) {
                     free(lg);
                 }
     CHECK(n_same == n_runs, "%s: %d of %d budget/backend/policy runs gave different bits", name, n_runs - n_same, n_runs);
+
+    /* the next-layer predictor with the trunk pinned and room in the expert
+     * cache: it must issue reads of its own (more prefetches than the same
+     * token-at-a-time run without it) and change no bit */
+    {
+        ms_stats sp[2];
+        for (int pr = 1; pr <= 2; pr++) {
+            run_cfg rc = { sh.trunk_all * 2, sh.expert_all / 2, "pread", "lru", 0, 0, 0, pr, NULL, 0, 0 };
+            int64_t V2 = 0;
+            float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &sp[pr - 1]);
+            CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
+                  "%s: predictor %s: %s", name, pr == 1 ? "on" : "off", lg ? "different bits" : msg);
+            free(lg);
+        }
+        CHECK(sp[0].prefetch_issued > sp[1].prefetch_issued,
+              "%s: the predictor issued no read of its own (%lld prefetches with it, %lld without)", name,
+              (long long)sp[0].prefetch_issued, (long long)sp[1].prefetch_issued);
+        printf("%s: predictor: %lld prefetches (%lld used) vs %lld (%lld) without, same bits\n", name,
+               (long long)sp[0].prefetch_issued, (long long)sp[0].prefetch_hits,
+               (long long)sp[1].prefetch_issued, (long long)sp[1].prefetch_hits);
+    }
     printf("%s: %d runs over 6 budgets x 3 backends x 2 policies x read-ahead on/off: identical bits\n", name, n_same);
 
     /* faults at every read index of a short streamed run */

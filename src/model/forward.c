@@ -49,6 +49,10 @@ struct ms_fwd {
     int32_t *ecount;            /* [E] */
     int *eregion;               /* [E] */
     const uint8_t **eptr;       /* [E] */
+    float *prl;                 /* next-layer prediction: router logits [E] */
+    int32_t *psel;              /* its top-k [k] */
+    int *pregion;               /* their regions [k] */
+    int *estate, *eorder;       /* [E] ms_store_expert_state of eregion[], the compute order */
     float *y;                   /* final [T, H] */
 };
 
@@ -376,14 +380,18 @@ static void topk(const float *choice, int64_t E, int64_t k, int32_t *idx) {
 }
 
 /* Prefetch hint for the NEXT MoE layer during decode: apply its router to this
- * layer's FFN input (the "next-layer router" predictor, ~59% of K3's choices)
- * and start reading the predicted experts, so their reads overlap the next
- * layer's attention. Only when that router is resident (no read is issued to
- * get it). A hint never changes a result: it only moves reads earlier. */
-static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L) {
+ * layer's FFN input f->x (the "next-layer router" predictor: ~59% of K3's
+ * choices, 63% on the bench checkpoint) and start reading up to n_max of the
+ * predicted experts, most confident first. Called as soon as this layer's own
+ * reads are issued, so the disk goes on from them to the predicted ones while
+ * this layer's experts and the next layer's attention compute, instead of
+ * idling until the next router has run. Only when that router is resident (no
+ * read is issued to get it). A hint never changes a result: it only moves
+ * reads earlier (own scratch: this layer's selection stays intact). */
+static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
     const ms_model *m = c->m;
     const ms_config *cf = &m->cfg;
-    if (L->index + 1 >= m->n_layer) return;
+    if (L->index + 1 >= m->n_layer || n_max <= 0) return;
     const ms_layer *N = &m->layers[L->index + 1];
     if (N->is_dense || !ms_store_region_resident(c->store, N->ffn_region)) return;
     const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
@@ -391,14 +399,15 @@ static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L) {
     ms_err_clear(&err);
     const uint8_t *nb = ms_store_acquire(c->store, N->ffn_region, &err);
     if (!nb) return;
-    mm_bf16(c, f->rl, E, nb, &N->router, f->x, H, 1);
+    mm_bf16(c, f->prl, E, nb, &N->router, f->x, H, 1);
     const float *bias = vec(nb, &N->router_bias, f->vec0);
     float *choice = f->tmp;
-    for (int64_t e = 0; e < E; e++) choice[e] = ms_sigmoidf(f->rl[e]) + bias[e];
-    topk(choice, E, k, f->sel);
-    for (int64_t j = 0; j < k; j++) f->eregion[j] = N->expert_region0 + f->sel[j];
+    for (int64_t e = 0; e < E; e++) choice[e] = ms_sigmoidf(f->prl[e]) + bias[e];
+    topk(choice, E, k, f->psel);
+    const int64_t n = n_max < k ? n_max : k;
+    for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];
     ms_store_release(c->store, N->ffn_region);
-    ms_store_hint(c->store, f->eregion, (int)k);
+    ms_store_hint(c->store, f->pregion, (int)n);
 }
 
 static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base,
@@ -435,14 +444,31 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     for (int64_t i = 0; i < T * k; i++) f->ecount[f->sel[i]]++;
     for (int64_t e = 0; e < E; e++)
         if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
+    /* where each one is before any new read: in memory, in flight (a
+     * prediction or a cache slot still loading), or not yet asked for */
+    for (int iu = 0; iu < n_used; iu++) f->estate[iu] = ms_store_expert_state(c->store, f->eregion[iu]);
     const int cap_hint = ms_store_expert_capacity(c->store);
     ms_store_hint(c->store, f->eregion, n_used < cap_hint ? n_used : cap_hint);
+    /* the next layer's likely experts queue behind this layer's reads, in the
+     * slots this layer leaves free */
+    if (T == 1 && c->predict) hint_next_layer(c, f, L, cap_hint - n_used);
     /* latent input */
     mm_bf16(c, f->z, lat, base, &L->lat_down, f->x, H, T);
     /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted);
      * f->a (the mixer's output) is free again: run already holds it */
     dense_mlp(c, f, &L->sh_gate, &L->sh_up, &L->sh_down, base, f->x, f->a, T);
-    /* one expert at a time, in the order their reads were issued: expert iu is
+    /* compute the experts already in memory first, then those whose reads
+     * were in flight before this layer's, then the ones just asked for (each
+     * group keeps its order): computation covers the reads still to come */
+    if (n_used > 1) {
+        int n_ord = 0;
+        for (int want = MS_EXPERT_READY; want >= MS_EXPERT_ABSENT; want--)
+            for (int iu = 0; iu < n_used; iu++)
+                if (f->estate[iu] == want) f->eorder[n_ord++] = f->eregion[iu];
+        MS_ASSERT(n_ord == n_used);
+        memcpy(f->eregion, f->eorder, (size_t)n_used * sizeof *f->eregion);
+    }
+    /* one expert at a time, in that order: expert iu is
      * computed while the reads of the next ones are in flight, and after each
      * expert the hint is renewed over the next cap - 1 (the slot just released
      * takes the next read), so the disk never waits for the computation. Each
@@ -490,7 +516,6 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
         }
         ms_rmsnorm(r, r, ln, lat, eps);
     }
-    if (T == 1 && c->predict) hint_next_layer(c, f, L);   /* f->x still holds this layer's FFN input */
     mm_bf16(c, f->ffn, H, base, &L->lat_up, f->zr, lat, T);
     for (int64_t i = 0; i < T * H; i++) f->ffn[i] = f->ffn[i] + f->a[i];
     return MS_OK;
@@ -564,6 +589,8 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
         f->sel = TI(T * k); f->etok = TI(T * k); f->eslot = TI(T * k);
         f->ecount = TI(E); f->eregion = TI(E);
         f->eptr = take(a, E, sizeof(*f->eptr));
+        f->prl = TF(E); f->psel = TI(k); f->pregion = TI(k);
+        f->estate = TI(E); f->eorder = TI(E);
     }
 }
 #undef TF
@@ -613,9 +640,10 @@ void ms_fwd_free(ms_fwd *f) {
     float *fl[] = { f->run, f->h, f->x, f->a, f->ffn, f->y, f->bank, f->vec0, f->vec1, f->vec2,
                     f->tmp, f->sc, f->kq, f->kk, f->kv, f->kg, f->kf, f->ky, f->kfa, f->kb,
                     f->cq, f->q, f->ckv, f->mg, f->mo, f->att, f->fg, f->fu, f->rl, f->selw,
-                    f->z, f->zr, f->ey, f->zg, f->eo };
+                    f->z, f->zr, f->ey, f->zg, f->eo, f->prl };
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) free(fl[i]);
     free(f->sel); free(f->etok); free(f->eslot); free(f->ecount); free(f->eregion);
+    free(f->psel); free(f->pregion); free(f->estate); free(f->eorder);
     free((void *)f->eptr);
     free(f);
 }
@@ -679,6 +707,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         if (!(base = ms_store_acquire(c->store, L->ffn_region, err)))
             return with_context(err, err->status, "layer %d FFN weights", il);
         if (L->is_dense) {
+            if (T == 1 && c->predict) hint_next_layer(c, f, L, ms_store_expert_capacity(c->store));
             dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
         } else {
             s = moe_forward(c, f, L, base, T, err);

@@ -307,6 +307,15 @@ int ms_store_region_resident(const ms_store *s, int region_id) {
     return r->resident || (r->cls == MS_REGION_EXPERT && s->plan.experts_resident);
 }
 
+int ms_store_expert_state(const ms_store *s, int region_id) {
+    if (ms_store_region_resident(s, region_id)) return MS_EXPERT_READY;
+    const region *r = &s->regions[region_id];
+    if (r->cls != MS_REGION_EXPERT || !s->cache_on) return MS_EXPERT_ABSENT;
+    const int slot = ms_cache_find(&s->cache, r->key);
+    if (slot < 0) return MS_EXPERT_ABSENT;
+    return s->cache.slots[slot].state == MS_SLOT_READY ? MS_EXPERT_READY : MS_EXPERT_LOADING;
+}
+
 const ms_plan *ms_store_get_plan(const ms_store *s) {
     return (s->started || s->start_failed) ? &s->plan : NULL;
 }

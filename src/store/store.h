@@ -201,6 +201,12 @@ int64_t ms_store_region_bytes(const ms_store *s, int region);
  * resident). Valid after a successful ms_store_start. */
 int ms_store_region_resident(const ms_store *s, int region);
 
+/* Where an EXPERT region's bytes are now: MS_EXPERT_READY (resident or a
+ * cached copy in memory), MS_EXPERT_LOADING (a read of it is in flight), or
+ * MS_EXPERT_ABSENT. A model orders its computation by it; it changes nothing. */
+enum { MS_EXPERT_ABSENT = 0, MS_EXPERT_LOADING = 1, MS_EXPERT_READY = 2 };
+int ms_store_expert_state(const ms_store *s, int region);
+
 /* The plan of the last ms_store_start (also after a refusal), or NULL. */
 const ms_plan *ms_store_get_plan(const ms_store *s);
 
