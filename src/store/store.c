@@ -13,9 +13,12 @@
  *   cyclically, so the next use of every region is known: at position p the
  *   distance to region x is (x - p - 1) mod N + 1. A demand read takes the
  *   unpinned slot whose region is needed LAST (a FREE slot first); read-ahead
- *   of the next n_ring - 1 regions only takes a slot whose region is needed
- *   later than the one being read. This is Belady's choice for a cyclic walk,
- *   where LRU would evict exactly the region needed next.
+ *   of the next n_ring - 1 regions (at an acquire) or n_ring regions (when the
+ *   last pin of a streamed region goes: its slot is needed last now) only
+ *   takes a slot whose region is needed later than the one being read. This
+ *   is Belady's choice for a cyclic walk, where LRU would evict exactly the
+ *   region needed next. Read-ahead at release keeps the disk busy while the
+ *   compute works through pinned regions between two streamed ones.
  *
  *   ring slot:  FREE --read--> LOADING(ticket) --wait--> READY --evict--> ...
  *               (a slot is overwritten only when its pins are 0)
@@ -573,9 +576,9 @@ static void ring_evict(ms_store *s, int k) {
     *q = (ring_slot){ -1, RS_FREE, 0, 0, 0, q->buf };
 }
 
-static void ring_readahead(ms_store *s, int p) {
+static void ring_readahead(ms_store *s, int p, int ahead) {
     const int n = s->n_stream;
-    for (int d = 1; d < s->n_ring && d < n; d++) {
+    for (int d = 1; d <= ahead && d < n; d++) {
         int id = s->stream[(p + d) % n];
         if (s->regions[id].ring_slot >= 0) continue;
         int best = -1, best_d = d;
@@ -625,7 +628,7 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
             if (q->readahead) { s->stats.ra_used++; q->readahead = 0; }
             else s->stats.trunk_ring_hits++;
             q->pins++;
-            if (!s->p.no_readahead) ring_readahead(s, p);
+            if (!s->p.no_readahead) ring_readahead(s, p, s->n_ring - 1);
             return q->buf;
         }
     }
@@ -647,7 +650,7 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
     r->ring_slot = best;
     s->stats.trunk_sync_reads++;
     /* queue the read-ahead behind the demand read before blocking on it */
-    if (!s->p.no_readahead) ring_readahead(s, p);
+    if (!s->p.no_readahead) ring_readahead(s, p, s->n_ring - 1);
     st = wait_ticket(s, t, NULL, err);
     if (st == MS_OK) st = verify_region(s, r, q->buf, err);
     if (st != MS_OK) {
@@ -870,7 +873,11 @@ void ms_store_release(ms_store *s, int region_id) {
     if (r->resident) return;
     if (r->cls == MS_REGION_TRUNK) {
         MS_ASSERT(r->ring_slot >= 0 && s->ring[r->ring_slot].pins > 0);
-        s->ring[r->ring_slot].pins--;
+        /* its slot is free for the region n_ring ahead: start that read now,
+         * not at the next streamed acquire, so the disk keeps going while
+         * the compute works through pinned regions */
+        if (--s->ring[r->ring_slot].pins == 0 && !s->p.no_readahead)
+            ring_readahead(s, r->stream_pos, s->n_ring);
         return;
     }
     MS_ASSERT(r->cls == MS_REGION_EXPERT);
