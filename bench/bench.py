@@ -606,10 +606,12 @@ def kernel_summary(text):
         if m:
             out["memcpy_gbps"] = float(m.group(1))
             out["memcpy_rw_gbps"] = float(m.group(2))
-        m = re.match(r"matvec_(bf16|mxfp4)\s+(\w+)\s+\S+\s+(\d) thr: hot\s+([0-9.]+) GB/s\s+cold\s+([0-9.]+) GB/s", line)
+        m = re.match(r"matvec_(bf16|mxfp4)\s+(\w+)\s+(\d+x\d+)\s+(\d) thr: hot\s+([0-9.]+) GB/s\s+cold\s+([0-9.]+) GB/s", line)
         if m:
-            out["%s_%s_%st" % (m.group(1), m.group(2), m.group(3))] = {"hot": float(m.group(4)),
-                                                                      "cold": float(m.group(5))}
+            # one entry per kind, ISA, shape and thread count (the MXFP4 gate/up and
+            # down shapes differ: neither may hide the other)
+            out["%s_%s_%s_%st" % (m.group(1), m.group(2), m.group(3), m.group(4))] = {
+                "hot": float(m.group(5)), "cold": float(m.group(6))}
     return out
 
 
@@ -771,7 +773,8 @@ def markdown(results):
             L.append("Fully resident decode streams its weights at %.2f GB/s = %.0f%% of the 2-thread "
                      "memory bandwidth." % (results["compute_gbps"],
                                             100 * results["compute_gbps"] / mb["best_2_threads_gbps"]))
-    ks = results.get("kernels", {}).get("summary")
+    kr = results.get("kernels", {})
+    ks = kernel_summary(kr["text"]) if kr.get("text") else kr.get("summary")
     if ks:
         L.append("")
         L.append("Kernels in the same run (bench/bench_kernels, load %s; its own probes: scalar read "
@@ -779,13 +782,16 @@ def markdown(results):
                  % (results["kernels"]["load_before"], ks.get("read_gbps_1", 0), ks.get("read_gbps_2", 0),
                     ks.get("memcpy_gbps", 0)))
         L.append("")
-        L.append("| kernel | threads | hot GB/s | cold GB/s | cold / memory bandwidth (same threads) |")
-        L.append("|---|---:|---:|---:|---:|")
+        L.append("| kernel | shape | threads | hot GB/s | cold GB/s | cold / memory bandwidth (same threads) |")
+        L.append("|---|---|---:|---:|---:|---:|")
         for key in sorted(k for k in ks if k.startswith(("bf16_", "mxfp4_"))):
-            kind, isa, nt = key.split("_")
+            parts = key.split("_")
+            if len(parts) != 4:
+                continue        # a results.json from before shapes were kept apart
+            kind, isa, shape, nt = parts
             v = ks[key]
             bwn = mb.get("best_%s_thread%s_gbps" % (nt[:-1], "" if nt[:-1] == "1" else "s")) if mb else None
-            L.append("| %s %s | %s | %.1f | %.1f | %s |" % (kind, isa, nt[:-1], v["hot"], v["cold"],
+            L.append("| %s %s | %s | %s | %.1f | %.1f | %s |" % (kind, isa, shape, nt[:-1], v["hot"], v["cold"],
                                                           "%.0f%%" % (100 * v["cold"] / bwn) if bwn else ""))
     pr = results.get("projection")
     if pr:
