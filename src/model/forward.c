@@ -393,7 +393,9 @@ static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t
     const ms_config *cf = &m->cfg;
     if (L->index + 1 >= m->n_layer || n_max <= 0) return;
     const ms_layer *N = &m->layers[L->index + 1];
-    if (N->is_dense || !ms_store_region_resident(c->store, N->ffn_region)) return;
+    if (N->is_dense || !ms_store_region_resident(c->store, N->ffn_region) ||
+        ms_store_region_resident(c->store, N->expert_region0))
+        return;     /* no router to apply without a read, or nothing to read */
     const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
     ms_err err;
     ms_err_clear(&err);
