@@ -213,6 +213,26 @@ INLINE void mx_decode_nat(const uint8_t *p, __m512 lut, __m512 *w0, __m512 *w1) 
     *w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(e1), lut);
 }
 
+/* PREFETCH (matvec). A block of 8 rows is 8 * cols/2 CONTIGUOUS bytes that
+ * the FMAs read as 8 interleaved streams cols/2 bytes apart. The software
+ * prefetch of the next block used to follow the same pattern (one line per
+ * row every 4 groups), so the L1 misses reaching L2 came in 8 strided streams,
+ * 2-3 of them inside each 4 KiB page: a cold down-projection (3584 x 3072,
+ * 1536-byte rows) streamed at ~72% of the memory read bandwidth against ~80%
+ * for gate/up (1792-byte rows); without software prefetch the down shape was
+ * also the slower one (5.1 vs 6.4 GB/s). No hardware counters in this VM, so
+ * the mechanism is inferred: the L2 streamer tracks one ascending stream per
+ * 4 KiB page, and 2-3 interleaved row streams per page defeat it (more of
+ * them with shorter rows). Now the next block is prefetched in address order
+ * at the rate this block consumes it (NR * 16 bytes per group): one
+ * ascending stream, the same lines, the same number of prefetches (NR >= 4). Measured interleaved with the old kernel (medians
+ * of 15-21 rounds): cold 3584 x 3072 x1.15-1.18, 3072 x 3584 x1.00-1.07, hot
+ * x1.06 both. Tried: distances of 6, 8, 16, 24, 32 KiB and 1.25, 1.5, 2
+ * blocks (6-8 KiB worse, the others equal or worse than 1 block), T1 / T2
+ * hints (equal), NTA (half), also prefetching the scale bytes (no gain), 16
+ * rows per block (worse: more streams, 16 accumulators). matmat keeps the
+ * per-row prefetch (each block serves T tokens there; not measured cold). */
+
 /* NR rows x NT tokens of MXFP4 (cols % 32 == 0), lanes in the physical order
  * of mx_index when PERM, else natural (mx_decode_nat). Returns the number of
  * skipped (scale 255) groups in the NR rows. */
@@ -223,6 +243,7 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
     const __m512i xperm = mx_xperm();
     const __m512i shifts = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
     int64_t n255 = 0;
+    const uintptr_t pf_next = (uintptr_t)packed + (uintptr_t)((r + NR) * (cols / 2));
     __m512 acc[8][4];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; j++)
@@ -239,13 +260,19 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
                 x1[t] = _mm512_permutexvar_ps(xperm, x1[t]);
             }
         }
-        if ((g & 3) == 0) {
-            /* Software prefetch of the next row block, one 64-byte line per
-             * row every 4 groups: rows are short (cols/2 bytes), and the
-             * hardware prefetcher alone left a cold 3072 x 3584 matvec at
-             * ~2.3 GB/s against ~3.2 with this (bench/bench_kernels.c). The
-             * address is formed as an integer: past the matrix end it is not a
-             * C pointer into the object, and a prefetch never faults. */
+        /* Software prefetch of the packed bytes one block ahead. Addresses
+         * are formed as integers: past the matrix end they are not C pointers
+         * into the object, and a prefetch never faults. */
+        if (PERM) {
+            /* matvec: the next block (NR * cols/2 contiguous bytes) in
+             * ADDRESS order, NR * 16 bytes per group = the rate this block is
+             * consumed, so one ascending stream runs a block ahead of the
+             * demand loads (see "PREFETCH" above). */
+#pragma GCC unroll 2
+            for (int k = 0; k < NR / 4; k++)
+                _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * NR * 16 + k * 64)), _MM_HINT_T0);
+        } else if ((g & 3) == 0) {
+            /* matmat: the next NR rows, one line per row every 4 groups */
 #pragma GCC unroll 8
             for (int j = 0; j < NR; j++)
                 _mm_prefetch((const char *)((uintptr_t)packed +
