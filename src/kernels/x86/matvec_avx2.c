@@ -263,8 +263,8 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
  *   s4[0] = s8[0]+s8[4], s4[2] = s8[2]+s8[6]     (from the accE half)
  *   s4[1] = s8[1]+s8[5], s4[3] = s8[3]+s8[7]     (from the accO half)
  *   s2[0] = s4[0]+s4[2], s2[1] = s4[1]+s4[3], result = s2[0]+s2[1].
- * ~23 uops per row and group. Prefetch: the next block in address order, as
- * in matvec_avx512.c ("PREFETCH"). Used when cols <= MX_SPLIT_MAX (the x copy
+ * ~23 uops per row and group. Prefetch: the next block as two ascending
+ * fronts, as in matvec_avx512.c ("PREFETCH"). Used when cols <= MX_SPLIT_MAX (the x copy
  * lives on the stack; both expert shapes fit); larger cols take mx_block. */
 enum { MX_SPLIT_MAX = 4096 };
 
@@ -293,11 +293,13 @@ INLINE int64_t mx_block_split(float *y, const uint8_t *packed, const uint8_t *sc
 #pragma GCC unroll 4
     for (int j = 0; j < NR; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
-        /* the next block in address order, NR * 16 bytes per group (an
-         * integer address: past the matrix end it is not a C pointer, and a
-         * prefetch never faults) */
-        if (NR == 4)
-            _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * 64)), _MM_HINT_T0);
+        /* the next block as two halves in address order, NR * 8 bytes per
+         * group each (integer addresses: past the matrix end they are not C
+         * pointers, and a prefetch never faults) */
+        if (((g * NR * 8) & 63) == 0) {
+            _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * NR * 8)), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf_next + (uintptr_t)(NR * (cols / 4) + g * NR * 8)), _MM_HINT_T0);
+        }
         const float *xg = xs + g * 32;
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
