@@ -229,9 +229,9 @@ INLINE void mx_decode_nat(const uint8_t *p, __m512 lut, __m512 *w0, __m512 *w1) 
  * half the rate this block consumes bytes (NR * 8 bytes per group per half):
  * two ascending fronts, each over 1.5-1.75 pages at the expert shapes, the
  * same lines and the same number of prefetches as before. Measured in one
- * process against the old kernel (bench/kernel_ab.c, medians of 21 rounds,
- * load 11-13): cold 1 thread x1.34-1.36 at both shapes (to 92-96% of the read
- * bandwidth measured in the same rounds), hot x1.06. Against ONE front in
+ * process against the old kernel (bench/kernel_ab.c, two sessions of 21 and
+ * 31 rounds, medians): cold 1 thread x1.23-1.36 at both shapes (to 86-96% of
+ * the read bandwidth measured in the same rounds), hot x1.06. Against ONE front in
  * address order over the whole next block (3 sessions): x1.12-1.38 at
  * 1536-byte rows, x1.03-1.14 at 1792; more fronts were worse (4: x0.73-1.05;
  * 8 fronts = one per row = the old pattern).
