@@ -12,6 +12,10 @@
 #                       kernels at the real shapes (bench/bench_kernels.c)
 #   make bench-render   re-derive the table, plot and projection from results.json
 #   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
+#   make bench-kernel-ab [AB_OLD=commit] [AB_ISA=avx512|avx2] [AB_ROUNDS=15]
+#                       MXFP4 kernels of src/kernels/x86/matvec_$(AB_ISA).c at AB_OLD
+#                       (default HEAD) against the working tree, alternating in one
+#                       process with the read bandwidth (bench/kernel_ab.c; ~1 s a round)
 #
 # Every knob of bench/bench.py is an environment variable (BENCH_*; see its
 # header); make passes them through.
@@ -20,7 +24,7 @@ BENCH_PROGS := $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench
                $(BUILD)/bench/membw
 BENCH_PY    := /usr/bin/python3 bench/bench.py
 
-.PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash
+.PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash bench-kernel-ab
 
 bench-progs: $(BENCH_PROGS)
 
@@ -60,3 +64,17 @@ bench-kernels: $(BUILD)/bench/bench_kernels $(BUILD)/bench/membw
 
 bench-render:
 	BUILD=$(BUILD) $(BENCH_PY) render
+
+AB_OLD    ?= HEAD
+AB_ISA    ?= avx512
+AB_ROUNDS ?= 15
+AB_FLAGS   = $(if $(filter avx2,$(AB_ISA)),$(AVX2_FLAGS),$(AVX512_FLAGS))
+
+bench-kernel-ab: bench/kernel_ab.c $(LIB)
+	@mkdir -p $(BUILD)/bench/ab
+	git show $(AB_OLD):src/kernels/x86/matvec_$(AB_ISA).c > $(BUILD)/bench/ab/old_$(AB_ISA).c
+	$(CC) $(ALL_CFLAGS) $(AB_FLAGS) -Dms_kern_$(AB_ISA)=ms_kern_ab_old -c $(BUILD)/bench/ab/old_$(AB_ISA).c -o $(BUILD)/bench/ab/old.o
+	$(CC) $(ALL_CFLAGS) $(AB_FLAGS) -Dms_kern_$(AB_ISA)=ms_kern_ab_new -c src/kernels/x86/matvec_$(AB_ISA).c -o $(BUILD)/bench/ab/new.o
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) bench/kernel_ab.c $(BUILD)/bench/ab/old.o $(BUILD)/bench/ab/new.o $(LIB) $(LDLIBS) -o $(BUILD)/bench/kernel_ab
+	@echo "load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	$(BUILD)/bench/kernel_ab $(AB_ROUNDS)

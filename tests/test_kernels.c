@@ -271,7 +271,7 @@ static void test_dense_vs_ref(void) {
 
 /* ---- MXFP4 ----------------------------------------------------------------------- */
 
-static const int64_t mx_cols[] = { 0, 32, 64, 96, 160, 4096, 7168 };
+static const int64_t mx_cols[] = { 0, 32, 64, 96, 160, 3072, 3584, 4096, 7168 };
 
 /* independent expectation for one row, with scale-255 groups removed */
 static float mx_expect(const uint8_t *packed, const uint8_t *sc, const float *x, int64_t cols) {
@@ -413,6 +413,101 @@ static void test_mxfp4_codes(void) {
         p[15] = 0x7A; x[30] = 1.0f; x[31] = 10.0f;   /* elem 30 = code A (-1), 31 = code 7 (6) */
         tables[k]->matvec_mxfp4(&v, p, s, x, 0, 1, 32);
         CHECK(v == 59.0f, "%s: elements 30/31 gave %g", table_names[k], v);
+    }
+}
+
+/* The expert shapes themselves (gate/up 3072 x 3584, down 3584 x 3072): many
+ * full row blocks, tails, row ranges on and off the pool's 16-row grain, with
+ * skipped groups and extreme x; matvec and matmat (T = 1, 3, 4) against ref. */
+static void test_mxfp4_real_shapes(void) {
+    static const int64_t shp[2][2] = { { 3072, 3584 }, { 3584, 3072 } };
+    for (int is = 0; is < 2; is++) {
+        const int64_t rows = shp[is][0], cols = shp[is][1], ng = cols / 32, TT = 4;
+        const int64_t rr[][2] = { { 0, rows }, { 16, rows - 16 }, { 5, 1000 }, { rows - 13, rows } };
+        uint8_t *P = malloc((size_t)(rows * cols / 2));
+        uint8_t *S = malloc((size_t)(rows * ng));
+        float *X = malloc((size_t)(TT * cols) * sizeof *X);
+        float *want = malloc((size_t)(TT * rows) * sizeof *want);
+        float *Y = malloc((size_t)(TT * rows) * sizeof *Y);
+        for (int64_t i = 0; i < rows * cols / 2; i++) P[i] = (uint8_t)rng_u32();
+        for (int64_t i = 0; i < rows * ng; i++)
+            S[i] = (uint8_t)(rng_u32() % 97 == 0 ? 255 : 112 + rng_u32() % 24);
+        /* finite results only (an inf or NaN row would hide any order change):
+         * ordinary x with some exact zeros and subnormals */
+        for (int64_t i = 0; i < TT * cols; i++)
+            X[i] = i % 211 == 0 ? 0.0f : i % 223 == 0 ? rng_unit() * 1e-40f : rng_unit();
+        int64_t n255_all = 0, n_finite = 0;
+        for (int64_t t = 0; t < TT; t++)
+            n255_all = ms_kern_ref.matvec_mxfp4(want + t * rows, P, S, X + t * cols, 0, rows, cols);
+        for (int64_t i = 0; i < TT * rows; i++) n_finite += isfinite(want[i]) && want[i] != 0.0f;
+        CHECK(n255_all > 0 && n_finite == TT * rows, "the shape test needs skipped groups (%lld) and "
+              "finite nonzero results (%lld of %lld)", (long long)n255_all, (long long)n_finite,
+              (long long)(TT * rows));
+        for (int k = 1; k < 3; k++) {
+            if (!tables[k]) continue;
+            for (size_t ir = 0; ir < sizeof rr / sizeof rr[0]; ir++) {
+                int64_t r0 = rr[ir][0], r1 = rr[ir][1], n255 = 0;
+                for (int64_t i = r0 * ng; i < r1 * ng; i++) n255 += S[i] == 255;
+                poison(Y, rows);
+                int64_t cnt = tables[k]->matvec_mxfp4(Y, P, S, X, r0, r1, cols);
+                int e = check_range(Y, want, rows, r0, r1);
+                CHECK(e == 0 && cnt == n255, "%s mxfp4 %lldx%lld [%lld,%lld): row %d %s, count %lld of %lld",
+                      table_names[k], (long long)rows, (long long)cols, (long long)r0, (long long)r1,
+                      abs(e) - 1, e > 0 ? "differs" : e < 0 ? "written outside the range" : "ok",
+                      (long long)cnt, (long long)n255);
+                static const int64_t Ts[] = { 1, 3, 4 };
+                for (size_t it = 0; it < sizeof Ts / sizeof Ts[0]; it++) {
+                    int64_t T = Ts[it], bad = 0;
+                    poison(Y, TT * rows);
+                    cnt = tables[k]->matmat_mxfp4(Y, rows, P, S, X, cols, T, r0, r1, cols);
+                    for (int64_t t = 0; t < T; t++)
+                        bad += check_range(Y + t * rows, want + t * rows, rows, r0, r1) != 0;
+                    CHECK(bad == 0 && cnt == n255, "%s matmat_mxfp4 %lldx%lld T %lld [%lld,%lld): %lld tokens differ",
+                          table_names[k], (long long)rows, (long long)cols, (long long)T, (long long)r0,
+                          (long long)r1, (long long)bad);
+                }
+            }
+        }
+        free(P); free(S); free(X); free(want); free(Y);
+    }
+}
+
+/* Negative zero through MXFP4 (as test_select does for BF16 / F32): every
+ * byte 0x99 (two codes -0.5) at scale byte 0 is a weight of -2^-128, and with
+ * x = 1e-30 every product underflows to -0, so every lane and the result are
+ * -0. A skipped group (scale 255, x = inf there) must leave that -0 alone
+ * (an FMA with a zero weight would make it +0, or NaN with the inf); one code
+ * 8 ("-0", decoded as +0 by kernels.h) makes its lane +0 and the result +0;
+ * a row whose groups are all skipped is the tree of sixteen +0 lanes: +0. */
+static void test_mxfp4_negzero(void) {
+    enum { R = 13, C = 96, NGZ = C / 32 };
+    static uint8_t P[R * C / 2], S[R * NGZ];
+    float x[C], xi[C], y[R];
+    for (int i = 0; i < C; i++) { x[i] = 1e-30f; xi[i] = (i >= 32 && i < 64) ? INFINITY : 1e-30f; }
+    for (int k = 0; k < 3; k++) {
+        if (!tables[k]) continue;
+        for (int variant = 0; variant < 4; variant++) {
+            memset(P, 0x99, sizeof P);
+            memset(S, 0, sizeof S);
+            if (variant == 1) for (int r = 0; r < R; r++) S[r * NGZ + 1] = 255;   /* group 1 skipped */
+            if (variant == 2) for (int r = 0; r < R; r++) P[r * C / 2 + 40] = 0x88; /* elements 80, 81 */
+            if (variant == 3) memset(S, 255, sizeof S);
+            const uint32_t expect = variant >= 2 ? 0u : 0x80000000u;
+            for (int T = 1; T <= 5; T += 4) {
+                float Yt[5 * R];
+                float *X = variant == 1 ? xi : x;
+                float Xt[5 * C];
+                for (int t = 0; t < T; t++) memcpy(Xt + t * C, X, sizeof x);
+                poison(Yt, 5 * R);
+                if (T == 1) tables[k]->matvec_mxfp4(Yt, P, S, X, 0, R, C);
+                else tables[k]->matmat_mxfp4(Yt, R, P, S, Xt, C, T, 0, R, C);
+                int bad = 0;
+                for (int i = 0; i < T * R; i++) bad += f2u(Yt[i]) != expect;
+                memcpy(y, Yt, sizeof y);
+                CHECK(bad == 0, "%s mxfp4 %s zero, variant %d, T %d: %d of %d results wrong (row 0: %g, bits %08x)",
+                      table_names[k], expect ? "negative" : "positive", variant, T, bad, T * R, y[0], f2u(y[0]));
+            }
+        }
     }
 }
 
@@ -652,6 +747,8 @@ int main(void) {
     test_mxfp4_vs_ref();
     test_mxfp4_scales();
     test_mxfp4_codes();
+    test_mxfp4_real_shapes();
+    test_mxfp4_negzero();
     test_matmat();
     test_situ_glu();
     test_norms();

@@ -17,10 +17,12 @@
  *   Speed: matvec runs 4 rows per pass sharing each load of x; matmat keeps a
  *   block of 2 rows hot in cache while it loops over all tokens 2 at a time.
  * MXFP4: 16 packed bytes = 32 elements of one group. Nibbles index a vpshufb
- *   table of signed int8 twice-magnitudes {0,1,2,3,4,6,8,12}, interleaved
- *   low/high so element order is kept, widened to int32, converted to float
- *   and multiplied by the group scale 2^(s-128) (all exact). Scale 255 skips
- *   the group, as in the reference.
+ *   table of signed int8 twice-magnitudes {0,1,2,3,4,6,8,12}, widened to
+ *   int32, converted to float and multiplied by the group scale 2^(s-128)
+ *   (all exact). matmat interleaves low/high codes so element order is kept
+ *   (mx_decode); matvec skips that interleave and keeps even and odd elements
+ *   in separate accumulators, x split the same way once per call (see "even /
+ *   odd lanes" below). Scale 255 skips the group, as in the reference.
  * Invariants: outputs written only in [r0, r1); no allocation, no state.
  */
 #include "kernels/kernels.h"
@@ -240,9 +242,107 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
     return n255;
 }
 
+/* ---- MXFP4 matvec: even / odd lanes ----------------------------------------
+ *
+ * mx_decode spends 4 cross-lane widenings (vpmovsxbd, port 5 only) + 2 byte
+ * shifts + 2 unpacks of the low and high nibble codes per row and group; with
+ * the conversions, scale multiplies and FMAs (ports 0/1) that is ~27 vector
+ * uops per 32 elements on 3 ports, the ceiling of matvec (~5 GB/s hot). The
+ * unpacks only restore the element order. Without them the low-nibble codes
+ * are elements 0, 2, .., 30 and the high-nibble codes 1, 3, .., 31, so:
+ *
+ *   accE (8 lanes) = logical T16 lanes 0, 2, .., 14: gets elements 2k, then 16+2k
+ *   accO (8 lanes) = logical T16 lanes 1, 3, .., 15: gets elements 2k+1, then 17+2k
+ *
+ * Each logical lane still receives exactly its reference elements in the
+ * reference order, one FMA each. x is split the same way once per call into
+ * a stack copy (xsplit: per group E(0..15), O(0..15), E(16..31), O(16..31)).
+ * The tree adds the same pairs as kernels.h, read from the split lanes:
+ *   s8[even j] = accE[j/2] + accE[j/2+4]        (low 128 + high 128 of accE)
+ *   s8[odd j]  = accO[(j-1)/2] + accO[(j-1)/2+4] (same for accO)
+ *   s4[0] = s8[0]+s8[4], s4[2] = s8[2]+s8[6]     (from the accE half)
+ *   s4[1] = s8[1]+s8[5], s4[3] = s8[3]+s8[7]     (from the accO half)
+ *   s2[0] = s4[0]+s4[2], s2[1] = s4[1]+s4[3], result = s2[0]+s2[1].
+ * ~23 uops per row and group. Prefetch: the next block as two ascending
+ * fronts, as in matvec_avx512.c ("PREFETCH"). Used when cols <= MX_SPLIT_MAX (the x copy
+ * lives on the stack; both expert shapes fit); larger cols take mx_block. */
+enum { MX_SPLIT_MAX = 4096 };
+
+/* x [cols] -> xs in the split order above (cols % 32 == 0) */
+INLINE void mx_split_x(float *xs, const float *x, int64_t cols) {
+    for (int64_t c = 0; c < cols; c += 16) {
+        __m256 a = _mm256_loadu_ps(x + c), b = _mm256_loadu_ps(x + c + 8);
+        /* shuffle_ps picks (a0 a2 b0 b2 | a4 a6 b4 b6); 64-bit order 0 2 1 3 fixes it */
+        __m256 e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+        __m256 o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+        /* c = 32g: E(0..15) at 32g, O at 32g + 8; c = 32g + 16: E at 32g + 16, O at 32g + 24 */
+        _mm256_store_ps(xs + c, e);
+        _mm256_store_ps(xs + c + 8, o);
+    }
+}
+
+/* NR rows of the matvec with x split (xs); returns the skipped groups. */
+INLINE int64_t mx_block_split(float *y, const uint8_t *packed, const uint8_t *scales,
+                              const float *xs, int64_t r, int64_t cols, const int NR) {
+    const int64_t ng = cols / 32;
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const uintptr_t pf_next = (uintptr_t)packed + (uintptr_t)((r + NR) * (cols / 2));
+    int64_t n255 = 0;
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        /* the next block as two halves in address order, NR * 8 bytes per
+         * group each (integer addresses: past the matrix end they are not C
+         * pointers, and a prefetch never faults) */
+        if (((g * NR * 8) & 63) == 0) {
+            _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * NR * 8)), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf_next + (uintptr_t)(NR * (cols / 4) + g * NR * 8)), _MM_HINT_T0);
+        }
+        const float *xg = xs + g * 32;
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            uint8_t s = scales[(r + j) * ng + g];
+            if (s == 255) { n255++; continue; }
+            __m256 scale = _mm256_set1_ps(ms_mxfp4_scale[s]);
+            __m128i b = _mm_loadu_si128((const __m128i *)(packed + (r + j) * (cols / 2) + g * 16));
+            __m128i ev = _mm_shuffle_epi8(lut, _mm_and_si128(b, m4));                     /* 0, 2, .., 30 */
+            __m128i od = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), m4));  /* 1, 3, .., 31 */
+            __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ev)), scale);
+            __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(od)), scale);
+            __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(ev, 8))), scale);
+            __m256 w3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(od, 8))), scale);
+            acc[j][0] = _mm256_fmadd_ps(w0, _mm256_load_ps(xg), acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(w1, _mm256_load_ps(xg + 8), acc[j][1]);
+            acc[j][0] = _mm256_fmadd_ps(w2, _mm256_load_ps(xg + 16), acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(w3, _mm256_load_ps(xg + 24), acc[j][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        __m256 ae = acc[j][0], ao = acc[j][1];
+        __m128 s8e = _mm_add_ps(_mm256_castps256_ps128(ae), _mm256_extractf128_ps(ae, 1));
+        __m128 s8o = _mm_add_ps(_mm256_castps256_ps128(ao), _mm256_extractf128_ps(ao, 1));
+        __m128 s4e = _mm_add_ps(s8e, _mm_movehl_ps(s8e, s8e));     /* s4[0], s4[2] */
+        __m128 s4o = _mm_add_ps(s8o, _mm_movehl_ps(s8o, s8o));     /* s4[1], s4[3] */
+        __m128 s20 = _mm_add_ss(s4e, _mm_shuffle_ps(s4e, s4e, 1)); /* s2[0] */
+        __m128 s21 = _mm_add_ss(s4o, _mm_shuffle_ps(s4o, s4o, 1)); /* s2[1] */
+        y[r + j] = _mm_cvtss_f32(_mm_add_ss(s20, s21));
+    }
+    return n255;
+}
+
 static int64_t avx2_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_t *scales,
                                  const float *x, int64_t r0, int64_t r1, int64_t cols) {
     int64_t n255 = 0, r = r0;
+    if (cols <= MX_SPLIT_MAX) {
+        float xs[MX_SPLIT_MAX] __attribute__((aligned(32)));
+        mx_split_x(xs, x, cols);
+        for (; r + 4 <= r1; r += 4) n255 += mx_block_split(y, packed, scales, xs, r, cols, 4);
+        for (; r < r1; r++) n255 += mx_block_split(y, packed, scales, xs, r, cols, 1);
+        return n255;
+    }
     for (; r + 4 <= r1; r += 4) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 4, 1);
     for (; r < r1; r++) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 1, 1);
     return n255;

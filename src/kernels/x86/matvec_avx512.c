@@ -213,6 +213,33 @@ INLINE void mx_decode_nat(const uint8_t *p, __m512 lut, __m512 *w0, __m512 *w1) 
     *w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(e1), lut);
 }
 
+/* PREFETCH (matvec). A block of 8 rows is 8 * cols/2 CONTIGUOUS bytes that
+ * the FMAs read as 8 interleaved streams cols/2 bytes apart. The software
+ * prefetch of the next block used to follow the same pattern (one line per
+ * row every 4 groups), so the L1 misses reaching L2 came as 8 strided
+ * streams, 2-3 of them inside each 4 KiB page: cold, the down projection
+ * (3584 x 3072, 1536-byte rows) streamed at ~70% of the read bandwidth and
+ * gate/up (1792-byte rows) at ~75-80%. With the same scheme and equal bytes,
+ * shorter rows are slower (one session, GB/s: rows of 1024 B 7.9, 1536 B 8.4,
+ * 1792 B 8.9, 2048 B 9.6, 4096 B 10.5), i.e. the more row streams share a
+ * page, the worse. No hardware counters in this VM, so the mechanism is
+ * inferred: the L2 streamer follows one ascending stream per 4 KiB page and
+ * several interleaved streams in a page defeat it.
+ * Now the next block is prefetched as two halves, each in address order at
+ * half the rate this block consumes bytes (NR * 8 bytes per group per half):
+ * two ascending fronts, each over 1.5-1.75 pages at the expert shapes, the
+ * same lines and the same number of prefetches as before. Measured in one
+ * process against the old kernel (bench/kernel_ab.c, two sessions of 21 and
+ * 31 rounds, medians): cold 1 thread x1.23-1.36 at both shapes (to 86-96% of
+ * the read bandwidth measured in the same rounds), hot x1.06. Against ONE front in
+ * address order over the whole next block (3 sessions): x1.12-1.38 at
+ * 1536-byte rows, x1.03-1.14 at 1792; more fronts were worse (4: x0.73-1.05;
+ * 8 fronts = one per row = the old pattern).
+ * Also tried: distances of 6-32 KiB and 1.25-2 blocks (not better), T1 / T2
+ * hints (equal), NTA (half), prefetching the scale bytes (no gain), 16 rows
+ * per block (worse). matmat keeps the per-row prefetch (each block serves T
+ * tokens there; not measured cold). */
+
 /* NR rows x NT tokens of MXFP4 (cols % 32 == 0), lanes in the physical order
  * of mx_index when PERM, else natural (mx_decode_nat). Returns the number of
  * skipped (scale 255) groups in the NR rows. */
@@ -223,6 +250,7 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
     const __m512i xperm = mx_xperm();
     const __m512i shifts = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
     int64_t n255 = 0;
+    const uintptr_t pf_next = (uintptr_t)packed + (uintptr_t)((r + NR) * (cols / 2));
     __m512 acc[8][4];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; j++)
@@ -239,13 +267,21 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
                 x1[t] = _mm512_permutexvar_ps(xperm, x1[t]);
             }
         }
-        if ((g & 3) == 0) {
-            /* Software prefetch of the next row block, one 64-byte line per
-             * row every 4 groups: rows are short (cols/2 bytes), and the
-             * hardware prefetcher alone left a cold 3072 x 3584 matvec at
-             * ~2.3 GB/s against ~3.2 with this (bench/bench_kernels.c). The
-             * address is formed as an integer: past the matrix end it is not a
-             * C pointer into the object, and a prefetch never faults. */
+        /* Software prefetch of the packed bytes one block ahead. Addresses
+         * are formed as integers: past the matrix end they are not C pointers
+         * into the object, and a prefetch never faults. */
+        if (PERM) {
+            /* matvec: the next block (NR * cols/2 contiguous bytes) as two
+             * halves, each in ADDRESS order at NR * 8 bytes per group, so
+             * both fronts finish with this block (see "PREFETCH" above):
+             * one 64-byte line per half every 64 / (NR * 8) groups. */
+            if (((g * NR * 8) & 63) == 0) {
+                _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * NR * 8)), _MM_HINT_T0);
+                _mm_prefetch((const char *)(pf_next + (uintptr_t)(NR * (cols / 4) + g * NR * 8)),
+                             _MM_HINT_T0);
+            }
+        } else if ((g & 3) == 0) {
+            /* matmat: the next NR rows, one line per row every 4 groups */
 #pragma GCC unroll 8
             for (int j = 0; j < NR; j++)
                 _mm_prefetch((const char *)((uintptr_t)packed +
