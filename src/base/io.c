@@ -12,6 +12,13 @@
  *                   +------ reissue (retry / short / EINTR) <----+
  *                                                  done --> batch.n_left-- --> wait
  *
+ *   A chunk of a request that asks for a check lands (landed = 1, its run
+ *   taken) in attempt_done, then chunk_check runs the hook unlocked on the same
+ *   thread (pread) or after the uring thread has refilled and submitted the
+ *   ring (so the disk keeps reading while it hashes), then it is DONE.
+ *   Chunks are kept in request order in the batch (a request's chunks are
+ *   neighbours, which the run walks); `order` is the sorted issue order.
+ *
  *   Everything that decides (attempt_plan / attempt_done: which descriptor,
  *   whether a fault applies, retry or fail, the O_DIRECT fallback) is shared
  *   by the backends and runs under io->mu; only the read itself runs unlocked.
@@ -66,6 +73,11 @@ typedef struct io_chunk {
     int64_t need;          /* min(end, dend): complete once off >= need */
     int64_t req_index;     /* global request index, for fault injection */
     int first;             /* first chunk of its request */
+    int last;              /* last chunk of its request */
+    int check;             /* its request asked for a check */
+    int landed;            /* its bytes are in the buffer (check requests only) */
+    int64_t req_pos;       /* index of its request in the batch */
+    int64_t run_b, run_e;  /* the landed stretch of data around it, taken at landing */
     int n_issued, n_failed, n_again;
     int force_buffered;    /* remainder of a short direct read at an unaligned offset */
     /* the attempt being made (set by attempt_plan) */
@@ -80,8 +92,12 @@ typedef struct io_batch {
     int failed;
     int waiting;
     ms_err err;
-    io_chunk *chunks;
+    io_chunk *chunks;      /* request order */
+    io_chunk **order;      /* issue order: (file, offset) */
     int64_t n_chunks, cap_chunks;
+    int check_failed;      /* a check failed; the first (req_pos, offset) one kept */
+    int64_t ck_req, ck_off;
+    ms_err check_err;
 } io_batch;
 
 struct ms_io {
@@ -212,8 +228,55 @@ static void apply_corruption(const ms_io_fault *ft, io_chunk *c) {
     for (int64_t x = lo; x < hi; x++) c->base[x - c->abeg] ^= 0xFF;
 }
 
+enum { AD_DONE = 0, AD_REISSUE = 1, AD_CHECK = 2 };
+
+/* c's bytes are in its buffer: mark it landed and take the landed stretch of
+ * its request's data around it. Under io->mu (the run and the mark are one
+ * step: see "Checking as data lands" in io.h). */
+static void chunk_land(io_chunk *c) {
+    c->landed = 1;
+    const io_chunk *l = c, *r = c;
+    while (!l->first && (l - 1)->landed) l--;
+    while (!r->last && (r + 1)->landed) r++;
+    c->run_b = l->start > c->dbeg ? l->start : c->dbeg;
+    c->run_e = r->end < c->dend ? r->end : c->dend;
+}
+
+/* Run the check hook on landed chunk c (unlocked), keep a failure, then mark c
+ * DONE. Called and returns under io->mu. */
+static void chunk_check(ms_io *io, io_chunk *c) {
+    io_batch *b = c->b;
+    if (!b->failed) {   /* a failed batch is not checked: its bytes are not handed out */
+        const int64_t nb = c->start > c->dbeg ? c->start : c->dbeg;
+        ms_err e;
+        ms_err_clear(&e);
+        int64_t n_ok = 0;
+        pthread_mutex_unlock(&io->mu);
+        const int64_t t0 = now_ns();
+        ms_status st = io->p.check(io->p.check_user, c->file, c->run_b, c->run_e, nb, c->need,
+                                   c->base + (c->run_b - c->abeg), &n_ok, &e);
+        const int64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&io->mu);
+        io->st.checks++;
+        io->st.check_ns += dt;
+        if (st == MS_OK) {
+            io->st.check_bytes += n_ok;
+        } else if (!b->check_failed || c->req_pos < b->ck_req ||
+                   (c->req_pos == b->ck_req && nb < b->ck_off)) {
+            b->check_failed = 1;
+            b->ck_req = c->req_pos;
+            b->ck_off = nb;
+            ms_err_clear(&b->check_err);
+            ms_err_set(&b->check_err, st < 0 ? st : MS_E_INTERNAL, "%s",
+                       e.status ? e.msg : "check failed");
+        }
+    }
+    chunk_finish(io, c);
+}
+
 /* Account the result `res` (bytes read, or -errno) of the attempt planned for
- * c. Returns 1 if c must be reissued, 0 if it is DONE (finished here).
+ * c. Returns AD_REISSUE if c must be reissued, AD_DONE if it is DONE (finished
+ * here), AD_CHECK if it landed and the caller must chunk_check it.
  * Under io->mu. */
 static int attempt_done(ms_io *io, io_chunk *c, int64_t res) {
     char eb[128], msg[200];
@@ -248,8 +311,12 @@ static int attempt_done(ms_io *io, io_chunk *c, int64_t res) {
     if (c->off + res >= c->need) {
         if (io->p.fault.kind == MS_FAULT_CORRUPT && io->p.fault.at_read == c->req_index)
             apply_corruption(&io->p.fault, c);
+        if (c->check && !c->b->failed) {
+            chunk_land(c);
+            return AD_CHECK;
+        }
         chunk_finish(io, c);
-        return 0;
+        return AD_DONE;
     }
     if (res == 0) {
         snprintf(msg, sizeof msg, "end of file at %lld before the data's end %lld (file shrank?)",
@@ -292,7 +359,9 @@ static void *pread_worker(void *arg) {
                 res = r < 0 ? -(int64_t)errno : (int64_t)r;
                 pthread_mutex_lock(&io->mu);
             }
-            if (!attempt_done(io, c, res)) break;
+            int ad = attempt_done(io, c, res);
+            if (ad == AD_CHECK) chunk_check(io, c);
+            if (ad != AD_REISSUE) break;
         }
     }
     pthread_mutex_unlock(&io->mu);
@@ -320,6 +389,7 @@ static void uring_wake(ms_io *io) {
 static void *uring_thread(void *arg) {
     ms_io *io = arg;
     int n_bad = 0;
+    io_chunk *landed = NULL;    /* chunks to check, linked through next */
     pthread_mutex_lock(&io->mu);
     for (;;) {
         while (io->inflight < io->p.queue_depth && io->q_head) {
@@ -330,7 +400,7 @@ static void *uring_thread(void *arg) {
             }
             attempt_plan(io, c);
             if (c->cur_inject) {
-                if (attempt_done(io, c, -(int64_t)c->cur_inject)) q_push_front(io, c);
+                if (attempt_done(io, c, -(int64_t)c->cur_inject) == AD_REISSUE) q_push_front(io, c);
                 continue;
             }
             struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
@@ -339,6 +409,19 @@ static void *uring_thread(void *arg) {
                                (unsigned)(c->end - c->off), (uint64_t)c->off);
             io_uring_sqe_set_data(sqe, c);
             io->inflight++;
+        }
+        if (landed) {
+            /* the disk gets the refilled ring before the hashing starts */
+            pthread_mutex_unlock(&io->mu);
+            io_uring_submit(&io->ring);
+            pthread_mutex_lock(&io->mu);
+            while (landed) {
+                io_chunk *c = landed;
+                landed = c->next;
+                c->next = NULL;
+                chunk_check(io, c);
+            }
+            continue;
         }
         if (io->stop && !io->q_head && io->inflight == 0) break;
         if (!io->efd_armed) uring_arm_eventfd(io);
@@ -364,7 +447,9 @@ static void *uring_thread(void *arg) {
                 continue;
             }
             io->inflight--;
-            if (attempt_done(io, c, cqe->res)) q_push_front(io, c);
+            int ad = attempt_done(io, c, cqe->res);
+            if (ad == AD_REISSUE) q_push_front(io, c);
+            else if (ad == AD_CHECK) { c->next = landed; landed = c; }
         }
         io_uring_cq_advance(&io->ring, n_seen);
     }
@@ -404,6 +489,7 @@ static void free_batches(io_batch *b) {
     while (b) {
         io_batch *next = b->next;
         free(b->chunks);
+        free(b->order);
         free(b);
         b = next;
     }
@@ -594,7 +680,7 @@ const char *ms_io_file_path(const ms_io *io, int file_index) {
 /* --------------------------------------------------------- submit / wait */
 
 static int chunk_cmp(const void *a, const void *b) {
-    const io_chunk *x = a, *y = b;
+    const io_chunk *x = *(io_chunk *const *)a, *y = *(io_chunk *const *)b;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
     return 0;
@@ -617,12 +703,14 @@ static io_batch *batch_get(ms_io *io, int64_t n) {
     if (b->cap_chunks < n) {
         io_chunk *nc = (uint64_t)n > SIZE_MAX / sizeof *nc ? NULL
                                                           : realloc(b->chunks, (size_t)n * sizeof *nc);
-        if (!nc) {
+        if (nc) b->chunks = nc;
+        io_chunk **no = !nc ? NULL : realloc(b->order, (size_t)n * sizeof *no);
+        if (no) b->order = no;
+        if (!nc || !no) {
             b->next = io->spare; /* keep it for later */
             io->spare = b;
             return NULL;
         }
-        b->chunks = nc;
         b->cap_chunks = n;
     }
     b->next = NULL;
@@ -630,7 +718,9 @@ static io_batch *batch_get(ms_io *io, int64_t n) {
     b->n_left = 0;
     b->failed = 0;
     b->waiting = 0;
+    b->check_failed = 0;
     ms_err_clear(&b->err);
+    ms_err_clear(&b->check_err);
     return b;
 }
 
@@ -656,6 +746,9 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
                             "offset %lld + %lld bytes",
                             f->path, (long long)f->size, i, (long long)r->offset,
                             (long long)r->n_bytes);
+        else if (r->check && !io->p.check)
+            st = ms_err_set(err, MS_E_USAGE, "io: request %d (%s offset %lld) asks for a check, "
+                            "but no check hook was given at open", i, f->path, (long long)r->offset);
         else if (r->n_bytes > 0 && (!r->buf || (uintptr_t)r->buf % MS_IO_ALIGN))
             st = ms_err_set(err, MS_E_USAGE,
                             "io: request %d (%s offset %lld) has a buffer not aligned to %d",
@@ -694,18 +787,22 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
             c->end = aend - s > cb ? s + cb : aend;
             c->need = c->end < c->dend ? c->end : c->dend;
             c->req_index = io->next_req_index + i;
+            c->req_pos = i;
             c->first = s == abeg;
+            c->last = c->end == aend;
+            c->check = r->check != 0;
         }
     }
     MS_ASSERT(b->n_chunks == n_chunks);
-    if (b->n_chunks > 1) qsort(b->chunks, (size_t)b->n_chunks, sizeof *b->chunks, chunk_cmp);
+    for (int64_t k = 0; k < b->n_chunks; k++) b->order[k] = &b->chunks[k];
+    if (b->n_chunks > 1) qsort(b->order, (size_t)b->n_chunks, sizeof *b->order, chunk_cmp);
     b->n_left = b->n_chunks;
     b->ticket = io->next_ticket++;
     b->next = io->active;
     io->active = b;
     io->next_req_index += n;
     io->st.requests += n;
-    for (int64_t k = 0; k < b->n_chunks; k++) q_push_back(io, &b->chunks[k]);
+    for (int64_t k = 0; k < b->n_chunks; k++) q_push_back(io, b->order[k]);
     *ticket = b->ticket;
     if (b->n_chunks && io->p.kind != MS_IO_URING) pthread_cond_broadcast(&io->cv_work);
     pthread_mutex_unlock(&io->mu);
@@ -713,7 +810,8 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
     return MS_OK;
 }
 
-ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err) {
+ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *err) {
+    if (check) ms_err_clear(check);
     if (!io) return ms_err_set(err, MS_E_USAGE, "io: ms_io_wait needs io");
     int64_t t0 = now_ns();
     pthread_mutex_lock(&io->mu);
@@ -732,11 +830,17 @@ ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err) {
     *pp = b->next;
     ms_status st = b->err.status;
     if (st) ms_err_set(err, st, "%s", b->err.msg);
+    else if (b->check_failed && check) *check = b->check_err;
+    else if (b->check_failed) st = ms_err_set(err, b->check_err.status, "%s", b->check_err.msg);
     b->next = io->spare;
     io->spare = b;
     io->st.wait_ns += now_ns() - t0;
     pthread_mutex_unlock(&io->mu);
     return st;
+}
+
+ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err) {
+    return ms_io_wait_checked(io, ticket, NULL, err);
 }
 
 ms_status ms_io_read(ms_io *io, const ms_io_req *reqs, int n, ms_err *err) {
