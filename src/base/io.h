@@ -63,9 +63,10 @@
  * Checking as data lands (params.check, requests with check = 1): the caller
  *   (the store, with the checksum sidecar) registers one hook at open; for a
  *   request that asks for it, every time one of its chunks lands the hook runs
- *   ON THE I/O THREAD THAT COMPLETED THE CHUNK, unlocked, before the chunk
- *   counts as complete, so by the time ms_io_wait returns every byte of the
- *   request has been checked (or a mismatch is known). A checked unit (a 1 MiB
+ *   on one of the layer's checker threads (2, started at open when a hook is
+ *   given; the reading threads go on reading meanwhile), unlocked, before the
+ *   chunk counts as complete, so by the time ms_io_wait returns every byte of
+ *   the request has been checked (or a mismatch is known). A checked unit (a 1 MiB
  *   checksum block) may straddle chunks, which land in any order, so the hook
  *   is told two ranges of the request's data window:
  *
@@ -169,7 +170,8 @@ const char *ms_io_kind_name(ms_io_kind kind);
 
 typedef struct ms_io ms_io;
 
-/* Validate *p, start the backend's threads (and ring) and return the layer in
+/* Validate *p, start the backend's threads (and ring; and the checker threads
+ * when p->check is set) and return the layer in
  * *out. Errors: MS_E_USAGE for a parameter out of range; MS_E_IO when io_uring
  * is unavailable (seccomp, ENOSYS, EPERM, memlock...) - the message says
  * "io_uring unavailable", the errno text, and that the caller should fall back

@@ -264,8 +264,9 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
             (long long)st->readahead_used, (long long)st->readahead_issued,
             st->io_wait_s, (double)st->peak_rss_bytes / 1e6);
     if (st->verify_on)
-        fprintf(f, "moestream: verified %.1f MB (since open) in %.3f s; checksum retries %lld, failures %lld\n",
-                (double)st->verify_bytes / 1e6, st->verify_s, (long long)st->verify_retries,
+        fprintf(f, "moestream: verified %.1f MB (since open) in %.3f s (%.3f s on the compute thread); "
+                "checksum retries %lld, failures %lld\n",
+                (double)st->verify_bytes / 1e6, st->verify_s, st->verify_sync_s, (long long)st->verify_retries,
                 (long long)st->verify_failures);
 }
 

@@ -27,8 +27,9 @@
  *   succeeded. Any failure frees the failed slots, unpins the rest and fails
  *   the call with no pointer handed out (invariant 2 of store.h).
  * Verification (with params.sums): every region read asks the I/O layer to
- *   check it as it lands (io_check below, on the I/O threads: each 1 MiB
- *   block is hashed by the thread whose chunk completed it). Every wait that
+ *   check it as it lands (io_check below, on the I/O layer's checker
+ *   threads: each 1 MiB block is hashed once, when the chunk that completes
+ *   it has landed). Every wait that
  *   brings region bytes in goes through land() (load_resident, ring_acquire
  *   for demand reads and read-aheads, expert_batch for misses and
  *   prefetches, drain_prefetches), which takes the verdict with the ticket
@@ -1094,4 +1095,5 @@ void ms_store_reset_stats(ms_store *s) {
     s->stats.verify_retries = keep.verify_retries;
     s->stats.verify_failures = keep.verify_failures;
     s->stats.verify_ns = keep.verify_ns;
+    s->stats.verify_sync_ns = keep.verify_sync_ns;
 }

@@ -38,7 +38,7 @@
  *   loads at start, trunk demand reads and read-aheads, expert demand reads
  *   and prefetches, by-part reads - is checked against the checkpoint's
  *   block hashes before its bytes are published or copied out. The I/O
- *   threads hash each block as its last byte lands (base/io.h, "Checking as
+ *   layer's checker threads hash each block as soon as its last byte lands (base/io.h, "Checking as
  *   data lands"), so the hashing overlaps the disk and the compute thread
  *   only learns the verdict when its wait returns (verify_sync = 1 hashes on
  *   the compute thread after the wait instead). A mismatch is read once more (a transient
@@ -123,7 +123,9 @@ typedef struct ms_store_stats {
     int64_t peak_bytes;         /* most bytes the store held allocated for weights */
     /* verification (params.sums); unlike the rest, counted since open (loading
      * included) and never reset */
-    int64_t verify_bytes;       /* bytes whose hashes matched */
+    int64_t verify_bytes;       /* bytes whose hashes matched (blocks hashed on the I/O
+                                   layer's checker threads count when hashed, also when
+                                   their read is later dropped unused) */
     int64_t verify_retries;     /* regions / parts read again after a mismatch */
     int64_t verify_failures;    /* reads failed because the re-read mismatched too */
     int64_t verify_ns;          /* time spent hashing, on any thread (I/O threads included) */
