@@ -253,8 +253,8 @@ ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err);
 /* ms_io_wait that hands a failed check back apart: returns the batch's I/O
  * status as ms_io_wait does; when every read succeeded, *check receives the
  * first failed check of the batch (status MS_OK when every check passed or
- * none was asked for). check is cleared first and must not be NULL.
- * (ms_io_wait returns a failed check as its own status.) */
+ * none was asked for). check is cleared first; NULL makes a failed check the
+ * returned status, which is what ms_io_wait does. */
 ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *err);
 
 /* ms_io_submit + ms_io_wait. */
