@@ -125,7 +125,8 @@ typedef struct ms_stats {
     int64_t verify_bytes;       /* bytes whose block hashes matched */
     int64_t verify_retries;     /* reads repeated after a mismatch (a transient one is cured) */
     int64_t verify_failures;    /* reads failed because the repeat mismatched too */
-    double verify_s;            /* time spent hashing */
+    double verify_s;            /* time spent hashing (mostly on the I/O threads, as data lands) */
+    double verify_sync_s;       /* part of verify_s spent on the compute thread (0 by default) */
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);

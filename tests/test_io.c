@@ -9,7 +9,14 @@
  * file. Then every injected fault on every backend at several request indices,
  * reads past end of file (at submit and after the file shrank), usage errors,
  * the O_DIRECT fallback, two threads sharing one layer, close with a ticket
- * outstanding, and the statistics. */
+ * outstanding, and the statistics. Then the check hook (checking as data
+ * lands): with 4 KiB chunks and 10007-byte units that straddle several chunks
+ * landing in any order, every unit of every request that asks for a check is
+ * checked exactly once, on its landed bytes, before the wait returns, and no
+ * other request is; a corruption of three units of one request is reported as
+ * its first unit (ms_io_wait_checked hands it back apart, ms_io_wait returns
+ * it); an EIO is an I/O error, not a check failure; asking for a check without
+ * a hook is refused. */
 #include "base/bufalloc.h"
 #include "base/io.h"
 #include "check.h"
@@ -132,6 +139,7 @@ static void fill_batch(pending *pd, uint64_t *s, int fi, int64_t chunk, int n) {
     for (int i = 0; i < n; i++) {
         ms_io_req *r = &pd->reqs[i];
         r->file = fi;
+        r->check = 0;
         random_req(s, chunk, &r->offset, &r->n_bytes);
         int64_t span = ms_io_span(r->offset, r->n_bytes);
         pd->huge[i] = (int)rng_below(s, 2);
@@ -216,6 +224,7 @@ static void fault_batch(pending *pd, int fi, uint64_t seed) {
     for (int i = 0; i < FB; i++) {
         ms_io_req *r = &pd->reqs[i];
         r->file = fi;
+        r->check = 0;
         r->n_bytes = 80000 + rng_below(&s, 200000); /* spans several 64 KiB chunks */
         r->offset = 1 + rng_below(&s, FILE_SIZE - r->n_bytes - 1);
         pd->huge[i] = 0;
@@ -346,17 +355,17 @@ static void test_eof_and_usage(ms_io_kind kind) {
     ms_err err;
     uint64_t t;
 
-    ms_io_req r = {fi, FILE_SIZE - 10, 11, buf};
+    ms_io_req r = {fi, FILE_SIZE - 10, 11, buf, 0};
     ms_err_clear(&err);
     CHECK(ms_io_submit(io, &r, 1, &t, &err) == MS_E_IO && strstr(err.msg, g_path),
           "%s: one byte past EOF must fail at submit: %s", kn, err.msg);
-    r = (ms_io_req){fi, FILE_SIZE + 4096, 0, buf};
+    r = (ms_io_req){fi, FILE_SIZE + 4096, 0, buf, 0};
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_E_IO, "%s: empty read beyond EOF", kn);
-    r = (ms_io_req){fi, FILE_SIZE, 0, buf};
+    r = (ms_io_req){fi, FILE_SIZE, 0, buf, 0};
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_OK, "%s: empty read at EOF: %s", kn, err.msg);
-    r = (ms_io_req){fi, FILE_SIZE - 100, 100, buf};
+    r = (ms_io_req){fi, FILE_SIZE - 100, 100, buf, 0};
     memset(buf, 0, 8192);
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_OK && n_wrong(&r) == 0, "%s: tail read: %s", kn,
@@ -365,13 +374,13 @@ static void test_eof_and_usage(ms_io_kind kind) {
     CHECK(ms_io_read(io, NULL, 0, &err) == MS_OK, "%s: empty batch: %s", kn, err.msg);
 
     /* usage errors reject the batch */
-    r = (ms_io_req){fi, 0, 100, buf + 16};
+    r = (ms_io_req){fi, 0, 100, buf + 16, 0};
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_E_USAGE, "%s: unaligned buffer", kn);
-    r = (ms_io_req){fi + 5, 0, 100, buf};
+    r = (ms_io_req){fi + 5, 0, 100, buf, 0};
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_E_USAGE, "%s: unknown file", kn);
-    r = (ms_io_req){fi, -1, 100, buf};
+    r = (ms_io_req){fi, -1, 100, buf, 0};
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_E_USAGE, "%s: negative offset", kn);
     ms_err_clear(&err);
@@ -387,11 +396,11 @@ static void test_eof_and_usage(ms_io_kind kind) {
     ms_err_clear(&err);
     CHECK(ms_io_add_file(io, g_shrink, &fs, &err) == MS_OK, "add shrink: %s", err.msg);
     CHECK(truncate(g_shrink, 512 * 1024) == 0, "truncate");
-    r = (ms_io_req){fs, 600 * 1024 + 3, 100000, buf};
+    r = (ms_io_req){fs, 600 * 1024 + 3, 100000, buf, 0};
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_E_IO && strstr(err.msg, g_shrink),
           "%s: read after shrink must fail: %s", kn, err.msg);
-    r = (ms_io_req){fs, 512 * 1024 - 5000, 5000, buf};
+    r = (ms_io_req){fs, 512 * 1024 - 5000, 5000, buf, 0};
     ms_err_clear(&err);
     CHECK(ms_io_read(io, &r, 1, &err) == MS_OK && n_wrong(&r) == 0,
           "%s: read inside the shrunk file: %s", kn, err.msg);
@@ -418,6 +427,7 @@ static void *worker_main(void *arg) {
         for (int i = 0; i < n; i++) {
             ms_io_req *r = &pd.reqs[i];
             r->file = w->fi;
+            r->check = 0;
             r->n_bytes = rng_below(&s, 200000);
             r->offset = rng_below(&s, FILE_SIZE - r->n_bytes + 1);
             pd.huge[i] = 0;
@@ -461,6 +471,123 @@ static void test_threads(ms_io_kind kind) {
 }
 
 /* ---------------------------------------------------------------- bufalloc */
+
+/* ---- the check hook: units [CK_BASE + k CK_UNIT, + CK_UNIT) of the file */
+#define CK_UNIT 10007
+#define CK_BASE 333
+#define CK_NU ((FILE_SIZE - CK_BASE) / CK_UNIT)
+static int g_unit_hits[CK_NU];
+
+static ms_status unit_check(void *user, int file, int64_t rb, int64_t re, int64_t nb, int64_t ne,
+                            const uint8_t *run, int64_t *n_checked, ms_err *err) {
+    *n_checked = 0;
+    ms_status st = MS_OK;
+    for (int64_t k = (nb - CK_BASE) / CK_UNIT; k * CK_UNIT + CK_BASE < ne; k++) {
+        int64_t ub = CK_BASE + k * CK_UNIT, ue = ub + CK_UNIT;
+        if (ub < rb || ue > re) continue;   /* not all landed yet: a later chunk checks it */
+        __atomic_fetch_add(&g_unit_hits[k], 1, __ATOMIC_RELAXED);
+        if (memcmp(run + (ub - rb), g_data + ub, CK_UNIT)) {
+            if (st == MS_OK) st = ms_err_set(err, MS_E_IO, "unit %lld differs", (long long)k);
+        } else {
+            *n_checked += CK_UNIT;
+        }
+    }
+    return st;
+}
+
+/* One batch of 8 requests of whole units (the 4th without a check) through a
+ * layer with the hook; fault as given; plain = wait with ms_io_wait. */
+static void check_batch(ms_io_kind kind, int64_t chunk, ms_fault_kind fk, int plain, uint64_t seed) {
+    const char *kn = ms_io_kind_name(kind);
+    ms_io_params p = params(kind, 4, chunk);
+    p.check = unit_check;
+    p.fault.kind = fk;
+    p.fault.at_read = 2;
+    p.fault.corrupt_begin = CK_UNIT + 5;        /* units 1, 2 and 3 of request 2 */
+    p.fault.corrupt_end = 3 * CK_UNIT + 5;
+    int skipped;
+    ms_io *io = open_io(&p, &skipped);
+    if (!io) return;
+    int fi = add_main_file(io);
+    memset(g_unit_hits, 0, sizeof g_unit_hits);
+    uint64_t s = seed;
+    ms_io_req reqs[8];
+    int64_t first[8], n_units[8], at = rng_below(&s, 5), want_bytes = 0;
+    for (int i = 0; i < 8; i++) {
+        first[i] = at;
+        n_units[i] = 4 + rng_below(&s, 60);
+        at += n_units[i] + rng_below(&s, 3);
+        MS_ASSERT(at <= CK_NU);
+        int64_t off = CK_BASE + first[i] * CK_UNIT, n = n_units[i] * CK_UNIT;
+        reqs[i] = (ms_io_req){ fi, off, n, ms_buf_alloc(ms_io_span(off, n), 0), i != 3 };
+        if (i != 3) want_bytes += n;
+    }
+    /* issue order differs from request order */
+    ms_io_req t = reqs[0]; reqs[0] = reqs[7]; reqs[7] = t;
+    int64_t tf = first[0]; first[0] = first[7]; first[7] = tf;
+    int64_t tn = n_units[0]; n_units[0] = n_units[7]; n_units[7] = tn;
+    ms_io_stats st0, st1;
+    ms_io_get_stats(io, &st0);
+    uint64_t ticket;
+    ms_err err, check;
+    ms_err_clear(&err);
+    ms_status st = ms_io_submit(io, reqs, 8, &ticket, &err);
+    CHECK(st == MS_OK, "%s check submit: %s", kn, err.msg);
+    if (st == MS_OK) st = plain ? ms_io_wait(io, ticket, &err) : ms_io_wait_checked(io, ticket, &check, &err);
+    ms_io_get_stats(io, &st1);
+    int64_t bad_hits = 0;
+    for (int i = 0; i < 8; i++)
+        for (int64_t k = first[i]; k < first[i] + n_units[i]; k++)
+            bad_hits += g_unit_hits[k] != (i == 3 ? 0 : 1);
+    if (fk == MS_FAULT_NONE) {
+        CHECK(st == MS_OK && check.status == MS_OK, "%s check: %d %s %s", kn, st, err.msg, check.msg);
+        CHECK(bad_hits == 0, "%s chunk %lld: %lld units not checked exactly once", kn, (long long)chunk,
+              (long long)bad_hits);
+        CHECK(st1.check_bytes - st0.check_bytes == want_bytes && st1.checks > st0.checks && st1.check_ns >= st0.check_ns,
+              "%s check stats: %lld bytes, want %lld", kn, (long long)(st1.check_bytes - st0.check_bytes),
+              (long long)want_bytes);
+        for (int i = 0; i < 8; i++) CHECK(n_wrong(&reqs[i]) == 0, "%s check bytes", kn);
+    } else if (fk == MS_FAULT_CORRUPT) {
+        char want[64];
+        snprintf(want, sizeof want, "unit %lld differs", (long long)(first[2] + 1));
+        if (plain) CHECK(st == MS_E_IO && !strcmp(err.msg, want), "%s plain wait: %d '%s', want '%s'", kn, st, err.msg, want);
+        else CHECK(st == MS_OK && check.status == MS_E_IO && !strcmp(check.msg, want),
+                   "%s checked wait: %d, check %d '%s', want '%s'", kn, st, check.status, check.msg, want);
+        CHECK(bad_hits == 0, "%s corrupt: every unit still checked exactly once (%lld not)", kn, (long long)bad_hits);
+    } else {
+        CHECK(st == MS_E_IO && (plain || check.status == MS_OK) && strstr(err.msg, "injected"),
+              "%s EIO with checks: %d '%s'", kn, st, err.msg);
+    }
+    for (int i = 0; i < 8; i++) ms_buf_free(reqs[i].buf, ms_io_span(reqs[i].offset, reqs[i].n_bytes), 0);
+    ms_io_close(io);
+}
+
+static void test_check(ms_io_kind kind) {
+    for (int r = 0; r < 4; r++) {
+        check_batch(kind, 4096, MS_FAULT_NONE, 0, 7 + (uint64_t)r);
+        check_batch(kind, 12288, MS_FAULT_NONE, 0, 70 + (uint64_t)r);
+    }
+    check_batch(kind, (int64_t)2 << 20, MS_FAULT_NONE, 0, 99);
+    for (int plain = 0; plain < 2; plain++) {
+        check_batch(kind, 4096, MS_FAULT_CORRUPT, plain, 5);
+        check_batch(kind, 8192, MS_FAULT_CORRUPT, plain, 6);
+        check_batch(kind, 4096, MS_FAULT_EIO, plain, 8);
+    }
+    /* a check without a hook */
+    ms_io_params p = params(kind, 2, 4096);
+    int skipped;
+    ms_io *io = open_io(&p, &skipped);
+    if (!io) return;
+    int fi = add_main_file(io);
+    uint8_t *buf = ms_buf_alloc(8192, 0);
+    ms_io_req r = { fi, 100, 1000, buf, 1 };
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_io_read(io, &r, 1, &err) == MS_E_USAGE && strstr(err.msg, "hook"), "%s check without hook: '%s'",
+          ms_io_kind_name(kind), err.msg);
+    ms_buf_free(buf, 8192, 0);
+    ms_io_close(io);
+}
 
 static void test_bufalloc(void) {
     CHECK(ms_buf_alloc(0, 0) == NULL && ms_buf_alloc(-5, 1) == NULL, "empty buffers");
@@ -522,6 +649,7 @@ int main(void) {
         if (kinds[k] != MS_IO_PREAD) test_nodirect(kinds[k]);
         test_eof_and_usage(kinds[k]);
         test_threads(kinds[k]);
+        test_check(kinds[k]);
     }
 
     /* parameter validation */

@@ -11,6 +11,17 @@
  *     tensor and block; ms_verify_checkpoint says the same;
  *   - a truncated, a tampered and another checkpoint's sidecar are refused
  *     with a message saying which;
+ *   - the store verifying as data lands (store/store.h): on the same files,
+ *     with 64 KiB I/O chunks (so every 1 MiB block straddles chunks that land
+ *     in any order), every backend, hashing on the I/O threads and on the
+ *     compute thread (verify_sync): the bytes handed out equal the file, every
+ *     block is hashed exactly once (verify_bytes), nothing is hashed on the
+ *     compute thread unless asked; a transient corruption of one read (fault
+ *     kind 4, two blocks of one request) is re-read once and cured; a byte
+ *     flipped on disk fails the start with the same one line in both modes;
+ *     by-part reads keep the last verified piece: rows of one block cost one
+ *     read, a row straddling two blocks reads both, and both modes read the
+ *     same bytes the same number of times;
  *   - the real layout ($MS_TESTDATA/a): every region-sized tensor checks ok.
  */
 #include "moestream.h"
@@ -18,6 +29,7 @@
 #include "check.h"
 #include "format/safetensors.h"
 #include "format/sums.h"
+#include "store/store.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -99,6 +111,154 @@ static void copy_file(const char *from, const char *to, int64_t cut, int64_t fli
     fwrite(b, 1, got - (size_t)(cut > 0 ? cut : 0), f);
     fclose(f);
     free(b);
+}
+
+typedef struct store_run {
+    ms_status st;
+    char msg[512];
+    ms_store_stats ss;
+    int64_t n_wrong;            /* bytes handed out that differ from the file */
+    int64_t reads_after_rows;   /* reads_issued after each part read */
+    int64_t reads[6];
+} store_run;
+
+/* Open a store over ck's shards with the sidecar: the four tensors of shard a
+ * as one GLOBAL region, "big" again as a sparse GLOBAL read by parts, and the
+ * two tensors of shard b as EXPERT regions with room for one (so not
+ * everything is resident and the sparse region stays on disk), then compare
+ * what is handed out with the file. */
+static void store_run_one(const ms_ckpt *ck, const ms_sums *sums, const char *s1, ms_io_kind kind,
+                          int sync, int fault_at, store_run *out) {
+    memset(out, 0, sizeof *out);
+    const ms_tensor_info *ta0 = ms_ckpt_find(ck, "small.a"), *ta3 = ms_ckpt_find(ck, "small.b");
+    const ms_tensor_info *tb = ms_ckpt_find(ck, "big");
+    ms_io_params iop = ms_io_default_params();
+    iop.kind = kind;
+    iop.chunk_bytes = 64 << 10;
+    if (fault_at >= 0) {
+        /* request 0 (the region): two blocks of "big" inside it, bytes MIB+10
+           of "big" (its block 1) and 2 MiB+10 (block 2); request 1 (the
+           first part read, block 0 of "big"): its bytes 10..20 */
+        iop.fault.kind = MS_FAULT_CORRUPT;
+        iop.fault.at_read = fault_at;
+        iop.fault.corrupt_begin = fault_at ? 10 : tb->offset - ta0->offset + MIB + 10;
+        iop.fault.corrupt_end = fault_at ? 20 : tb->offset - ta0->offset + 2 * MIB + 11;
+    }
+    ms_store_params sp = ms_store_default_params();
+    sp.ram_bytes = 16 * MIB;
+    sp.expert_bytes = MIB + 8192;
+    sp.sums = sums;
+    sp.verify_sync = sync;
+    sp.io = &iop;
+    ms_err err;
+    ms_err_clear(&err);
+    ms_store *s = NULL;
+    out->st = ms_store_open(&sp, ck, &s, &err);
+    int g = -1, sparse = -1;
+    int64_t pos = 0;
+    if (out->st == MS_OK) {
+        ms_range ra = { ta0->shard, ta0->offset, ta3->offset + ta3->n_bytes - ta0->offset };
+        ms_range rb = { tb->shard, tb->offset, tb->n_bytes };
+        const ms_tensor_info *t1 = ms_ckpt_find(ck, "exactly.one"), *t2 = ms_ckpt_find(ck, "tail");
+        ms_range re1 = { t1->shard, t1->offset, t1->n_bytes }, re2 = { t2->shard, t2->offset, t2->n_bytes };
+        if (ms_store_add_region(s, MS_REGION_EXPERT, &re1, 1, NULL, &err) < 0 ||
+            ms_store_add_region(s, MS_REGION_EXPERT, &re2, 1, NULL, &err) < 0)
+            out->st = MS_E_INTERNAL;
+        g = ms_store_add_region(s, MS_REGION_GLOBAL, &ra, 1, &pos, &err);
+        sparse = ms_store_add_region(s, MS_REGION_GLOBAL, &rb, 1, NULL, &err);
+        if (g < 0 || sparse < 0) out->st = g < 0 ? g : sparse;
+        else if (out->st == MS_OK) ms_store_mark_sparse(s, sparse);
+    }
+    if (out->st == MS_OK) out->st = ms_store_start(s, &err);
+    if (out->st == MS_OK) {
+        const uint8_t *p = ms_store_acquire(s, g, &err);
+        int64_t n = ta3->offset + ta3->n_bytes - ta0->offset;
+        uint8_t *want = read_range(s1, ta0->offset, n);
+        if (!p || !want) out->n_wrong = -1;
+        else
+            for (int64_t i = 0; i < n; i++) out->n_wrong += p[pos + i] != want[i];
+        free(want);
+        if (p) ms_store_release(s, g);
+        /* rows: three in block 0 (one read), one straddling blocks 0 and 1
+           (block 0 from the kept piece, block 1 read), one inside block 1
+           (kept), one in the short block 2 (read) */
+        const int64_t rows[6][2] = { { 0, 1000 }, { 1000, 1000 }, { 5000, 300 }, { MIB - 500, 1000 },
+                                     { MIB + 4000, 1000 }, { 2 * MIB + 7, 100 } };
+        uint8_t *bigw = read_range(s1, tb->offset, tb->n_bytes);
+        for (int k = 0; k < 6 && out->st == MS_OK && bigw; k++) {
+            uint8_t row[1000];
+            out->st = ms_store_read_part(s, sparse, rows[k][0], rows[k][1], row, &err);
+            if (out->st == MS_OK && memcmp(row, bigw + rows[k][0], (size_t)rows[k][1])) out->n_wrong++;
+            ms_store_stats ss;
+            ms_store_get_stats(s, &ss);
+            out->reads[k] = ss.reads_issued;
+        }
+        free(bigw);
+    }
+    if (s) ms_store_get_stats(s, &out->ss);
+    snprintf(out->msg, sizeof out->msg, "%s", err.msg);
+    ms_store_close(s);
+}
+
+static void store_checks(const ms_ckpt *ck, const ms_sums *sums, const char *s1) {
+    const ms_tensor_info *ta0 = ms_ckpt_find(ck, "small.a"), *ta3 = ms_ckpt_find(ck, "small.b");
+    const ms_tensor_info *tb = ms_ckpt_find(ck, "big");
+    const int64_t region_bytes = ta3->offset + ta3->n_bytes - ta0->offset;
+    const ms_io_kind kinds[] = { MS_IO_PREAD, MS_IO_DIRECT, MS_IO_URING };
+    store_run ref;
+    store_run_one(ck, sums, s1, MS_IO_PREAD, 1, -1, &ref);
+    CHECK(ref.st == MS_OK && ref.n_wrong == 0, "sync reference: %d %s (%lld wrong)", ref.st, ref.msg,
+          (long long)ref.n_wrong);
+    /* reads: 1 for the region, then rows: block 0 read once for three rows,
+       block 1 for the straddling row (block 0 kept) and the next, block 2 */
+    const int64_t want_reads[6] = { 2, 2, 2, 3, 3, 4 };
+    CHECK(!memcmp(ref.reads, want_reads, sizeof want_reads) && ref.ss.part_hits == 4,
+          "part reads %lld %lld %lld %lld %lld %lld, part hits %lld", (long long)ref.reads[0], (long long)ref.reads[1],
+          (long long)ref.reads[2], (long long)ref.reads[3], (long long)ref.reads[4], (long long)ref.reads[5],
+          (long long)ref.ss.part_hits);
+    CHECK(ref.ss.verify_sync_ns > 0 && ref.ss.verify_sync_ns == ref.ss.verify_ns, "sync: all hashing on the compute thread");
+    for (int k = 0; k < 3; k++)
+        for (int sync = 0; sync < 2; sync++) {
+            const char *kn = ms_io_kind_name(kinds[k]);
+            store_run r;
+            store_run_one(ck, sums, s1, kinds[k], sync, -1, &r);
+            CHECK(r.st == MS_OK && r.n_wrong == 0, "%s sync=%d: %d %s", kn, sync, r.st, r.msg);
+            /* each block hashed once: the region, then blocks 0, 1, 2 of "big" */
+            CHECK(r.ss.verify_bytes == ref.ss.verify_bytes && r.ss.verify_bytes == region_bytes + tb->n_bytes,
+                  "%s sync=%d: verify_bytes %lld, want %lld", kn, sync, (long long)r.ss.verify_bytes,
+                  (long long)(region_bytes + tb->n_bytes));
+            CHECK(!memcmp(r.reads, ref.reads, sizeof r.reads) && r.ss.global_bytes_read == ref.ss.global_bytes_read,
+                  "%s sync=%d: same reads and bytes as the reference", kn, sync);
+            CHECK(sync ? r.ss.verify_sync_ns > 0 : r.ss.verify_sync_ns == 0 && r.ss.verify_ns > 0,
+                  "%s sync=%d: verify_sync_ns %lld of %lld", kn, sync, (long long)r.ss.verify_sync_ns,
+                  (long long)r.ss.verify_ns);
+            CHECK(r.ss.verify_retries == 0 && r.ss.verify_failures == 0, "%s sync=%d: no retries", kn, sync);
+            /* a transient corruption of two blocks of the region's read: one re-read cures it */
+            store_run c;
+            store_run_one(ck, sums, s1, kinds[k], sync, 0, &c);
+            CHECK(c.st == MS_OK && c.n_wrong == 0 && c.ss.verify_retries == 1 && c.ss.verify_failures == 0,
+                  "%s sync=%d corrupt: %d %s, %lld wrong, %lld retries, %lld failures", kn, sync, c.st, c.msg,
+                  (long long)c.n_wrong, (long long)c.ss.verify_retries, (long long)c.ss.verify_failures);
+            /* the same on a part read (request 1: the first row's block) */
+            store_run_one(ck, sums, s1, kinds[k], sync, 1, &c);
+            CHECK(c.st == MS_OK && c.n_wrong == 0 && c.ss.verify_retries == 1, "%s sync=%d corrupt part: %d %s",
+                  kn, sync, c.st, c.msg);
+        }
+    /* a byte flipped on disk in block 1 of "big": the start fails after one
+       re-read, with the same line whichever thread hashes */
+    flip_file_byte(s1, tb->offset + MIB + 3);
+    char want[256];
+    snprintf(want, sizeof want, "tensor 'big' bytes [%lld, %lld) of the file: checksum mismatch (moestream.sums)",
+             (long long)(tb->offset + MIB), (long long)(tb->offset + 2 * MIB));
+    store_run bad[2];
+    for (int sync = 0; sync < 2; sync++) {
+        store_run_one(ck, sums, s1, MS_IO_URING, sync, -1, &bad[sync]);
+        CHECK(bad[sync].st == MS_E_IO && strstr(bad[sync].msg, want) && strstr(bad[sync].msg, "a.safetensors") &&
+              bad[sync].ss.verify_retries == 1 && bad[sync].ss.verify_failures == 1,
+              "sync=%d flipped byte: %d '%s'", sync, bad[sync].st, bad[sync].msg);
+    }
+    CHECK(!strcmp(bad[0].msg, bad[1].msg), "same message: '%s' vs '%s'", bad[0].msg, bad[1].msg);
+    flip_file_byte(s1, tb->offset + MIB + 3);
 }
 
 static void generated(const char *tmp) {
@@ -208,6 +368,7 @@ static void generated(const char *tmp) {
     st = ms_verify_checkpoint(d1, NULL, 0, log_fn, NULL, MS_LOG_INFO, &vr, msg, sizeof msg);
     CHECK(st == MS_OK && vr.n_bad_tensors == 0 && vr.n_blocks == 7, "verify after the repair: %d %lld", st,
           (long long)vr.n_bad_tensors);
+    store_checks(ck, ld, s1);
 
     /* refused sidecars */
     snprintf(bad, sizeof bad, "%s/cut.sums", tmp);

@@ -12,6 +12,17 @@
  *                   +------ reissue (retry / short / EINTR) <----+
  *                                                  done --> batch.n_left-- --> wait
  *
+ *   A chunk of a request that asks for a check lands (landed = 1, its run
+ *   taken) in attempt_done and goes to the check queue; one of
+ *   IO_CHECK_THREADS checker threads runs the hook on it unlocked
+ *   (chunk_check), then it is DONE. The reading threads never hash, so the
+ *   reads in flight stay at queue_depth while earlier chunks are hashed:
+ *
+ *     attempt_done --landed--> [check queue] --> checker x IO_CHECK_THREADS
+ *                                                  --> hook --> DONE
+ *   Chunks are kept in request order in the batch (a request's chunks are
+ *   neighbours, which the run walks); `order` is the sorted issue order.
+ *
  *   Everything that decides (attempt_plan / attempt_done: which descriptor,
  *   whether a fault applies, retry or fail, the O_DIRECT fallback) is shared
  *   by the backends and runs under io->mu; only the read itself runs unlocked.
@@ -38,6 +49,11 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Threads that run the check hook (started only with params.check): hashing
+ * runs at ~6 GB/s per core against the disk's ~2 GB/s, so two keep up with a
+ * fast disk and leave the rest of the cores to the compute threads. */
+#define IO_CHECK_THREADS 2
 
 /* EINTR / EAGAIN resubmissions of one chunk before it counts as a failure. */
 #define IO_MAX_AGAIN 1000
@@ -66,6 +82,11 @@ typedef struct io_chunk {
     int64_t need;          /* min(end, dend): complete once off >= need */
     int64_t req_index;     /* global request index, for fault injection */
     int first;             /* first chunk of its request */
+    int last;              /* last chunk of its request */
+    int check;             /* its request asked for a check */
+    int landed;            /* its bytes are in the buffer (check requests only) */
+    int64_t req_pos;       /* index of its request in the batch */
+    int64_t run_b, run_e;  /* the landed stretch of data around it, taken at landing */
     int n_issued, n_failed, n_again;
     int force_buffered;    /* remainder of a short direct read at an unaligned offset */
     /* the attempt being made (set by attempt_plan) */
@@ -80,8 +101,12 @@ typedef struct io_batch {
     int failed;
     int waiting;
     ms_err err;
-    io_chunk *chunks;
+    io_chunk *chunks;      /* request order */
+    io_chunk **order;      /* issue order: (file, offset) */
     int64_t n_chunks, cap_chunks;
+    int check_failed;      /* a check failed; the first (req_pos, offset) one kept */
+    int64_t ck_req, ck_off;
+    ms_err check_err;
 } io_batch;
 
 struct ms_io {
@@ -99,6 +124,12 @@ struct ms_io {
     ms_io_stats st;
     pthread_t *threads;
     int n_threads;
+    /* checking (params.check): landed chunks waiting for the hook */
+    io_chunk *ck_head, *ck_tail;
+    pthread_cond_t cv_check;    /* check queue non-empty or ck_stop */
+    int ck_stop;
+    pthread_t ck_threads[IO_CHECK_THREADS];
+    int n_ck_threads;
     /* MS_IO_URING */
     int ring_ok;
     struct io_uring ring;
@@ -212,8 +243,80 @@ static void apply_corruption(const ms_io_fault *ft, io_chunk *c) {
     for (int64_t x = lo; x < hi; x++) c->base[x - c->abeg] ^= 0xFF;
 }
 
+enum { AD_DONE = 0, AD_REISSUE = 1, AD_CHECK = 2 };
+
+/* c's bytes are in its buffer: mark it landed and take the landed stretch of
+ * its request's data around it. Under io->mu (the run and the mark are one
+ * step: see "Checking as data lands" in io.h). */
+static void chunk_land(io_chunk *c) {
+    c->landed = 1;
+    const io_chunk *l = c, *r = c;
+    while (!l->first && (l - 1)->landed) l--;
+    while (!r->last && (r + 1)->landed) r++;
+    c->run_b = l->start > c->dbeg ? l->start : c->dbeg;
+    c->run_e = r->end < c->dend ? r->end : c->dend;
+}
+
+/* Run the check hook on landed chunk c (unlocked), keep a failure, then mark c
+ * DONE. Called and returns under io->mu. */
+static void chunk_check(ms_io *io, io_chunk *c) {
+    io_batch *b = c->b;
+    if (!b->failed) {   /* a failed batch is not checked: its bytes are not handed out */
+        const int64_t nb = c->start > c->dbeg ? c->start : c->dbeg;
+        ms_err e;
+        ms_err_clear(&e);
+        int64_t n_ok = 0;
+        pthread_mutex_unlock(&io->mu);
+        const int64_t t0 = now_ns();
+        ms_status st = io->p.check(io->p.check_user, c->file, c->run_b, c->run_e, nb, c->need,
+                                   c->base + (c->run_b - c->abeg), &n_ok, &e);
+        const int64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&io->mu);
+        io->st.checks++;
+        io->st.check_ns += dt;
+        if (st == MS_OK) {
+            io->st.check_bytes += n_ok;
+        } else if (!b->check_failed || c->req_pos < b->ck_req ||
+                   (c->req_pos == b->ck_req && nb < b->ck_off)) {
+            b->check_failed = 1;
+            b->ck_req = c->req_pos;
+            b->ck_off = nb;
+            ms_err_clear(&b->check_err);
+            ms_err_set(&b->check_err, st < 0 ? st : MS_E_INTERNAL, "%s",
+                       e.status ? e.msg : "check failed");
+        }
+    }
+    chunk_finish(io, c);
+}
+
+/* Queue landed chunk c for a checker thread. Under io->mu. */
+static void check_push(ms_io *io, io_chunk *c) {
+    c->next = NULL;
+    if (io->ck_tail) io->ck_tail->next = c;
+    else io->ck_head = c;
+    io->ck_tail = c;
+    pthread_cond_signal(&io->cv_check);
+}
+
+static void *check_worker(void *arg) {
+    ms_io *io = arg;
+    pthread_mutex_lock(&io->mu);
+    for (;;) {
+        while (!io->ck_head && !io->ck_stop) pthread_cond_wait(&io->cv_check, &io->mu);
+        io_chunk *c = io->ck_head;
+        if (!c) break; /* stop and drained */
+        io->ck_head = c->next;
+        if (!io->ck_head) io->ck_tail = NULL;
+        c->next = NULL;
+        chunk_check(io, c);
+    }
+    pthread_mutex_unlock(&io->mu);
+    return NULL;
+}
+
 /* Account the result `res` (bytes read, or -errno) of the attempt planned for
- * c. Returns 1 if c must be reissued, 0 if it is DONE (finished here).
+ * c. Returns AD_REISSUE if c must be reissued, AD_DONE if it is DONE (finished
+ * here), AD_CHECK if it landed and the caller must check_push it.
  * Under io->mu. */
 static int attempt_done(ms_io *io, io_chunk *c, int64_t res) {
     char eb[128], msg[200];
@@ -248,8 +351,12 @@ static int attempt_done(ms_io *io, io_chunk *c, int64_t res) {
     if (c->off + res >= c->need) {
         if (io->p.fault.kind == MS_FAULT_CORRUPT && io->p.fault.at_read == c->req_index)
             apply_corruption(&io->p.fault, c);
+        if (c->check && !c->b->failed) {
+            chunk_land(c);
+            return AD_CHECK;
+        }
         chunk_finish(io, c);
-        return 0;
+        return AD_DONE;
     }
     if (res == 0) {
         snprintf(msg, sizeof msg, "end of file at %lld before the data's end %lld (file shrank?)",
@@ -292,7 +399,9 @@ static void *pread_worker(void *arg) {
                 res = r < 0 ? -(int64_t)errno : (int64_t)r;
                 pthread_mutex_lock(&io->mu);
             }
-            if (!attempt_done(io, c, res)) break;
+            int ad = attempt_done(io, c, res);
+            if (ad == AD_CHECK) check_push(io, c);
+            if (ad != AD_REISSUE) break;
         }
     }
     pthread_mutex_unlock(&io->mu);
@@ -330,7 +439,7 @@ static void *uring_thread(void *arg) {
             }
             attempt_plan(io, c);
             if (c->cur_inject) {
-                if (attempt_done(io, c, -(int64_t)c->cur_inject)) q_push_front(io, c);
+                if (attempt_done(io, c, -(int64_t)c->cur_inject) == AD_REISSUE) q_push_front(io, c);
                 continue;
             }
             struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
@@ -364,7 +473,9 @@ static void *uring_thread(void *arg) {
                 continue;
             }
             io->inflight--;
-            if (attempt_done(io, c, cqe->res)) q_push_front(io, c);
+            int ad = attempt_done(io, c, cqe->res);
+            if (ad == AD_REISSUE) q_push_front(io, c);
+            else if (ad == AD_CHECK) check_push(io, c);
         }
         io_uring_cq_advance(&io->ring, n_seen);
     }
@@ -404,6 +515,7 @@ static void free_batches(io_batch *b) {
     while (b) {
         io_batch *next = b->next;
         free(b->chunks);
+        free(b->order);
         free(b);
         b = next;
     }
@@ -426,6 +538,7 @@ ms_status ms_io_open(const ms_io_params *p, ms_io **out, ms_err *err) {
     pthread_mutex_init(&io->mu, NULL);
     pthread_cond_init(&io->cv_work, NULL);
     pthread_cond_init(&io->cv_done, NULL);
+    pthread_cond_init(&io->cv_check, NULL);
 
     int n_threads = p->kind == MS_IO_URING ? 1 : p->queue_depth;
     if (p->kind == MS_IO_URING) {
@@ -463,6 +576,16 @@ ms_status ms_io_open(const ms_io_params *p, ms_io **out, ms_err *err) {
         }
         io->n_threads++;
     }
+    for (int i = 0; p->check && i < IO_CHECK_THREADS; i++) {
+        int rc = pthread_create(&io->ck_threads[i], NULL, check_worker, io);
+        if (rc) {
+            char eb[128];
+            st = ms_err_set(err, MS_E_INTERNAL, "io: cannot start check thread %d: %s", i,
+                            errtext(rc, eb, sizeof eb));
+            goto fail;
+        }
+        io->n_ck_threads++;
+    }
     *out = io;
     return MS_OK;
 fail:
@@ -478,6 +601,12 @@ void ms_io_close(ms_io *io) {
     pthread_mutex_unlock(&io->mu);
     if (io->ring_ok && io->n_threads) uring_wake(io);
     for (int i = 0; i < io->n_threads; i++) pthread_join(io->threads[i], NULL);
+    /* the readers are gone, so nothing lands any more: drain the checks */
+    pthread_mutex_lock(&io->mu);
+    io->ck_stop = 1;
+    pthread_cond_broadcast(&io->cv_check);
+    pthread_mutex_unlock(&io->mu);
+    for (int i = 0; i < io->n_ck_threads; i++) pthread_join(io->ck_threads[i], NULL);
     /* exiting the ring cancels the armed eventfd read before efd_buf is freed */
     if (io->ring_ok) io_uring_queue_exit(&io->ring);
     if (io->efd >= 0) close(io->efd);
@@ -492,6 +621,7 @@ void ms_io_close(ms_io *io) {
     free_batches(io->active);
     free_batches(io->spare);
     free(io->threads);
+    pthread_cond_destroy(&io->cv_check);
     pthread_cond_destroy(&io->cv_done);
     pthread_cond_destroy(&io->cv_work);
     pthread_mutex_destroy(&io->mu);
@@ -594,7 +724,7 @@ const char *ms_io_file_path(const ms_io *io, int file_index) {
 /* --------------------------------------------------------- submit / wait */
 
 static int chunk_cmp(const void *a, const void *b) {
-    const io_chunk *x = a, *y = b;
+    const io_chunk *x = *(io_chunk *const *)a, *y = *(io_chunk *const *)b;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
     return 0;
@@ -617,12 +747,14 @@ static io_batch *batch_get(ms_io *io, int64_t n) {
     if (b->cap_chunks < n) {
         io_chunk *nc = (uint64_t)n > SIZE_MAX / sizeof *nc ? NULL
                                                           : realloc(b->chunks, (size_t)n * sizeof *nc);
-        if (!nc) {
+        if (nc) b->chunks = nc;
+        io_chunk **no = !nc ? NULL : realloc(b->order, (size_t)n * sizeof *no);
+        if (no) b->order = no;
+        if (!nc || !no) {
             b->next = io->spare; /* keep it for later */
             io->spare = b;
             return NULL;
         }
-        b->chunks = nc;
         b->cap_chunks = n;
     }
     b->next = NULL;
@@ -630,7 +762,9 @@ static io_batch *batch_get(ms_io *io, int64_t n) {
     b->n_left = 0;
     b->failed = 0;
     b->waiting = 0;
+    b->check_failed = 0;
     ms_err_clear(&b->err);
+    ms_err_clear(&b->check_err);
     return b;
 }
 
@@ -656,6 +790,9 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
                             "offset %lld + %lld bytes",
                             f->path, (long long)f->size, i, (long long)r->offset,
                             (long long)r->n_bytes);
+        else if (r->check && !io->p.check)
+            st = ms_err_set(err, MS_E_USAGE, "io: request %d (%s offset %lld) asks for a check, "
+                            "but no check hook was given at open", i, f->path, (long long)r->offset);
         else if (r->n_bytes > 0 && (!r->buf || (uintptr_t)r->buf % MS_IO_ALIGN))
             st = ms_err_set(err, MS_E_USAGE,
                             "io: request %d (%s offset %lld) has a buffer not aligned to %d",
@@ -694,18 +831,22 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
             c->end = aend - s > cb ? s + cb : aend;
             c->need = c->end < c->dend ? c->end : c->dend;
             c->req_index = io->next_req_index + i;
+            c->req_pos = i;
             c->first = s == abeg;
+            c->last = c->end == aend;
+            c->check = r->check != 0;
         }
     }
     MS_ASSERT(b->n_chunks == n_chunks);
-    if (b->n_chunks > 1) qsort(b->chunks, (size_t)b->n_chunks, sizeof *b->chunks, chunk_cmp);
+    for (int64_t k = 0; k < b->n_chunks; k++) b->order[k] = &b->chunks[k];
+    if (b->n_chunks > 1) qsort(b->order, (size_t)b->n_chunks, sizeof *b->order, chunk_cmp);
     b->n_left = b->n_chunks;
     b->ticket = io->next_ticket++;
     b->next = io->active;
     io->active = b;
     io->next_req_index += n;
     io->st.requests += n;
-    for (int64_t k = 0; k < b->n_chunks; k++) q_push_back(io, &b->chunks[k]);
+    for (int64_t k = 0; k < b->n_chunks; k++) q_push_back(io, b->order[k]);
     *ticket = b->ticket;
     if (b->n_chunks && io->p.kind != MS_IO_URING) pthread_cond_broadcast(&io->cv_work);
     pthread_mutex_unlock(&io->mu);
@@ -713,7 +854,8 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
     return MS_OK;
 }
 
-ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err) {
+ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *err) {
+    if (check) ms_err_clear(check);
     if (!io) return ms_err_set(err, MS_E_USAGE, "io: ms_io_wait needs io");
     int64_t t0 = now_ns();
     pthread_mutex_lock(&io->mu);
@@ -732,11 +874,17 @@ ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err) {
     *pp = b->next;
     ms_status st = b->err.status;
     if (st) ms_err_set(err, st, "%s", b->err.msg);
+    else if (b->check_failed && check) *check = b->check_err;
+    else if (b->check_failed) st = ms_err_set(err, b->check_err.status, "%s", b->check_err.msg);
     b->next = io->spare;
     io->spare = b;
     io->st.wait_ns += now_ns() - t0;
     pthread_mutex_unlock(&io->mu);
     return st;
+}
+
+ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err) {
+    return ms_io_wait_checked(io, ticket, NULL, err);
 }
 
 ms_status ms_io_read(ms_io *io, const ms_io_req *reqs, int n, ms_err *err) {

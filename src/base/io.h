@@ -60,6 +60,31 @@
  *   it have no effect; SHORT needs at least 2 bytes from the chunk's aligned
  *   start to the end of its data to be able to shorten anything.
  *
+ * Checking as data lands (params.check, requests with check = 1): the caller
+ *   (the store, with the checksum sidecar) registers one hook at open; for a
+ *   request that asks for it, every time one of its chunks lands the hook runs
+ *   on one of the layer's checker threads (2, started at open when a hook is
+ *   given; the reading threads go on reading meanwhile), unlocked, before the
+ *   chunk counts as complete, so by the time ms_io_wait returns every byte of
+ *   the request has been checked (or a mismatch is known). A checked unit (a 1 MiB
+ *   checksum block) may straddle chunks, which land in any order, so the hook
+ *   is told two ranges of the request's data window:
+ *
+ *     request data:  [ chunk 0 ][ chunk 1 ][ chunk 2 ][ chunk 3 ]   landed: 0, 2, 1
+ *     units:         [  u0  ][  u1  ][  u2  ][  u3  ][  u4  ]
+ *     chunk 1 lands: new = chunk 1's data, run = chunks 0..2 (the landed
+ *                    stretch around it) -> check u1, u2, u3: the units that lie
+ *                    inside run and meet new
+ *
+ *   Rule for the hook: check every unit inside [run_begin, run_end) that meets
+ *   [new_begin, new_end). Landing and taking the run happen in one critical
+ *   section, so each unit is checked exactly once: by the chunk whose landing
+ *   completed it. The first failed check of a batch (in request order, then
+ *   file order) is kept; it does not stop the batch's other reads, and
+ *   ms_io_wait_checked hands it back apart from I/O errors, so the caller can
+ *   re-read. A hook may only read the run's bytes; it must not call the layer.
+ *   Time and bytes checked are counted (check_ns, check_bytes).
+ *
  * Invariants:
  *   1. a ticket is complete iff none of its chunks is queued or in flight;
  *   2. ms_io_wait consumes its ticket; a ticket is waited at most once;
@@ -71,7 +96,7 @@
  *   guards the queue, the tickets, the file table and the statistics (reads
  *   themselves run unlocked). Files may be added while reads are in flight.
  *
- * Does not: cache, verify checksums, decide what to read, or allocate buffers
+ * Does not: cache, know what a checksum is (the hook does), decide what to read, or allocate buffers
  *   for the caller (see base/bufalloc.h). Steady-state submit/wait allocates
  *   nothing: finished batches are recycled with their chunk arrays.
  */
@@ -111,6 +136,17 @@ typedef struct ms_io_fault {
     int64_t corrupt_begin, corrupt_end;
 } ms_io_fault;
 
+/* Check the bytes of one request as a chunk of it lands (see "Checking as data
+ * lands"): `run` points at file offset run_begin of file `file`, bytes
+ * [run_begin, run_end) are in memory and stay put until the ticket is waited;
+ * check every unit inside the run that meets [new_begin, new_end). Return
+ * MS_OK and the bytes checked in *n_checked, or a negative status with the
+ * message in err. Runs on I/O threads, several at once: must be thread-safe
+ * and must not call into the layer. */
+typedef ms_status (*ms_io_check_fn)(void *user, int file, int64_t run_begin, int64_t run_end,
+                                    int64_t new_begin, int64_t new_end, const uint8_t *run,
+                                    int64_t *n_checked, ms_err *err);
+
 typedef struct ms_io_params {
     ms_io_kind kind;
     int queue_depth;     /* chunks in flight: SQEs (uring) or worker threads (pread),
@@ -121,6 +157,8 @@ typedef struct ms_io_params {
     int max_retries;     /* extra attempts after a failed read, 0..100; default 3 */
     int uring_buffered;  /* MS_IO_URING only: 1 = read through the page cache */
     ms_io_fault fault;   /* MS_FAULT_NONE outside tests */
+    ms_io_check_fn check; /* NULL: no request may ask for a check */
+    void *check_user;
 } ms_io_params;
 
 /* Defaults: MS_IO_DIRECT, queue_depth 4, chunk_bytes 2 MiB, max_retries 3,
@@ -132,7 +170,8 @@ const char *ms_io_kind_name(ms_io_kind kind);
 
 typedef struct ms_io ms_io;
 
-/* Validate *p, start the backend's threads (and ring) and return the layer in
+/* Validate *p, start the backend's threads (and ring; and the checker threads
+ * when p->check is set) and return the layer in
  * *out. Errors: MS_E_USAGE for a parameter out of range; MS_E_IO when io_uring
  * is unavailable (seccomp, ENOSYS, EPERM, memlock...) - the message says
  * "io_uring unavailable", the errno text, and that the caller should fall back
@@ -173,6 +212,7 @@ typedef struct ms_io_req {
     int64_t n_bytes; /* >= 0; offset + n_bytes <= file size */
     uint8_t *buf;    /* MS_IO_ALIGN-aligned, capacity >= ms_io_span(offset, n_bytes);
                         the data lands at buf + ms_io_skew(offset) */
+    int check;       /* 1: run params.check on the data as it lands */
 } ms_io_req;
 
 /* Bytes of buffer a request needs: align_up(offset + n) - align_down(offset)
@@ -193,7 +233,8 @@ static inline int64_t ms_io_skew(int64_t offset) { return offset % MS_IO_ALIGN; 
  * Chunks are issued in (file, offset) order. n == 0 is a valid, empty batch.
  * Errors found here reject the whole batch (nothing is queued, no ticket, the
  * requests do not count for fault injection): MS_E_USAGE (unknown file,
- * negative offset or length, unaligned buffer, reqs/ticket NULL), MS_E_IO (a
+ * negative offset or length, unaligned buffer, reqs/ticket NULL, check asked
+ * for without a hook), MS_E_IO (a
  * request reaching past the end of its file: reads past EOF are errors, never
  * zeros), MS_E_NOMEM. Errors of the reads themselves are reported by
  * ms_io_wait. Thread-safe. Allocates only when the batch is larger than any
@@ -209,6 +250,13 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
  * Time spent here is added to the wait_ns statistic. */
 ms_status ms_io_wait(ms_io *io, uint64_t ticket, ms_err *err);
 
+/* ms_io_wait that hands a failed check back apart: returns the batch's I/O
+ * status as ms_io_wait does; when every read succeeded, *check receives the
+ * first failed check of the batch (status MS_OK when every check passed or
+ * none was asked for). check is cleared first; NULL makes a failed check the
+ * returned status, which is what ms_io_wait does. */
+ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *err);
+
 /* ms_io_submit + ms_io_wait. */
 ms_status ms_io_read(ms_io *io, const ms_io_req *reqs, int n, ms_err *err);
 
@@ -219,6 +267,9 @@ typedef struct ms_io_stats {
     int64_t retries;      /* reissues after a failed attempt */
     int64_t short_reads;  /* reissues of a remainder after a short read */
     int64_t wait_ns;      /* time callers spent in ms_io_wait */
+    int64_t checks;       /* calls of the check hook */
+    int64_t check_ns;     /* time I/O threads spent in the check hook */
+    int64_t check_bytes;  /* bytes the hook reported checked and matching */
 } ms_io_stats;
 
 /* Snapshot of the counters since open. Thread-safe. */

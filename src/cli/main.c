@@ -240,7 +240,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"scale255_groups\": %lld, \"readahead_issued\": %lld, \"readahead_used\": %lld, "
             "\"prefetch_issued\": %lld, \"prefetch_hits\": %lld, \"peak_rss_bytes\": %lld, "
             "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
-            "\"verify_s\": %.6f}",
+            "\"verify_s\": %.6f, \"verify_sync_s\": %.6f}",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
@@ -249,7 +249,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             st->io_wait_s, (long long)st->scale255_groups, (long long)st->readahead_issued,
             (long long)st->readahead_used, (long long)st->prefetch_issued, (long long)st->prefetch_hits,
             (long long)st->peak_rss_bytes, st->verify_on ? "true" : "false", (long long)st->verify_bytes,
-            (long long)st->verify_retries, (long long)st->verify_failures, st->verify_s);
+            (long long)st->verify_retries, (long long)st->verify_failures, st->verify_s, st->verify_sync_s);
 }
 
 void cli_print_stats_human(FILE *f, const ms_stats *st) {
@@ -264,8 +264,9 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
             (long long)st->readahead_used, (long long)st->readahead_issued,
             st->io_wait_s, (double)st->peak_rss_bytes / 1e6);
     if (st->verify_on)
-        fprintf(f, "moestream: verified %.1f MB (since open) in %.3f s; checksum retries %lld, failures %lld\n",
-                (double)st->verify_bytes / 1e6, st->verify_s, (long long)st->verify_retries,
+        fprintf(f, "moestream: verified %.1f MB (since open) in %.3f s (%.3f s on the compute thread); "
+                "checksum retries %lld, failures %lld\n",
+                (double)st->verify_bytes / 1e6, st->verify_s, st->verify_sync_s, (long long)st->verify_retries,
                 (long long)st->verify_failures);
 }
 

@@ -281,6 +281,7 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->verify_retries = ss.verify_retries;
     st->verify_failures = ss.verify_failures;
     st->verify_s = 1e-9 * (double)ss.verify_ns;
+    st->verify_sync_s = 1e-9 * (double)ss.verify_sync_ns;
 }
 
 void ms_engine_stats_reset(ms_engine *e) {

@@ -29,14 +29,23 @@
  *   every ticket is waited; a region is published READY only when its read
  *   succeeded. Any failure frees the failed slots, unpins the rest and fails
  *   the call with no pointer handed out (invariant 2 of store.h).
- * Verification (with params.sums): verify_region() runs after every wait
- *   that brings region bytes in (load_resident, ring_acquire for demand
- *   reads and read-aheads, expert_batch for misses and prefetches,
- *   drain_prefetches) and before the slot is published; a mismatch is read
- *   again once into the same buffer, synchronously. A failed check makes the
- *   read count as failed on the path it was on (a read-ahead or prefetch is
- *   then read again on demand, which checks again). read_part reads whole
- *   blocks through the bounce buffer, checks them, then copies the part out.
+ * Verification (with params.sums): every region read asks the I/O layer to
+ *   check it as it lands (io_check below, on the I/O layer's checker
+ *   threads: each 1 MiB block is hashed once, when the chunk that completes
+ *   it has landed). Every wait that
+ *   brings region bytes in goes through land() (load_resident, ring_acquire
+ *   for demand reads and read-aheads, expert_batch for misses and
+ *   prefetches, drain_prefetches), which takes the verdict with the ticket
+ *   before the slot is published; a mismatch is read again once into the
+ *   same buffer, synchronously, and checked again the same way. A failed
+ *   check makes the read count as failed on the path it was on (a read-ahead
+ *   or prefetch is then read again on demand, which checks again). A ticket
+ *   waited only to be dropped (ring_evict) has its verdict ignored with its
+ *   bytes. read_part reads whole blocks through the bounce buffer, checked
+ *   the same way, then copies the part out; the last verified piece stays
+ *   there (bc_*) and serves the next parts that lie inside it. With
+ *   params.verify_sync the compute thread hashes after the wait instead
+ *   (check_region), the reference for tests and A/B runs.
  * Memory: every buffer is allocated in ms_store_start (blocks sized by the
  *   plan, plus scratch arrays sized by the slot counts); acquire, release,
  *   read_part and hint allocate nothing.
@@ -117,6 +126,10 @@ struct ms_store {
     uint8_t *b_ok;              /* [slot]: its demand read of this batch arrived */
     ms_io_req *reqs;
     int max_ranges;
+    /* the verified piece in the bounce buffer: [bc_begin, bc_end) of shard
+     * bc_shard lies at bounce + skew(bc_begin); bc_shard -1 = none */
+    int bc_shard;
+    int64_t bc_begin, bc_end;
     ms_trace_writer *trace;
     ms_store_stats stats;
 };
@@ -125,6 +138,33 @@ static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The I/O layer's check hook (base/io.h): called on an I/O thread when a
+ * chunk of a region or part read lands, with the landed stretch [rb, re) of
+ * its request around the chunk's data [nb, ne). Hashes the checksum blocks
+ * that lie inside the stretch and meet the chunk: the blocks of [nb, ne)
+ * widened to whole blocks, minus a first / last block that reaches outside
+ * the stretch (another chunk completes it later). Reads only the sums
+ * (read-only) and the landed bytes: thread-safe. */
+static ms_status io_check(void *user, int file, int64_t rb, int64_t re, int64_t nb, int64_t ne,
+                          const uint8_t *run, int64_t *n_checked, ms_err *err) {
+    const ms_store *s = user;
+    const int shard = file;     /* the store adds its files in shard order (asserted at open) */
+    *n_checked = 0;
+    int64_t c0, c1, b0, b1;
+    ms_status st = ms_sums_cover(s->sums, shard, nb, ne - nb, &c0, &c1, err);
+    if (st != MS_OK) return st;
+    if (c0 < rb) c0 = ms_sums_block_end(s->sums, shard, c0);
+    if (c1 > re) {
+        st = ms_sums_cover(s->sums, shard, c1 - 1, 1, &b0, &b1, err);
+        if (st != MS_OK) return st;
+        c1 = b0;
+    }
+    if (c0 >= c1) return MS_OK;
+    st = ms_sums_check(s->sums, shard, c0, c1 - c0, run + (c0 - rb), err);
+    if (st == MS_OK) *n_checked = c1 - c0;
+    return st;
 }
 
 ms_store_params ms_store_default_params(void) {
@@ -152,6 +192,11 @@ ms_status ms_store_open_paths(const ms_store_params *p, const char *const *paths
     s->p.io = NULL;
     s->sums = p->sums;
     s->p.sums = NULL;
+    s->bc_shard = -1;
+    if (s->sums && !s->p.verify_sync) {
+        s->io_p.check = io_check;
+        s->io_p.check_user = s;
+    }
     /* by-part reads then read the enclosing blocks: two of them (a part that
      * straddles a block boundary) plus the alignment of both ends */
     const int64_t verify_bounce = 2 * MS_SUMS_BLOCK_BYTES + 2 * MS_IO_ALIGN;
@@ -180,6 +225,7 @@ ms_status ms_store_open_paths(const ms_store_params *p, const char *const *paths
     for (int i = 0; i < n_paths && st == MS_OK; i++) {
         st = ms_io_add_file(s->io, paths[i], &s->file_of[i], err);
         if (st == MS_OK) s->file_bytes[i] = ms_io_file_size(s->io, s->file_of[i]);
+        MS_ASSERT(st != MS_OK || s->file_of[i] == i);   /* io_check takes file index = shard */
     }
     if (st != MS_OK) { ms_store_close(s); return st; }
     s->n_files = n_paths;
@@ -340,16 +386,22 @@ static ms_status submit_region(ms_store *s, const region *r, uint8_t *buf, uint6
     for (int i = 0; i < r->n_ranges; i++) {
         const ms_range *g = &r->ranges[i];
         s->reqs[i] = (ms_io_req){ s->file_of[g->shard], g->offset, g->n_bytes,
-                                  buf + r->pos[i] - ms_io_skew(g->offset) };
+                                  buf + r->pos[i] - ms_io_skew(g->offset),
+                                  s->sums && !s->p.verify_sync };
     }
     ms_status st = ms_io_submit(s->io, s->reqs, r->n_ranges, ticket, err);
     if (st == MS_OK) count_read(s, r);
     return st;
 }
 
-static ms_status wait_ticket(ms_store *s, uint64_t ticket, int64_t *ns_extra, ms_err *err) {
+/* Wait for a ticket. The verdict of the I/O threads' checks goes to *check
+ * (MS_OK without sums, with verify_sync, or when all matched); NULL drops it
+ * (the bytes are dropped too). */
+static ms_status wait_ticket(ms_store *s, uint64_t ticket, int64_t *ns_extra, ms_err *check,
+                             ms_err *err) {
     int64_t t0 = now_ns();
-    ms_status st = ms_io_wait(s->io, ticket, err);
+    ms_err dropped;
+    ms_status st = ms_io_wait_checked(s->io, ticket, check ? check : &dropped, err);
     int64_t dt = now_ns() - t0;
     s->stats.io_wait_ns += dt;
     if (ns_extra) *ns_extra += dt;
@@ -364,25 +416,41 @@ static ms_status check_region(ms_store *s, const region *r, const uint8_t *buf, 
         const ms_range *g = &r->ranges[i];
         if (g->n_bytes > 0) st = ms_sums_check(s->sums, g->shard, g->offset, g->n_bytes, buf + r->pos[i], err);
     }
-    s->stats.verify_ns += now_ns() - t0;
+    const int64_t dt = now_ns() - t0;
+    s->stats.verify_ns += dt;
+    s->stats.verify_sync_ns += dt;
     if (st == MS_OK) s->stats.verify_bytes += r->data_bytes;
     return st;
 }
 
-/* Region r has just arrived in buf: verify it; on a mismatch read it again
- * (synchronously, into the same buffer) and verify once more. MS_OK, or the
- * second mismatch / the re-read's error in err. No-op without sums. */
-static ms_status verify_region(ms_store *s, const region *r, uint8_t *buf, ms_err *err) {
+/* The verdict on region r's bytes in buf, whose ticket returned *check:
+ * the I/O threads' (copied to err), or the compute thread's hash with
+ * verify_sync. */
+static ms_status verdict(ms_store *s, const region *r, const uint8_t *buf, const ms_err *check,
+                         ms_err *err) {
     if (!s->sums) return MS_OK;
-    ms_err first;
+    if (s->p.verify_sync) return check_region(s, r, buf, err);
+    if (check->status == MS_OK) return MS_OK;
+    return ms_err_set(err, check->status, "%s", check->msg);
+}
+
+/* Wait for the read of region r into buf (ticket) and take the verdict on
+ * its bytes; on a mismatch read it again (synchronously, into the same
+ * buffer) and judge once more. MS_OK, or the wait's error, the second
+ * mismatch or the re-read's error in err. ns_extra as in wait_ticket. */
+static ms_status land(ms_store *s, const region *r, uint8_t *buf, uint64_t ticket,
+                      int64_t *ns_extra, ms_err *err) {
+    ms_err check, first;
     ms_err_clear(&first);
-    if (check_region(s, r, buf, &first) == MS_OK) return MS_OK;
+    ms_status st = wait_ticket(s, ticket, ns_extra, &check, err);
+    if (st != MS_OK) return st;
+    if (verdict(s, r, buf, &check, &first) == MS_OK) return MS_OK;
     s->stats.verify_retries++;
     ms_log(s->p.log, MS_LOG_WARN, "store: %s; reading it again", first.msg);
     uint64_t t;
-    ms_status st = submit_region(s, r, buf, &t, err);
-    if (st == MS_OK) st = wait_ticket(s, t, NULL, err);
-    if (st == MS_OK) st = check_region(s, r, buf, err);
+    st = submit_region(s, r, buf, &t, err);
+    if (st == MS_OK) st = wait_ticket(s, t, NULL, &check, err);
+    if (st == MS_OK) st = verdict(s, r, buf, &check, err);
     if (st != MS_OK) s->stats.verify_failures++;
     return st;
 }
@@ -520,8 +588,8 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
         if (!dst) continue;
         if (n_out == WINDOW) {
             for (int j = 0; j < n_out; j++) {
-                ms_status w = wait_ticket(s, tk[j], NULL, err);
-                if (w == MS_OK && st == MS_OK) w = verify_region(s, &s->regions[tk_region[j]], tk_dst[j], err);
+                ms_status w = st == MS_OK ? land(s, &s->regions[tk_region[j]], tk_dst[j], tk[j], NULL, err)
+                                          : wait_ticket(s, tk[j], NULL, NULL, NULL);
                 if (st == MS_OK) st = w;
             }
             n_out = 0;
@@ -531,8 +599,8 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
         if (st == MS_OK) { tk_region[n_out] = i; tk_dst[n_out] = dst; n_out++; }
     }
     for (int j = 0; j < n_out; j++) {
-        ms_status w = wait_ticket(s, tk[j], NULL, err);
-        if (w == MS_OK && st == MS_OK) w = verify_region(s, &s->regions[tk_region[j]], tk_dst[j], err);
+        ms_status w = st == MS_OK ? land(s, &s->regions[tk_region[j]], tk_dst[j], tk[j], NULL, err)
+                                  : wait_ticket(s, tk[j], NULL, NULL, NULL);
         if (st == MS_OK) st = w;
     }
     if (st != MS_OK) return st;
@@ -569,7 +637,7 @@ static void ring_evict(ms_store *s, int k) {
     if (q->state == RS_LOADING) {
         ms_err e2;
         ms_err_clear(&e2);
-        wait_ticket(s, q->ticket, &s->stats.ra_wait_ns, &e2);
+        wait_ticket(s, q->ticket, &s->stats.ra_wait_ns, NULL, &e2);   /* bytes dropped: no verdict */
     }
     if (q->state != RS_FREE && q->readahead) s->stats.ra_wasted++;
     if (q->region >= 0) s->regions[q->region].ring_slot = -1;
@@ -611,9 +679,8 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
         if (q->state == RS_LOADING) {
             ms_err e2;
             ms_err_clear(&e2);
-            ms_status st = wait_ticket(s, q->ticket, &s->stats.ra_wait_ns, &e2);
+            ms_status st = land(s, r, q->buf, q->ticket, &s->stats.ra_wait_ns, &e2);
             q->ticket = 0;
-            if (st == MS_OK) st = verify_region(s, r, q->buf, &e2);
             if (st == MS_OK) q->state = RS_READY;
             else {
                 /* a failed read-ahead is retried on demand below */
@@ -651,8 +718,7 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
     s->stats.trunk_sync_reads++;
     /* queue the read-ahead behind the demand read before blocking on it */
     if (!s->p.no_readahead) ring_readahead(s, p, s->n_ring - 1);
-    st = wait_ticket(s, t, NULL, err);
-    if (st == MS_OK) st = verify_region(s, r, q->buf, err);
+    st = land(s, r, q->buf, t, NULL, err);
     if (st != MS_OK) {
         q->pins = 0;
         ring_evict(s, best);
@@ -673,8 +739,7 @@ static void drain_prefetches(ms_store *s) {
         if (c->state != MS_SLOT_LOADING || c->pins > 0 || !c->prefetched) continue;
         ms_err e2;
         ms_err_clear(&e2);
-        if (wait_ticket(s, c->ticket, NULL, &e2) == MS_OK &&
-            verify_region(s, &s->regions[s->key_region[c->key]], slot_buf(s, i), &e2) == MS_OK)
+        if (land(s, &s->regions[s->key_region[c->key]], slot_buf(s, i), c->ticket, NULL, &e2) == MS_OK)
             ms_cache_publish(&s->cache, i);
         else { s->stats.prefetch_failed++; ms_cache_abort(&s->cache, i); }
     }
@@ -732,8 +797,7 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
         ms_cache_slot *cs = &c->slots[slot];
         ms_err e2;
         ms_err_clear(&e2);
-        if (wait_ticket(s, cs->ticket, NULL, &e2) == MS_OK &&
-            verify_region(s, &s->regions[regions[idx[j]]], slot_buf(s, slot), &e2) == MS_OK) {
+        if (land(s, &s->regions[regions[idx[j]]], slot_buf(s, slot), cs->ticket, NULL, &e2) == MS_OK) {
             ms_cache_publish(c, slot);
             cs->prefetched = 0;
             s->stats.prefetch_hits++;
@@ -773,9 +837,10 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
     }
     for (int i = 0; i < n_miss; i++) {
         ms_cache_slot *cs = &c->slots[s->b_miss[i]];
-        ms_status w = cs->ticket ? wait_ticket(s, cs->ticket, NULL, err) : MS_E_IO;
+        ms_status w = cs->ticket ? land(s, &s->regions[s->key_region[cs->key]], slot_buf(s, s->b_miss[i]),
+                                        cs->ticket, NULL, err)
+                                 : MS_E_IO;
         cs->ticket = 0;
-        if (w == MS_OK) w = verify_region(s, &s->regions[s->key_region[cs->key]], slot_buf(s, s->b_miss[i]), err);
         s->b_ok[s->b_miss[i]] = w == MS_OK;
         if (st == MS_OK) st = w;
     }
@@ -911,7 +976,9 @@ static void count_part(ms_store *s, const region *r, int64_t len) {
 /* Read bytes [off, off + n) of range g (of region r) into out, verified: the
  * enclosing checksum blocks are read through the bounce buffer in pieces of
  * whole blocks, each piece checked (and read once more on a mismatch) before
- * its share of the part is copied out. */
+ * its share of the part is copied out. The last verified piece stays in the
+ * bounce buffer (bc_*): blocks inside it are copied out without a read (the
+ * next embedding row of the same block costs no I/O and no hashing). */
 static ms_status read_part_verified(ms_store *s, const region *r, const ms_range *g, int64_t off,
                                     int64_t n, uint8_t *out, ms_err *err) {
     const block *bb = &s->blk[BK_BOUNCE];
@@ -920,6 +987,18 @@ static ms_status read_part_verified(ms_store *s, const region *r, const ms_range
     if (st != MS_OK) return st;
     for (int64_t cur = c0; cur < c1;) {
         int64_t end = cur;
+        if (s->bc_shard == g->shard && cur >= s->bc_begin && cur < s->bc_end) {
+            /* cur is a block start and bc_end a block end (the piece was whole
+             * blocks), so [cur, end) is whole verified blocks */
+            end = s->bc_end < c1 ? s->bc_end : c1;
+            s->stats.part_hits++;
+            int64_t a = cur > off ? cur : off, b = end < off + n ? end : off + n;
+            if (b > a)
+                memcpy(out + (a - off), bb->p + ms_io_skew(s->bc_begin) + (a - s->bc_begin), (size_t)(b - a));
+            cur = end;
+            continue;
+        }
+        s->bc_shard = -1;   /* the bounce buffer is about to be overwritten */
         for (;;) {          /* as many whole blocks as the bounce buffer holds */
             int64_t nx = ms_sums_block_end(s->sums, g->shard, end);
             MS_ASSERT(nx > end && nx <= c1);
@@ -929,19 +1008,33 @@ static ms_status read_part_verified(ms_store *s, const region *r, const ms_range
         }
         MS_ASSERT(bb->p && ms_io_span(cur, end - cur) <= bb->bytes);   /* >= one block + alignment */
         for (int attempt = 0;; attempt++) {
-            ms_io_req q = { s->file_of[g->shard], cur, end - cur, bb->p };
+            ms_io_req q = { s->file_of[g->shard], cur, end - cur, bb->p, !s->p.verify_sync };
             uint64_t t;
+            ms_err check;
             st = ms_io_submit(s->io, &q, 1, &t, err);
-            if (st == MS_OK) st = wait_ticket(s, t, NULL, err);
+            if (st == MS_OK) st = wait_ticket(s, t, NULL, &check, err);
             if (st != MS_OK) return st;
             count_part(s, r, end - cur);
             ms_err e1;
             ms_err_clear(&e1);
-            const int64_t t0 = now_ns();
-            st = ms_sums_check(s->sums, g->shard, cur, end - cur, bb->p + ms_io_skew(cur),
-                               attempt ? err : &e1);
-            s->stats.verify_ns += now_ns() - t0;
-            if (st == MS_OK) { s->stats.verify_bytes += end - cur; break; }
+            if (s->p.verify_sync) {
+                const int64_t t0 = now_ns();
+                st = ms_sums_check(s->sums, g->shard, cur, end - cur, bb->p + ms_io_skew(cur),
+                                   attempt ? err : &e1);
+                const int64_t dt = now_ns() - t0;
+                s->stats.verify_ns += dt;
+                s->stats.verify_sync_ns += dt;
+                if (st == MS_OK) s->stats.verify_bytes += end - cur;
+            } else {
+                st = check.status;
+                if (st != MS_OK) ms_err_set(attempt ? err : &e1, st, "%s", check.msg);
+            }
+            if (st == MS_OK) {
+                s->bc_shard = g->shard;
+                s->bc_begin = cur;
+                s->bc_end = end;
+                break;
+            }
             if (attempt) { s->stats.verify_failures++; return st; }
             s->stats.verify_retries++;
             ms_log(s->p.log, MS_LOG_WARN, "store: %s; reading it again", e1.msg);
@@ -979,10 +1072,10 @@ ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_
             for (int64_t done = 0; done < take;) {
                 int64_t len = take - done < piece_max ? take - done : piece_max;
                 int64_t off = g->offset + rel + done;
-                ms_io_req q = { s->file_of[g->shard], off, len, bb->p };
+                ms_io_req q = { s->file_of[g->shard], off, len, bb->p, 0 };
                 uint64_t t;
                 ms_status st = ms_io_submit(s->io, &q, 1, &t, err);
-                if (st == MS_OK) st = wait_ticket(s, t, NULL, err);
+                if (st == MS_OK) st = wait_ticket(s, t, NULL, NULL, err);
                 if (st != MS_OK) return st;
                 count_part(s, r, len);
                 memcpy(out + done, bb->p + ms_io_skew(off), (size_t)len);
@@ -999,7 +1092,15 @@ ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_
 
 /* ----------------------------------------------------------------- stats */
 
-void ms_store_get_stats(const ms_store *s, ms_store_stats *st) { *st = s->stats; }
+void ms_store_get_stats(const ms_store *s, ms_store_stats *st) {
+    *st = s->stats;
+    if (!s->io) return;
+    /* the hashing done on the I/O threads (counted there since open, like verify_*) */
+    ms_io_stats io;
+    ms_io_get_stats(s->io, &io);
+    st->verify_ns += io.check_ns;
+    st->verify_bytes += io.check_bytes;
+}
 
 void ms_store_reset_stats(ms_store *s) {
     const ms_store_stats keep = s->stats;
@@ -1010,4 +1111,5 @@ void ms_store_reset_stats(ms_store *s) {
     s->stats.verify_retries = keep.verify_retries;
     s->stats.verify_failures = keep.verify_failures;
     s->stats.verify_ns = keep.verify_ns;
+    s->stats.verify_sync_ns = keep.verify_sync_ns;
 }

@@ -37,12 +37,17 @@
  * Verification (params.sums, format/sums.h): every read from disk - resident
  *   loads at start, trunk demand reads and read-aheads, expert demand reads
  *   and prefetches, by-part reads - is checked against the checkpoint's
- *   block hashes right after its ticket completes, before the bytes are
- *   published or copied out. A mismatch is read once more (a transient
+ *   block hashes before its bytes are published or copied out. The I/O
+ *   layer's checker threads hash each block as soon as its last byte lands (base/io.h, "Checking as
+ *   data lands"), so the hashing overlaps the disk and the compute thread
+ *   only learns the verdict when its wait returns (verify_sync = 1 hashes on
+ *   the compute thread after the wait instead). A mismatch is read once more (a transient
  *   corruption is cured: counted in verify_retries); a second mismatch fails
  *   the read with MS_E_IO and "FILE: tensor 'NAME' bytes [A, B) of the file:
  *   checksum mismatch (moestream.sums)". By-part reads read and check the
- *   enclosing blocks (the bounce buffer then holds 2 blocks + alignment).
+ *   enclosing blocks (the bounce buffer then holds 2 blocks + alignment) and
+ *   keep the last verified piece there: a part inside it (the next embedding
+ *   row of the same block) is copied out without a read.
  *   Every region range must be made of whole blocks of whole tensors (bind.c
  *   guarantees it; ms_store_add_region refuses anything else).
  * Does not: know layers, tensors or dtypes; detect silent corruption without
@@ -90,6 +95,9 @@ typedef struct ms_store_params {
     const ms_sums *sums;        /* block hashes of the checkpoint (must outlive the store;
                                    shard i of the sums = file i of the store): every read is
                                    verified; NULL = no verification */
+    int verify_sync;            /* 1: hash on the compute thread after each wait (the old
+                                   way, kept as the reference and for A/B); 0 (default):
+                                   the I/O threads hash as the data lands */
 } ms_store_params;
 
 /* Counters since open or the last reset. "Hits" are resident hits: uses of
@@ -115,10 +123,16 @@ typedef struct ms_store_stats {
     int64_t peak_bytes;         /* most bytes the store held allocated for weights */
     /* verification (params.sums); unlike the rest, counted since open (loading
      * included) and never reset */
-    int64_t verify_bytes;       /* bytes whose hashes matched */
+    int64_t verify_bytes;       /* bytes whose hashes matched (blocks hashed on the I/O
+                                   layer's checker threads count when hashed, also when
+                                   their read is later dropped unused) */
     int64_t verify_retries;     /* regions / parts read again after a mismatch */
     int64_t verify_failures;    /* reads failed because the re-read mismatched too */
-    int64_t verify_ns;          /* time spent hashing */
+    int64_t verify_ns;          /* time spent hashing, on any thread (I/O threads included) */
+    int64_t verify_sync_ns;     /* part of verify_ns spent on the compute thread (0 unless
+                                   params.verify_sync) */
+    int64_t part_hits;          /* by-part reads (pieces) served from the last verified
+                                   blocks kept in the bounce buffer, without a read */
 } ms_store_stats;
 
 /* Defaults for every field (ram_bytes 0, no logger). Pure. */
