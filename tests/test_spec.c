@@ -168,14 +168,16 @@ static int64_t run_plain(ms_session *s, ms_sampler *smp, const int32_t *prompt, 
     return p.n;
 }
 
+/* clamp = 0: draft k even past the limit (the library must still cut there) */
 static int64_t run_spec(ms_session *s, ms_sampler *smp, const int32_t *prompt, int64_t n_prompt,
-                        int64_t n_gen, int32_t stop_id, int k, int32_t *gen) {
+                        int64_t n_gen, int32_t stop_id, int k, int32_t *gen, int clamp) {
     if (ms_session_feed(s, prompt, n_prompt, NULL) != MS_OK) return -1;
     picker p = { smp, gen, 0, n_gen, stop_id, 0 };
     int32_t pending = -1, step[32];
     while (!p.stopped && p.n < n_gen) {
         int64_t n_step = 0, room = n_gen - p.n - 1;
-        if (ms_session_decode(s, pending, k < room ? k : (int)room, pick, &p, step, &n_step) != MS_OK) return -1;
+        int kk = clamp && room < k ? (int)room : k;
+        if (ms_session_decode(s, pending, kk, pick, &p, step, &n_step) != MS_OK) return -1;
         pending = step[n_step - 1];
     }
     return p.n;
@@ -204,7 +206,7 @@ static void check_decode(ms_engine *e, const char *what, const int32_t *prompt, 
         ms_session_open(e, &s);
         ms_stats a, b;
         ms_engine_stats(e, &a);
-        int64_t n = run_spec(s, smp, prompt, n_prompt, n_gen, -1, ks[ik], got);
+        int64_t n = run_spec(s, smp, prompt, n_prompt, n_gen, -1, ks[ik], got, 1);
         ms_engine_stats(e, &b);
         ms_sampler_close(smp);
         CHECK(n == n_ref && memcmp(ref, got, (size_t)n_gen * sizeof *ref) == 0,
@@ -255,8 +257,9 @@ static void check_model(const char *dir, const int32_t *prompt, int64_t n_prompt
         }
 }
 
-/* a stop token and every length limit cut where the plain loop cuts */
-static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt) {
+/* a stop token and every length limit cut where the plain loop cuts, even
+ * with drafts running past them */
+static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt, int restricted) {
     ms_engine *e = open_engine(dir, 0, 2, 8);
     if (!e) return;
     ms_model_info info;
@@ -264,23 +267,27 @@ static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt
     const int64_t V = info.n_vocab;
     ms_sample_params sp = ms_sample_default_params();
     char msg[256];
-    int32_t ref[64], got[64];
-    /* the stop id: the 10th token of a greedy run (it may occur earlier too) */
-    ms_sampler *smp = ms_sampler_open(&sp, V, msg, sizeof msg);
+    int32_t ref[96], got[96], first[16];
+    ms_sampler *smp = restricted ? NULL : ms_sampler_open(&sp, V, msg, sizeof msg);
     ms_session *r, *s;
     ms_session_open(e, &r);
-    run_plain(r, smp, prompt, n_prompt, 12, -1, ref);
-    const int32_t stop_id = ref[9];
-    for (int64_t n_gen = 1; n_gen <= 13; n_gen++) {
-        int32_t sid = n_gen == 13 ? stop_id : -1;
-        int64_t lim = n_gen == 13 ? 40 : n_gen;
+    run_plain(r, smp, prompt, n_prompt, 16, -1, first);
+    int64_t drafted = 0;
+    for (int64_t c = 1; c <= 12 + 10; c++) {
+        /* c <= 12: length limit c; then stop at the token the greedy run had at 4..13 */
+        int32_t sid = c <= 12 ? -1 : first[c - 13 + 4];
+        int64_t lim = c <= 12 ? c : 40;
         ms_session_reset(r);
         int64_t nr = run_plain(r, smp, prompt, n_prompt, lim, sid, ref);
         for (int k = 1; k <= 8; k += 7) {
             ms_session_open(e, &s);
-            int64_t ns = run_spec(s, smp, prompt, n_prompt, lim, sid, k, got);
+            ms_stats a, b;
+            ms_engine_stats(e, &a);
+            int64_t ns = run_spec(s, smp, prompt, n_prompt, lim, sid, k, got, 0);
+            ms_engine_stats(e, &b);
+            drafted += b.spec_drafted - a.spec_drafted;
             CHECK(nr == ns && memcmp(ref, got, (size_t)nr * sizeof *ref) == 0,
-                  "limit %lld, stop %d, k %d: %lld vs %lld tokens", (long long)lim, sid, k,
+                  "%s: limit %lld, stop %d, k %d: %lld vs %lld tokens", dir, (long long)lim, sid, k,
                   (long long)nr, (long long)ns);
             CHECK(ms_session_n_past(r) == ms_session_n_past(s), "limit %lld: n_past", (long long)lim);
             CHECK(same_logits(r, s, V), "limit %lld: logits", (long long)lim);
@@ -288,6 +295,7 @@ static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt
             ms_session_close(s);
         }
     }
+    CHECK(drafted > 0, "%s: the stop checks drafted nothing", dir);
     ms_session_close(r);
     ms_sampler_close(smp);
     ms_engine_close(e);
@@ -310,10 +318,10 @@ int main(void) {
         CHECK(ms_tokenize(e, text, strlen(text), &ids, &n) == MS_OK, "ms_tokenize(e, text, strlen(text), &ids, &n) == MS_OK");
         ms_engine_close(e);
         check_model("models/k3-tiny", ids, n);
-        check_stops("models/k3-tiny", ids, n);
+        check_stops("models/k3-tiny", ids, n, 0);
         free(ids);
     }
-    check_stops(a, pa, 13);
+    check_stops(a, pa, 13, 1);
     /* a session without max_draft decodes plainly */
     if ((e = open_engine(a, 0, 1, 0))) {
         ms_session *s;
@@ -325,7 +333,7 @@ int main(void) {
         ms_engine_info(e, &info);
         ms_sampler *smp = ms_sampler_open(&sp, info.n_vocab, msg, sizeof msg);
         int32_t got[16];
-        CHECK(run_spec(s, smp, pa, 13, 16, -1, 8, got) == 16, "run_spec(s, smp, pa, 13, 16, -1, 8, got) == 16");
+        CHECK(run_spec(s, smp, pa, 13, 16, -1, 8, got, 1) == 16, "run_spec(s, smp, pa, 13, 16, -1, 8, got) == 16");
         ms_engine_stats(e, &st);
         CHECK(st.spec_drafted == 0 && st.spec_passes == 15, "st.spec_drafted == 0 && st.spec_passes == 15");
         ms_sampler_close(smp);
