@@ -300,11 +300,11 @@ ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int
 
 /* Describe how the model at `path` (a model directory or a config.json) would
  * use `ram_bytes` (0 = no limit) with one session of max_context positions
- * (0 = default): what is pinned, streamed, cached. Reads no weights. Writes a
+ * (0 = default) and max_draft (ms_engine_params): what is pinned, streamed, cached. Reads no weights. Writes a
  * human table into out. MS_E_BUDGET when it does not fit (the table says what
  * it needs), MS_E_MODEL for a bad config. */
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
-                           char *out, size_t n);
+                           int max_draft, char *out, size_t n);
 
 /* ---- expert request traces (ms_engine_params.trace_path) ---- */
 

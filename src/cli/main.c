@@ -680,7 +680,7 @@ static int cmd_plan(int argc, char **argv) {
     }
     if (!c.model_dir) { fprintf(stderr, "moestream: plan needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
     static char buf[1 << 16];
-    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, buf, sizeof buf);
+    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, c.speculate, buf, sizeof buf);
     fputs(buf, st == MS_OK ? stdout : stderr);
     if (st == MS_E_BUDGET) fputs(buf, stdout);
     return cli_exit_code(st);
