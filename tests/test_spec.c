@@ -36,6 +36,7 @@ static ms_engine *open_engine(const char *dir, int64_t ram, int threads, int max
     p.n_threads = threads;
     p.max_context = 512;
     p.max_draft = max_draft;
+    p.io_backend = "pread";     /* page-cached reads: the streamed runs stay fast (bits do not depend on it) */
     ms_engine *e = NULL;
     char msg[512];
     ms_status st = ms_engine_open(&p, &e, msg, sizeof msg);
