@@ -5,6 +5,10 @@
  * and the thread pool; a session owns one sequence's state and the forward
  * scratch. A session that failed mid-forward is unsound: its state may hold a
  * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
+ * ms_session_decode is the decode step of every front end: plain (feed the
+ * pending token, pick once) or speculative (prompt-lookup draft, one
+ * recorded verify feed, pick per row while the draft holds, roll back to the
+ * last kept position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
  */
 #include "moestream.h"
 

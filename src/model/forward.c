@@ -11,6 +11,10 @@
  * however rows are split across threads (docs/DETERMINISM.md), so prefill in
  * chunks is bit-identical to decoding token by token.
  *
+ * Rollback (speculative decoding, model.h): a forward run with ctx->rec keeps
+ * what ms_state_rollback needs to keep only a prefix of the chunk; the KDA
+ * state update is one function, kda_step, used by the forward and the replay.
+ *
  * Precision: activations fp32; matrix products use the T16 tree of
  * kernels.h; norms, softmax and attention dot products accumulate in double in
  * index order; everything else is float arithmetic in the order written here

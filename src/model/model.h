@@ -5,7 +5,9 @@
  *   (shape and dtype checked at bind: a wrong or missing tensor is a load error
  *   naming it), the per-session state (KDA state S and conv history per KDA
  *   layer; the MLA cache in LATENT form, kv_lora_rank + qk_rope_head_dim
- *   floats per position per MLA layer), and the forward pass (forward.c).
+ *   floats per position per MLA layer), the forward pass (forward.c), and
+ *   the rollback of a recorded forward to a prefix of its tokens (speculative
+ *   decoding: ms_rollback, ms_state_rollback).
  * Regions: GLOBAL for embed_tokens (read by rows) and the final norms; TRUNK,
  *   in the order of use, for each layer's attention part and FFN part (one
  *   read each when their tensors are contiguous in one shard, else one read
