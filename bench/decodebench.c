@@ -16,6 +16,14 @@
  *          [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]
  *          [--threads N] [--cache lru|s3fifo] [--no-readahead]
  *   --gen N: N tokens are generated, N - 1 of them fed back (as `run`).
+ *   --speculate K: decode steps draft up to K tokens by prompt lookup and verify
+ *   them in one pass (ms_session_decode, as `run --speculate K`); the report
+ *   then counts passes, drafted and accepted tokens, and each entry of
+ *   decode_tokens is one pass (its "tokens" = tokens it emitted). --ram min:
+ *   the smallest plan. --no-verify: do not load the checksum sidecar.
+ *   --pick-among N: the argmax over the first N prompt ids only, a picker
+ *   that makes random-weight models cycle, so drafts get accepted on a
+ *   full-width benchmark checkpoint (the bytes per pass are what it measures).
  * Does not: assert anything, sample (greedy only), or print text.
  */
 #include "moestream.h"
@@ -117,22 +125,43 @@ static json_t *phase_json(const ms_stats *a, const ms_stats *b, int64_t n_tokens
     return j;
 }
 
+/* greedy, stopping after n_gen tokens; with among > 0, argmax over the
+ * first `among` prompt ids only (ties to the first) */
+typedef struct greedy { int32_t *gen; int64_t n, max, V; const int32_t *among; int n_among; } greedy;
+
+static int32_t pick_greedy(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
+    (void)hist; (void)n_hist;
+    greedy *g = user;
+    int32_t id = ms_argmax(logits, g->V);
+    if (g->n_among > 0) {
+        id = g->among[0];
+        for (int i = 1; i < g->n_among; i++)
+            if (logits[g->among[i]] > logits[id]) id = g->among[i];
+    }
+    g->gen[g->n++] = id;
+    if (g->n == g->max) *stop = 1;
+    return id;
+}
+
 static void print_usage(FILE *f) {
     fprintf(f, "usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]\n"
                "         [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]\n"
-               "         [--threads N] [--cache lru|s3fifo] [--no-readahead]\n");
+               "         [--threads N] [--cache lru|s3fifo] [--no-readahead] [--speculate K]\n"
+               "         [--no-verify] [--pick-among N]   (--ram min: the smallest plan)\n");
 }
 
 int main(int argc, char **argv) {
     ms_engine_params ep = ms_engine_default_params();
     const char *ids_arg = NULL;
     int64_t n_gen = 8;
+    int pick_among = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-') { ep.model_dir = a; continue; }
         if (!strcmp(a, "--no-readahead")) { ep.no_readahead = 1; continue; }
         if (!strcmp(a, "--predict-experts")) { ep.predict_experts = 1; continue; }
+        if (!strcmp(a, "--no-verify")) { ep.no_verify = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { print_usage(stdout); return 0; }
         if (!v) { fprintf(stderr, "decodebench: %s needs a value\n", a); return 2; }
         i++;
@@ -143,7 +172,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--queue-depth")) ep.io_queue_depth = atoi(v);
         else if (!strcmp(a, "--io")) ep.io_backend = v;
         else if (!strcmp(a, "--cache")) ep.cache_policy = v;
+        else if (!strcmp(a, "--ram") && !strcmp(v, "min")) ep.ram_bytes = MS_RAM_MIN;
         else if (!strcmp(a, "--ram")) ep.ram_bytes = sz = parse_size(v);
+        else if (!strcmp(a, "--speculate")) ep.max_draft = atoi(v);
+        else if (!strcmp(a, "--pick-among")) pick_among = atoi(v);
         else if (!strcmp(a, "--trunk-ram")) ep.trunk_bytes = sz = parse_size(v);
         else if (!strcmp(a, "--expert-ram")) ep.expert_bytes = sz = parse_size(v);
         else { fprintf(stderr, "decodebench: unknown option '%s'\n", a); return 2; }
@@ -190,27 +222,37 @@ int main(int argc, char **argv) {
     ms_engine_stats(e, &s1);
     double decode_s = 0.0;
     cpu_use decode_cpu = { 0.0, 0, 0 };
-    int64_t n_out = 0, n_fed = 0;
+    int64_t n_fed = 0;
     prev = s1;
-    while (st == MS_OK && n_out < n_gen) {
-        gen[n_out] = ms_argmax(ms_session_logits(s), info.n_vocab);
-        n_out++;
-        if (n_out == n_gen) break;
+    /* the first token comes from the prompt's logits (no feed), then one
+     * ms_session_decode step per pass, exactly as `run` */
+    greedy gr = { gen, 0, n_gen, info.n_vocab, prompt, pick_among < n_prompt ? pick_among : (int)n_prompt };
+    int32_t pending = -1, *step = malloc((size_t)(ep.max_draft + 1) * sizeof *step);
+    int64_t n_step = 0;
+    if (st == MS_OK) st = ms_session_decode(s, -1, 0, pick_greedy, &gr, step, &n_step);
+    if (st == MS_OK) pending = step[0];
+    while (st == MS_OK && gr.n < n_gen) {
+        int64_t room = n_gen - gr.n - 1;
+        int n_draft = ep.max_draft < room ? ep.max_draft : (int)room;
+        int64_t before = gr.n;
         double ta = now_s();
         cpu_use ca = cpu_now();
-        st = ms_session_feed(s, &gen[n_out - 1], 1, NULL);
+        st = ms_session_decode(s, pending, n_draft, pick_greedy, &gr, step, &n_step);
         double dt = now_s() - ta;
         cpu_use dc = cpu_diff(ca, cpu_now());
+        if (n_step > 0) pending = step[n_step - 1];
         decode_s += dt;
         decode_cpu.s += dc.s;
         decode_cpu.minflt += dc.minflt;
         decode_cpu.majflt += dc.majflt;
-        n_fed++;
+        n_fed += gr.n - before;
         ms_engine_stats(e, &cur);
-        json_t *t = phase_json(&prev, &cur, 1, dt, dc);
+        json_t *t = phase_json(&prev, &cur, gr.n - before, dt, dc);
         json_array_append_new(tok, t);
         prev = cur;
     }
+    int64_t n_out = gr.n;
+    free(step);
     ms_engine_stats(e, &s2);
 
     json_t *out = json_object();
@@ -224,6 +266,10 @@ int main(int argc, char **argv) {
     json_object_set_new(out, "prefill", phase_json(&s0, &s1, n_prompt, prefill_s, prefill_cpu));
     json_object_set_new(out, "decode", phase_json(&s1, &s2, n_fed, decode_s, decode_cpu));
     json_object_set_new(out, "decode_tokens", tok);
+    json_object_set_new(out, "speculate", json_integer(ep.max_draft));
+    json_object_set_new(out, "decode_passes", json_integer(s2.spec_passes - s1.spec_passes));
+    json_object_set_new(out, "drafted", json_integer(s2.spec_drafted - s1.spec_drafted));
+    json_object_set_new(out, "accepted", json_integer(s2.spec_accepted - s1.spec_accepted));
     json_t *g = json_array();
     for (int64_t i = 0; i < n_out; i++) json_array_append_new(g, json_integer(gen[i]));
     json_object_set_new(out, "generated_ids", g);

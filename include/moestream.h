@@ -71,6 +71,11 @@ typedef struct ms_engine_params {
     const char *sums_path;      /* NULL = MODEL_DIR/moestream.sums if it exists (else no
                                    verification); a path given here must exist */
     int no_verify;              /* 1: do not load the sidecar, verify nothing */
+    /* speculative decoding (ms_session_decode): > 0 lets every session verify up to
+       max_draft drafted tokens per pass (at most 31); the memory this takes per
+       session (~ n_kda_layers x (KDA state + (max_draft + 1) x (4P + nh) floats) +
+       (max_draft + 1) logits rows) is counted in the plan. 0 = no speculation. */
+    int max_draft;
     /* fault injection, for tests: fail request #fault_at_read of the run */
     int fault_kind;             /* 0 none, 1 EIO, 2 transient, 3 short, 4 corrupt */
     int64_t fault_at_read;
@@ -127,6 +132,10 @@ typedef struct ms_stats {
     int64_t verify_failures;    /* reads failed because the repeat mismatched too */
     double verify_s;            /* time spent hashing (mostly on the I/O threads, as data lands) */
     double verify_sync_s;       /* part of verify_s spent on the compute thread (0 by default) */
+    /* ms_session_decode: passes that fed tokens (each reads the weights once),
+       drafted tokens verified, drafted tokens accepted; tokens emitted by those
+       passes = n_tokens_decode */
+    int64_t spec_passes, spec_drafted, spec_accepted;
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);
@@ -142,6 +151,35 @@ const char *ms_session_error(const ms_session *s);
  * token. Bits are identical whether tokens are fed one at a time or together. */
 ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n,
                           float *all_logits);
+
+/* ---- decoding (plain or speculative) ---- */
+
+/* Chooses the next token from logits [n_vocab]; history = the n_history ids
+ * those logits follow (what ms_session_tokens would return in a plain loop).
+ * Set *stop = 1 to end the step after this token (a stop token, the length
+ * limit, a stop string): no later token is chosen and the session is left as a
+ * plain loop that stops there leaves it. */
+typedef int32_t (*ms_pick_fn)(void *user, const float *logits, const int32_t *history,
+                              int64_t n_history, int *stop);
+
+/* One decode step, the loop every front end runs. `pending` is the token
+ * chosen last and not fed yet (-1: none, the first token after a prompt: pick
+ * once from ms_session_logits, feed nothing). Otherwise, without a draft (or
+ * with n_draft = 0): feed `pending`, pick once. With n_draft > 0 (clamped to
+ * the engine's max_draft and the context), draft up to n_draft tokens by prompt
+ * lookup (the most recent earlier occurrence of the last 3, else 2, else 1
+ * ids of the history + pending, and what followed it), feed pending + draft
+ * in ONE pass over the weights, then pick from each row in turn while the
+ * token picked equals the next drafted one, and roll the session back to just
+ * after the last position kept. The tokens picked land in out[0..*n_out)
+ * (capacity n_draft + 1, at least 1); the last one is the new pending token.
+ * Exactness: the picker is called with exactly the logits bits and history a
+ * plain one-token-per-feed loop would give it, the same number of times; the
+ * session afterwards (state, logits, ids) equals that loop's (docs/DETERMINISM.md).
+ * Errors: those of ms_session_feed (the session is then unsound); tokens
+ * picked before the failure are in out. */
+ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick_fn pick,
+                            void *user, int32_t *out, int64_t *n_out);
 
 /* Logits [n_vocab] after the last fed token; NULL before any feed. */
 const float *ms_session_logits(const ms_session *s);
@@ -263,11 +301,11 @@ ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int
 
 /* Describe how the model at `path` (a model directory or a config.json) would
  * use `ram_bytes` (0 = no limit) with one session of max_context positions
- * (0 = default): what is pinned, streamed, cached. Reads no weights. Writes a
+ * (0 = default) and max_draft (ms_engine_params): what is pinned, streamed, cached. Reads no weights. Writes a
  * human table into out. MS_E_BUDGET when it does not fit (the table says what
  * it needs), MS_E_MODEL for a bad config. */
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
-                           char *out, size_t n);
+                           int max_draft, char *out, size_t n);
 
 /* ---- expert request traces (ms_engine_params.trace_path) ---- */
 

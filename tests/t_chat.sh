@@ -8,6 +8,7 @@
 #  - the kept state is the state of the whole conversation fed at once: a run
 #    resumed from the saved session continues with the same ids as a fresh run
 #    fed all of the conversation's ids;
+#  - --speculate 1 and 4 give the same answers and saved state as the one-token loop;
 #  - user text containing "<|open|>" is tokenized as text (no special ids).
 set -u
 cd "$(dirname "$0")/.."
@@ -64,6 +65,17 @@ turns=$(printf '%s' "$all" | tr ',' '\n' | grep -cx 258)
 a=$("$BIN" run "$dir" --load-session "$tmp/s.bin" --gen 5 --quiet)
 b=$("$BIN" run "$dir" --ids "$all" --gen 5 --quiet)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "resumed chat state '$a' != fresh feed of the conversation '$b'"
+# --speculate: the same answers and the same saved state (bytes) as the one-token loop
+for k in 1 4; do
+    printf 'hello there\nand a second question\n/save %s\n' "$tmp/s$k.bin" | \
+        "$BIN" chat "$dir" --max-tokens 12 --speculate $k > "$tmp/out$k.txt" 2> "$tmp/err$k.txt"
+    [ $k = 1 ] || { printf 'hello there\nand a second question\n/save %s\n' "$tmp/s0.bin" | \
+        "$BIN" chat "$dir" --max-tokens 12 > "$tmp/out0.txt" 2> "$tmp/err0.txt"; }
+done
+for k in 1 4; do
+    cmp -s "$tmp/out0.txt" "$tmp/out$k.txt" && cmp -s "$tmp/s0.bin" "$tmp/s$k.bin" && ok || \
+        bad "chat --speculate $k: answers or saved state differ from the one-token loop"
+done
 ids=$(printf 'say <|open|> and <|end_of_msg|>' | "$BIN" tokenize "$dir")
 $PY -c "import json,sys; ids=json.loads(sys.argv[1]); sys.exit(0 if ids and max(ids) < 256 else 1)" "$ids" && ok || \
     bad "user text became special tokens: $ids"

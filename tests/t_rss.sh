@@ -38,5 +38,16 @@ for ram in 120 150 180; do
     [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "--ram ${ram}M: peak RSS $peak > budget $budget + slack $RSS_SLACK"
     [ "$streamed" -gt 0 ] && ok || bad "--ram ${ram}M: nothing streamed: the budget did not bind"
 done
+# --speculate 31: the rollback record and the verify rows are counted in the plan; same bits
+budget=$((120 * 1024 * 1024))
+out=$("$BIN" run "$dir" --ids $ids --gen 8 --json --quiet --ram 120M --speculate 31 --dump-logits "$BUILD/rss_spec.f32"); rc=$?
+[ $rc -eq 0 ] && ok || bad "--ram 120M --speculate 31 exited $rc"
+got=$(printf '%s' "$out" | grep -o '"generated_ids": \[[^]]*\]')
+[ "$got" = "$want" ] && ok || bad "--speculate 31: ids differ: $got vs $want"
+cmp -s "$BUILD/rss_ref.f32" "$BUILD/rss_spec.f32" && ok || bad "--speculate 31: logits bits differ"
+peak=$(printf '%s' "$out" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
+[ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "--speculate 31: peak RSS $peak > budget $budget + slack $RSS_SLACK"
+a=$("$BIN" plan "$dir" --ram 120M | grep -o 'scratch): .*'); b=$("$BIN" plan "$dir" --ram 120M --speculate 31 | grep -o 'scratch): .*')
+[ -n "$a" ] && [ "$a" != "$b" ] && ok || bad "plan --speculate 31 does not count the speculation memory ($a vs $b)"
 echo "t_rss: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -70,6 +70,22 @@ static void show_new(FILE *out, const char *s, size_t len, size_t *done, const c
     }
 }
 
+typedef struct chat_pick {
+    ms_sampler *smp;
+    int32_t *gen;
+    int64_t n_gen, max;
+    int32_t eos;
+    int stopped;
+} chat_pick;
+
+static int32_t chat_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
+    chat_pick *p = user;
+    int32_t next = ms_sampler_next(p->smp, logits, hist, n_hist);
+    p->gen[p->n_gen++] = next;
+    if (next == p->eos || p->n_gen == p->max) *stop = p->stopped = 1;
+    return next;
+}
+
 int cmd_chat(int argc, char **argv) {
     chat_opts o;
     if (parse_chat(argc, argv, &o) != 0) return EXIT_USAGE;
@@ -95,6 +111,7 @@ int cmd_chat(int argc, char **argv) {
     const int32_t eos = (int32_t)info.eos_id;
     ms_chat_format fmt = { NULL, o.thinking, o.effort, 1 };
     int32_t *gen = malloc((size_t)(o.max_tokens + 1) * sizeof *gen);
+    int32_t step[32];
     int64_t n_gen = 0;
     int first = 1, rc = EXIT_OK, interactive = isatty(0);
     char *line = NULL;
@@ -139,20 +156,28 @@ int cmd_chat(int argc, char **argv) {
         first = 0;
         n_gen = 0;
         size_t shown_r = 0, shown_c = 0;
-        while (st == MS_OK && n_gen < o.max_tokens) {
-            int64_t n_hist;
-            const int32_t *hist = ms_session_tokens(s, &n_hist);
-            int32_t next = ms_sampler_next(smp, ms_session_logits(s), hist, n_hist);
-            gen[n_gen++] = next;
-            ms_reply r;
-            if (ms_chat_parse_reply(e, gen, n_gen, o.thinking, &r) == MS_OK) {
-                if (o.show_reasoning) show_new(stdout, r.reasoning, strlen(r.reasoning), &shown_r, "\033[2m", "\033[0m");
-                show_new(stdout, r.content, strlen(r.content), &shown_c, "", "");
-                ms_reply_free(&r);
+        /* decode steps (ms_session_decode): the picker stops at EOS and at
+         * max_tokens; every token but EOS is fed, as in the one-token loop */
+        chat_pick cp = { smp, gen, 0, o.max_tokens, eos, 0 };
+        int32_t pending = -1;
+        while (st == MS_OK && !cp.stopped && cp.n_gen < o.max_tokens) {
+            int64_t before = cp.n_gen, n_step = 0;
+            int64_t room = o.max_tokens - cp.n_gen - 1;
+            int n_draft = o.c.speculate < room ? o.c.speculate : (int)room;
+            st = ms_session_decode(s, pending, n_draft, chat_picker, &cp, step, &n_step);
+            if (n_step > 0) pending = step[n_step - 1];
+            for (int64_t i = before + 1; i <= cp.n_gen; i++) {
+                ms_reply r;
+                if (ms_chat_parse_reply(e, gen, i, o.thinking, &r) == MS_OK) {
+                    if (o.show_reasoning) show_new(stdout, r.reasoning, strlen(r.reasoning), &shown_r, "\033[2m", "\033[0m");
+                    show_new(stdout, r.content, strlen(r.content), &shown_c, "", "");
+                    ms_reply_free(&r);
+                }
             }
-            if (next == eos) break;
-            st = ms_session_feed(s, &next, 1, NULL);
         }
+        n_gen = cp.n_gen;
+        /* the length limit: the last token is fed now, as the one-token loop did */
+        if (st == MS_OK && n_gen > 0 && gen[n_gen - 1] != eos) st = ms_session_feed(s, &pending, 1, NULL);
         fputc('\n', stdout);
         fflush(stdout);
         if (st != MS_OK) {

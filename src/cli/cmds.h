@@ -19,6 +19,7 @@ typedef struct cli_opts {
     int64_t fault_at_read;
     const char *sums_path;      /* --sums PATH */
     int no_verify;              /* --no-verify */
+    int speculate;              /* --speculate K: draft up to K tokens per decode pass */
 } cli_opts;
 
 /* Consume argv[*i] (and its value) if it is a common option or MODEL_DIR:

@@ -56,6 +56,8 @@ static void usage(FILE *f) {
         "  --cache lru|s3fifo   expert cache policy              --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
         "  --predict-experts    prefetch the next layer's experts predicted by its router\n"
+        "  --speculate K        decode: verify up to K tokens drafted by prompt lookup in one\n"
+        "                       pass over the weights (0 = off, the default; same output bits)\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
         "                       every weight byte read is verified   --no-verify  do not verify\n"
         "\n"
@@ -99,6 +101,14 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
             if (b <= 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
             if (!strcmp(a, "--trunk-ram")) o->trunk_bytes = b; else o->expert_bytes = b;
         }
+        return 1;
+    }
+    if (!strcmp(a, "--speculate")) {
+        char *end;
+        long k = v ? strtol(v, &end, 10) : -1;
+        if (!v || *end || k < 0 || k > 31) { fprintf(stderr, "moestream: --speculate needs K in [0, 31]\n"); return -1; }
+        (*i)++;
+        o->speculate = (int)k;
         return 1;
     }
     if (!strcmp(a, "--threads") || !strcmp(a, "--ram") || !strcmp(a, "--max-context")) {
@@ -150,6 +160,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.fault_at_read = o->fault_at_read;
     ep.sums_path = o->sums_path;
     ep.no_verify = o->no_verify;
+    ep.max_draft = o->speculate;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = MS_LOG_WARN;
     char msg[1024];
@@ -240,7 +251,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"scale255_groups\": %lld, \"readahead_issued\": %lld, \"readahead_used\": %lld, "
             "\"prefetch_issued\": %lld, \"prefetch_hits\": %lld, \"peak_rss_bytes\": %lld, "
             "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
-            "\"verify_s\": %.6f, \"verify_sync_s\": %.6f}",
+            "\"verify_s\": %.6f, \"verify_sync_s\": %.6f, \"decode_passes\": %lld, \"drafted\": %lld, \"accepted\": %lld}",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
@@ -249,7 +260,8 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             st->io_wait_s, (long long)st->scale255_groups, (long long)st->readahead_issued,
             (long long)st->readahead_used, (long long)st->prefetch_issued, (long long)st->prefetch_hits,
             (long long)st->peak_rss_bytes, st->verify_on ? "true" : "false", (long long)st->verify_bytes,
-            (long long)st->verify_retries, (long long)st->verify_failures, st->verify_s, st->verify_sync_s);
+            (long long)st->verify_retries, (long long)st->verify_failures, st->verify_s, st->verify_sync_s,
+            (long long)st->spec_passes, (long long)st->spec_drafted, (long long)st->spec_accepted);
 }
 
 void cli_print_stats_human(FILE *f, const ms_stats *st) {
@@ -268,6 +280,16 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
                 "checksum retries %lld, failures %lld\n",
                 (double)st->verify_bytes / 1e6, st->verify_s, st->verify_sync_s, (long long)st->verify_retries,
                 (long long)st->verify_failures);
+    if (st->spec_drafted > 0)
+        fprintf(f, "moestream: speculation: %lld tokens in %lld passes (%.2f per pass); drafted %lld, accepted %lld (%.1f%%); "
+                "read per token %.1f MB (trunk %.1f, experts %.1f)\n",
+                (long long)st->n_tokens_decode, (long long)st->spec_passes,
+                st->spec_passes ? (double)st->n_tokens_decode / (double)st->spec_passes : 0.0,
+                (long long)st->spec_drafted, (long long)st->spec_accepted,
+                100.0 * (double)st->spec_accepted / (double)st->spec_drafted,
+                st->n_tokens_decode ? (double)(st->trunk_bytes_read + st->expert_bytes_read) / 1e6 / (double)st->n_tokens_decode : 0.0,
+                st->n_tokens_decode ? (double)st->trunk_bytes_read / 1e6 / (double)st->n_tokens_decode : 0.0,
+                st->n_tokens_decode ? (double)st->expert_bytes_read / 1e6 / (double)st->n_tokens_decode : 0.0);
 }
 
 /* Streams decoded text: holds back a trailing incomplete UTF-8 sequence. */
@@ -301,6 +323,24 @@ void cli_text_flush(cli_text *t, FILE *out) {
     if (out && t->n > t->printed) fwrite(t->all + t->printed, 1, t->n - t->printed, out);
     t->printed = t->n;
     if (out) fflush(out);
+}
+
+/* The run loop's picker: the sampler, then the stop rules (the EOS of a text
+ * prompt, the --max-tokens limit). */
+typedef struct run_pick {
+    ms_sampler *smp;
+    int32_t *gen;
+    int64_t n_gen, max;
+    int32_t eos;
+    int stop_eos, stopped;
+} run_pick;
+
+static int32_t run_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
+    run_pick *p = user;
+    int32_t next = ms_sampler_next(p->smp, logits, hist, n_hist);
+    p->gen[p->n_gen++] = next;
+    if ((next == p->eos && p->stop_eos) || p->n_gen == p->max) *stop = p->stopped = 1;
+    return next;
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -380,9 +420,13 @@ static int cmd_run(int argc, char **argv) {
     FILE *stream = (text_mode && !o.json) ? stdout : NULL;
     ms_engine_stats_reset(e);
     if (n_prompt > 0) st = ms_session_feed(s, prompt, n_prompt, NULL);
-    while (st == MS_OK && n_gen < o.n_gen) {
-        const float *lg = ms_session_logits(s);
-        if (n_gen == 0 && o.dump_logits) {
+    run_pick rp = { smp, gen, 0, o.n_gen, eos, text_mode && !o.ignore_eos, 0 };
+    int32_t pending = -1;                   /* chosen, not fed yet */
+    int32_t *step = malloc((size_t)(o.c.speculate + 1) * sizeof *step);
+    if (!gen || !step) st = MS_E_NOMEM;
+    while (st == MS_OK && !rp.stopped && rp.n_gen < o.n_gen) {
+        if (rp.n_gen == 0 && o.dump_logits) {
+            const float *lg = ms_session_logits(s);
             FILE *f = fopen(o.dump_logits, "wb");
             if (!f || fwrite(lg, sizeof(float), (size_t)info.n_vocab, f) != (size_t)info.n_vocab) {
                 fprintf(stderr, "moestream: cannot write %s\n", o.dump_logits);
@@ -390,26 +434,31 @@ static int cmd_run(int argc, char **argv) {
             }
             if (f) fclose(f);
         }
-        int64_t n_hist;
-        const int32_t *hist = ms_session_tokens(s, &n_hist);
-        int32_t next = ms_sampler_next(smp, lg, hist, n_hist);
-        gen[n_gen++] = next;
-        if (next == eos && text_mode && !o.ignore_eos) break;   /* raw --ids runs do not stop */
-        if (text_mode || ms_engine_has_tokenizer(e)) cli_text_add(&out, e, next, stream);
-        if (n_gen == o.n_gen) break;
-        if (o.recompute) {
+        if (o.recompute && pending >= 0) {
             int64_t n_all;
             const int32_t *all = ms_session_tokens(s, &n_all);
             int32_t *copy = malloc((size_t)(n_all + 1) * sizeof *copy);
             memcpy(copy, all, (size_t)n_all * sizeof *copy);
-            copy[n_all] = next;
+            copy[n_all] = pending;
             ms_session_reset(s);
             st = ms_session_feed(s, copy, n_all + 1, NULL);
             free(copy);
-        } else {
-            st = ms_session_feed(s, &next, 1, NULL);
+            pending = -1;
+            if (st != MS_OK) break;
         }
+        /* drafts past the length limit would only be thrown away */
+        int64_t room = o.n_gen - rp.n_gen - 1;
+        int n_draft = o.c.speculate < room ? o.c.speculate : (int)room;
+        int64_t before = rp.n_gen, n_step = 0;
+        st = ms_session_decode(s, pending, n_draft, run_picker, &rp, step, &n_step);
+        for (int64_t i = before; i < rp.n_gen; i++) {
+            if (gen[i] == eos && rp.stop_eos) break;      /* raw --ids runs do not stop */
+            if (text_mode || ms_engine_has_tokenizer(e)) cli_text_add(&out, e, gen[i], stream);
+        }
+        if (n_step > 0) pending = step[n_step - 1];
     }
+    n_gen = rp.n_gen;
+    free(step);
     cli_text_flush(&out, stream);
     if (stream) { fputc('\n', stream); fflush(stream); }
     if (st != MS_OK) {
@@ -632,7 +681,7 @@ static int cmd_plan(int argc, char **argv) {
     }
     if (!c.model_dir) { fprintf(stderr, "moestream: plan needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
     static char buf[1 << 16];
-    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, buf, sizeof buf);
+    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, c.speculate, buf, sizeof buf);
     fputs(buf, st == MS_OK ? stdout : stderr);
     if (st == MS_E_BUDGET) fputs(buf, stdout);
     return cli_exit_code(st);

@@ -5,6 +5,10 @@
  * and the thread pool; a session owns one sequence's state and the forward
  * scratch. A session that failed mid-forward is unsound: its state may hold a
  * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
+ * ms_session_decode is the decode step of every front end: plain (feed the
+ * pending token, pick once) or speculative (prompt-lookup draft, one
+ * recorded verify feed, pick per row while the draft holds, roll back to the
+ * last kept position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
  */
 #include "moestream.h"
 
@@ -107,6 +111,11 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     e->p = *p;
     e->log = (ms_logger){ p->log, p->log_user, p->log_level };
     if (e->p.max_context <= 0) e->p.max_context = MS_DEFAULT_CONTEXT;
+    if (e->p.max_draft < 0 || e->p.max_draft > MS_MAX_DRAFT) {
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "max_draft %d is out of [0, %d]", e->p.max_draft, MS_MAX_DRAFT);
+        free(e);
+        return MS_E_USAGE;
+    }
     int n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     ms_status st = MS_OK;
@@ -144,7 +153,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     } else if (p->ram_bytes > 0) {
         ms_model dry;
         if ((st = ms_model_bind(&dry, &e->cfg, NULL, NULL, &err)) != MS_OK) { ms_model_free(&dry); goto fail; }
-        int64_t session = ms_session_bytes(&dry, e->p.max_context);
+        int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft);
         ms_model_free(&dry);
         store_ram = ms_store_budget(p->ram_bytes, session, rss_bytes());
         if (store_ram < 0) {
@@ -303,12 +312,22 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
     s->logits = malloc((size_t)e->cfg.vocab_size * sizeof(float));
     s->tokens = malloc((size_t)e->p.max_context * sizeof(int32_t));
     if (!s->logits || !s->tokens) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
+    if (e->p.max_draft > 0) {
+        s->max_draft = e->p.max_draft;
+        if ((st = ms_rollback_init(&s->rb, &e->model, s->max_draft + 1, &err)) != MS_OK) goto fail;
+        s->ver_logits = malloc((size_t)((s->max_draft + 1) * e->cfg.vocab_size) * sizeof(float));
+        s->ver_ids = malloc((size_t)(s->max_draft + 1) * sizeof(int32_t));
+        if (!s->ver_logits || !s->ver_ids) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
+    }
     *out = s;
     return MS_OK;
 fail:
     snprintf(e->error, sizeof e->error, "%s", err.msg);
     if (s->fwd) ms_fwd_free(s->fwd);
     if (s->st.kda_S) ms_state_free(&s->st, &e->model);
+    if (s->rb.kda) ms_rollback_free(&s->rb, &e->model);
+    free(s->ver_logits);
+    free(s->ver_ids);
     free(s->logits);
     free(s->tokens);
     free(s);
@@ -319,6 +338,9 @@ void ms_session_close(ms_session *s) {
     if (!s) return;
     ms_fwd_free(s->fwd);
     ms_state_free(&s->st, &s->e->model);
+    if (s->rb.kda) ms_rollback_free(&s->rb, &s->e->model);
+    free(s->ver_logits);
+    free(s->ver_ids);
     free(s->logits);
     free(s->tokens);
     free(s);
@@ -326,7 +348,12 @@ void ms_session_close(ms_session *s) {
 
 const char *ms_session_error(const ms_session *s) { return s ? s->error : ""; }
 
-ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits) {
+/* The feed behind ms_session_feed and ms_session_decode. record: keep what
+ * ms_session_rollback needs (one chunk). count: add the feed to the prefill /
+ * decode counters (ms_session_decode counts its own). check: reject non-finite
+ * final logits (a verify pass checks each row it uses instead). *dt: seconds. */
+static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
+                      int record, int count, int check, double *dt_out) {
     if (s->sticky != MS_OK) return s->sticky;
     if (n < 1) {
         snprintf(s->error, sizeof s->error, "feed: no tokens");
@@ -345,9 +372,15 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
                      ids[i], (long long)i, (long long)V);
             return MS_E_USAGE;
         }
+    if (record && (s->max_draft == 0 || n > s->rb.max_T || n > MS_CHUNK)) {
+        snprintf(s->error, sizeof s->error, "recorded feed of %lld tokens: the session records at most %lld",
+                 (long long)n, (long long)(s->max_draft ? s->rb.max_T : 0));
+        return MS_E_USAGE;
+    }
+    s->rb.n_rec = 0;                        /* any feed ends the previous record */
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, e->p.predict_experts };
+    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, e->p.predict_experts, record ? &s->rb : NULL };
     double t0 = now_s();
     ms_status st = MS_OK;
     for (int64_t i = 0; i < n && st == MS_OK; i += MS_CHUNK) {
@@ -359,10 +392,13 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
             memcpy(s->logits, all_logits + (i + T - 1) * V, (size_t)V * sizeof(float));
     }
     double dt = now_s() - t0;
+    if (dt_out) *dt_out = dt;
     e->scale255 += ctx.scale255;
-    if (n == 1) { e->stats.n_tokens_decode++; e->stats.decode_s += dt; }
-    else { e->stats.n_tokens_prefill += n; e->stats.prefill_s += dt; }
-    if (st == MS_OK) {
+    if (count) {
+        if (n == 1) { e->stats.n_tokens_decode++; e->stats.decode_s += dt; }
+        else { e->stats.n_tokens_prefill += n; e->stats.prefill_s += dt; }
+    }
+    if (st == MS_OK && check) {
         for (int64_t i = 0; i < V; i++)
             if (!isfinite(s->logits[i])) {
                 st = ms_err_set(&err, MS_E_UNSOUND, "non-finite logit %lld after position %lld",
@@ -375,9 +411,124 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
         /* the state may hold a half-applied chunk: nothing after it is sound */
         s->sticky = MS_E_UNSOUND;
         s->has_logits = 0;
+        s->rb.n_rec = 0;
         return st == MS_E_UNSOUND ? st : MS_E_UNSOUND;
     }
     s->has_logits = 1;
+    return MS_OK;
+}
+
+ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits) {
+    return feed(s, ids, n, all_logits, 0, 1, 1, NULL);
+}
+
+ms_status ms_session_feed_rec(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
+                              int record) {
+    return feed(s, ids, n, all_logits, record, 1, 1, NULL);
+}
+
+ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits) {
+    if (s->sticky != MS_OK) return s->sticky;
+    if (s->rb.n_rec == 0 || n_keep < 1 || n_keep > s->rb.n_rec) {
+        snprintf(s->error, sizeof s->error, "rollback to %lld tokens of a recorded feed of %lld",
+                 (long long)n_keep, (long long)s->rb.n_rec);
+        return MS_E_USAGE;
+    }
+    ms_state_rollback(&s->st, &s->rb, &s->e->model, s->e->pool, n_keep);
+    if (logits != s->logits)
+        memcpy(s->logits, logits, (size_t)s->e->cfg.vocab_size * sizeof(float));
+    s->has_logits = 1;
+    return MS_OK;
+}
+
+/* Prompt lookup: the most recent earlier occurrence of the last n ids of
+ * h = tokens[0..n_past) + pending (n = MS_DRAFT_NGRAM, else fewer, down to 1)
+ * and up to `want` ids that followed it. The continuation is read from h
+ * extended by the draft itself, so a cycle shorter than `want` is drafted for
+ * its whole length. Longer n first: a longer match predicts better; n = 1 still
+ * catches the short cycles greedy decoding falls into. Deterministic: a
+ * function of the ids only. */
+#define MS_DRAFT_NGRAM 3
+static int64_t draft_lookup(const int32_t *tok, int64_t n_past, int32_t pending, int64_t want,
+                            int32_t *out) {
+    const int64_t N = n_past + 1;
+#define HID(i) ((i) < n_past ? tok[i] : (i) == n_past ? pending : out[(i) - N])
+    for (int64_t n = MS_DRAFT_NGRAM; n >= 1; n--) {
+        for (int64_t i = N - n - 1; i >= 0; i--) {
+            int64_t j = 0;
+            while (j < n && HID(i + j) == HID(N - n + j)) j++;
+            if (j < n) continue;
+            int64_t m = 0;
+            for (; m < want; m++) out[m] = HID(i + n + m);   /* i + n + m < N + m */
+            return m;
+        }
+    }
+#undef HID
+    return 0;
+}
+
+ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick_fn pick,
+                            void *user, int32_t *out, int64_t *n_out) {
+    *n_out = 0;
+    if (s->sticky != MS_OK) return s->sticky;
+    ms_engine *e = s->e;
+    const int64_t V = e->cfg.vocab_size;
+    int stop = 0;
+    if (pending < 0) {
+        if (!s->has_logits) {
+            snprintf(s->error, sizeof s->error, "decode: no logits yet (feed a prompt first)");
+            return MS_E_USAGE;
+        }
+        out[0] = pick(user, s->logits, s->tokens, s->st.n_past, &stop);
+        *n_out = 1;
+        return MS_OK;
+    }
+    int64_t m = 0, want = n_draft < s->max_draft ? n_draft : s->max_draft;
+    if (want > s->st.max_ctx - s->st.n_past - 1) want = s->st.max_ctx - s->st.n_past - 1;
+    if (want > 0) m = draft_lookup(s->tokens, s->st.n_past, pending, want, s->ver_ids + 1);
+    double dt = 0.0;
+    ms_status st;
+    if (m == 0) {
+        st = feed(s, &pending, 1, NULL, 0, 0, 1, &dt);
+        e->stats.decode_s += dt;
+        if (st != MS_OK) return st;
+        e->stats.spec_passes++;
+        e->stats.n_tokens_decode++;
+        out[0] = pick(user, s->logits, s->tokens, s->st.n_past, &stop);
+        *n_out = 1;
+        return MS_OK;
+    }
+    /* verify: [pending, d1..dm] in one pass, every row's logits */
+    s->ver_ids[0] = pending;
+    st = feed(s, s->ver_ids, m + 1, s->ver_logits, 1, 0, 0, &dt);
+    e->stats.decode_s += dt;
+    if (st != MS_OK) return st;
+    const int64_t n0 = s->st.n_past - (m + 1);
+    int64_t i = 0;
+    for (;; i++) {
+        const float *row = s->ver_logits + i * V;
+        /* the check a plain loop's feed of this position would have made */
+        for (int64_t v = 0; v < V; v++)
+            if (!isfinite(row[v])) {
+                snprintf(s->error, sizeof s->error, "non-finite logit %lld after position %lld",
+                         (long long)v, (long long)(n0 + i + 1));
+                s->sticky = MS_E_UNSOUND;
+                s->has_logits = 0;
+                s->rb.n_rec = 0;
+                *n_out = i;
+                return MS_E_UNSOUND;
+            }
+        out[i] = pick(user, row, s->tokens, n0 + 1 + i, &stop);
+        if (stop || i == m || out[i] != s->ver_ids[i + 1]) break;
+    }
+    const int64_t keep = i + 1;
+    e->stats.spec_passes++;
+    e->stats.spec_drafted += m;
+    e->stats.spec_accepted += i;
+    e->stats.n_tokens_decode += keep;
+    *n_out = keep;
+    if (keep < m + 1) return ms_session_rollback(s, keep, s->ver_logits + i * V);
+    s->rb.n_rec = 0;
     return MS_OK;
 }
 
@@ -392,6 +543,7 @@ const int32_t *ms_session_tokens(const ms_session *s, int64_t *n) {
 
 void ms_session_reset(ms_session *s) {
     ms_state_reset(&s->st, &s->e->model);
+    s->rb.n_rec = 0;
     s->has_logits = 0;
     s->sticky = MS_OK;
     s->error[0] = '\0';

@@ -24,7 +24,12 @@
 /* A process's resident size before it loads anything (code, libraries). */
 #define MS_BASE_OVERHEAD ((int64_t)16 << 20)
 
-int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx);
+/* One session at max_ctx positions; max_draft > 0 adds what ms_session_decode
+ * needs to verify up to max_draft drafted tokens per pass (the rollback
+ * record, the verify pass's logits rows, the draft). */
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft);
+/* The largest ms_engine_params.max_draft: a verify pass is one chunk. */
+#define MS_MAX_DRAFT (MS_CHUNK - 1)
 /* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 
@@ -52,10 +57,24 @@ struct ms_session {
     float *logits;              /* [n_vocab] */
     int32_t *tokens;            /* [max_ctx] ids fed so far */
     int has_logits;
+    /* speculative decoding (engine p.max_draft > 0) */
+    int64_t max_draft;          /* 0: no record, ms_session_decode never drafts */
+    ms_rollback rb;
+    float *ver_logits;          /* [max_draft + 1, n_vocab] the verify pass's rows */
+    int32_t *ver_ids;           /* [max_draft + 1] pending token + draft */
     ms_status sticky;
     char error[512];
 };
 
+
+/* ms_session_feed, with record = 1: record the feed (n <= s->max_draft + 1,
+ * one chunk) so ms_session_rollback can keep a prefix of it. */
+ms_status ms_session_feed_rec(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
+                              int record);
+/* Keep the first n_keep tokens of the last recorded feed; ms_session_logits
+ * becomes `logits` (the row of position n_keep - 1, [n_vocab]). MS_E_USAGE when
+ * the last feed was not recorded or n_keep is out of [1, its length]. */
+ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits);
 
 /* FNV-1a 64 over bytes, continuing from h (start with MS_FNV_INIT). */
 #define MS_FNV_INIT 0xcbf29ce484222325ull

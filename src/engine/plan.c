@@ -3,7 +3,9 @@
  * --ram is a ceiling on the whole process. It is split, before any weight is
  * read, into:
  *   session   one session's state (KDA S + conv history, the latent MLA cache
- *             at max_context) + forward scratch for a 32-token chunk + logits;
+ *             at max_context) + forward scratch for a 32-token chunk + logits
+ *             (+ with max_draft > 0 the rollback record and verify rows that
+ *             speculative decoding uses, ms_session_bytes);
  *   overhead  what the process holds before the store allocates (code, libs,
  *             the checkpoint's name table, thread stacks): measured from
  *             /proc/self/statm at open, estimated from the tensor count in a
@@ -22,10 +24,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx) {
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft) {
     const ms_config *c = &m->cfg;
+    int64_t spec = 0;
+    if (max_draft > 0)
+        spec = ms_rollback_bytes(c, max_draft + 1) +
+               (max_draft + 1) * (c->vocab_size * (int64_t)sizeof(float) + (int64_t)sizeof(int32_t));
     return ms_state_bytes(c, max_ctx) + ms_fwd_bytes(m, MS_CHUNK, max_ctx) +
-           c->vocab_size * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t);
+           c->vocab_size * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t) + spec;
 }
 
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead) {
@@ -37,7 +43,7 @@ int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead) {
 static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
 
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
-                           char *out, size_t n) {
+                           int max_draft, char *out, size_t n) {
     ms_err err;
     ms_err_clear(&err);
     char cfg_path[4200];
@@ -51,7 +57,7 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     ms_model m;
     st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
-    const int64_t session = ms_session_bytes(&m, max_context);
+    const int64_t session = ms_session_bytes(&m, max_context, max_draft < 0 ? 0 : max_draft);
     /* the name table: ~ 200 bytes per tensor (info + name + hash slot) */
     int64_t n_tensors = 0;
     for (int i = 0; i < m.n_plan_regions; i++) n_tensors += m.plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;

@@ -134,6 +134,7 @@ ms_status ms_session_load(ms_session *s, const char *path) {
         return fail(s, MS_E_USAGE, "%s: %s", path, r.bad ? "truncated" : "checksum mismatch (corrupted file)");
     }
     s->st.n_past = d.n_past;
+    s->rb.n_rec = 0;
     s->has_logits = (int)d.has_logits;
     s->sticky = MS_OK;
     return MS_OK;

@@ -11,6 +11,10 @@
  * however rows are split across threads (docs/DETERMINISM.md), so prefill in
  * chunks is bit-identical to decoding token by token.
  *
+ * Rollback (speculative decoding, model.h): a forward run with ctx->rec keeps
+ * what ms_state_rollback needs to keep only a prefix of the chunk; the KDA
+ * state update is one function, kda_step, used by the forward and the replay.
+ *
  * Precision: activations fp32; matrix products use the T16 tree of
  * kernels.h; norms, softmax and attention dot products accumulate in double in
  * index order; everything else is float arithmetic in the order written here
@@ -160,6 +164,64 @@ static void res_read_token(ms_fwd *f, int64_t t, int nb, int64_t H, const float 
 /* ------------------------------------------------------------------------ */
 /* KDA (spec 4.3)                                                            */
 
+/* One token through one head's recurrence, the ONE definition of the KDA
+ * state update (ms_forward and ms_state_rollback both call it, so a replayed
+ * state has the forward's bits): causal depthwise conv of q, k, v (oldest tap
+ * first) + SiLU, in place on x[s] [dk], shifting the head's conv history;
+ * L2 norm of q and k; decay gate alpha from fr [dk]; beta from the logit b;
+ * then decay + delta-rule write into the head's S [dk, dv].
+ * wconv[s] [P, K] conv taps, A = exp(A_log[h]), dtb [dk] the head's dt_bias. */
+static void kda_step(const ms_config *c, int64_t h, const float *const wconv[3], float A,
+                     const float *dtb, float *const x[3], float *conv, const float *fr, float b,
+                     float *S) {
+    const int64_t dk = c->kda_head_dim, dv = dk, P = c->kda_num_heads * dk;
+    const int64_t K = c->short_conv_kernel_size;
+    const float lb = (float)c->gate_lower_bound;
+    float u[1024], d[1024], alpha[1024];
+    for (int s = 0; s < 3; s++) {
+        float *xs = x[s];
+        float *hist = conv + (int64_t)s * P * (K - 1);
+        for (int64_t i = 0; i < dk; i++) {
+            int64_t ch = h * dk + i;
+            const float *w = wconv[s] + ch * K;
+            float *hc = hist + ch * (K - 1);
+            float acc = 0.0f;
+            for (int64_t tap = 0; tap < K - 1; tap++) acc = acc + w[tap] * hc[tap];
+            acc = acc + w[K - 1] * xs[i];
+            for (int64_t tap = 0; tap + 1 < K - 1; tap++) hc[tap] = hc[tap + 1];
+            if (K > 1) hc[K - 2] = xs[i];
+            xs[i] = ms_siluf(acc);
+        }
+    }
+    float *q = x[0], *k = x[1];
+    const float *v = x[2];
+    /* L2 norm by the SUM of squares (trap: test trap_l2_mean); v is not normed */
+    ms_l2norm_inplace(q, dk, 1e-6f);
+    ms_l2norm_inplace(k, dk, 1e-6f);
+    for (int64_t i = 0; i < dk; i++) {
+        float g = lb * ms_sigmoidf(A * (fr[i] + dtb[i]));
+        alpha[i] = ms_expf(g);
+    }
+    const float beta = ms_sigmoidf(b);
+    /* 1. decay rows; 2. u = S^T k; 3. delta-rule write */
+    for (int64_t a = 0; a < dk; a++)
+        for (int64_t bb = 0; bb < dv; bb++) S[a * dv + bb] = alpha[a] * S[a * dv + bb];
+    for (int64_t bb = 0; bb < dv; bb++) u[bb] = 0.0f;
+    for (int64_t a = 0; a < dk; a++)
+        for (int64_t bb = 0; bb < dv; bb++) u[bb] = u[bb] + S[a * dv + bb] * k[a];
+    for (int64_t bb = 0; bb < dv; bb++) d[bb] = beta * (v[bb] - u[bb]);
+    for (int64_t a = 0; a < dk; a++)
+        for (int64_t bb = 0; bb < dv; bb++) S[a * dv + bb] = S[a * dv + bb] + k[a] * d[bb];
+}
+
+/* A head's dt_bias as floats (F32 in place, BF16 converted exactly into buf). */
+static const float *kda_dtb(const uint8_t *base, const ms_layer *L, int64_t h, int64_t dk, float *buf) {
+    if (L->dt_bias.dtype == MS_DT_F32) return (const float *)(base + L->dt_bias.off) + h * dk;
+    const uint16_t *bb = (const uint16_t *)(base + L->dt_bias.off) + h * dk;
+    for (int64_t i = 0; i < dk; i++) buf[i] = ms_bf16_to_f32(bb[i]);
+    return buf;
+}
+
 typedef struct kda_job {
     const ms_config *c;
     ms_fwd *f;
@@ -174,15 +236,13 @@ static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
     const ms_config *c = j->c;
     ms_fwd *f = j->f;
     const int64_t nh = c->kda_num_heads, dk = c->kda_head_dim, dv = dk, P = nh * dk;
-    const int64_t K = c->short_conv_kernel_size;
-    const float lb = (float)c->gate_lower_bound, eps = (float)c->rms_norm_eps;
+    const float eps = (float)c->rms_norm_eps;
     const float qscale = (float)(1.0 / sqrt((double)dk));
     const float *wconv[3] = {
         (const float *)(j->base + j->L->q_conv.off), (const float *)(j->base + j->L->k_conv.off),
         (const float *)(j->base + j->L->v_conv.off) };
     const float *a_log = (const float *)(j->base + j->L->a_log.off);
-    float *io[3] = { f->kq, f->kk, f->kv };
-    float u[1024], d[1024], o[1024], alpha[1024], onorm_w[1024];
+    float o[1024], onorm_w[1024];
     MS_ASSERT(dk <= 1024);
     const float *onw = vec(j->base, &j->L->o_norm, onorm_w);
     float dtb_buf[1024];
@@ -190,49 +250,12 @@ static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
         float *S = j->S + h * dk * dv;
         /* A_log is indexed PER HEAD (trap: test trap_alog_per_channel) */
         const float A = ms_expf(a_log[h]);
-        const float *dtb;
-        if (j->L->dt_bias.dtype == MS_DT_F32) dtb = (const float *)(j->base + j->L->dt_bias.off) + h * dk;
-        else {
-            const uint16_t *bb = (const uint16_t *)(j->base + j->L->dt_bias.off) + h * dk;
-            for (int64_t i = 0; i < dk; i++) dtb_buf[i] = ms_bf16_to_f32(bb[i]);
-            dtb = dtb_buf;
-        }
+        const float *dtb = kda_dtb(j->base, j->L, h, dk, dtb_buf);
         for (int64_t t = 0; t < j->T; t++) {
-            /* causal depthwise conv, oldest tap first, then SiLU, in place */
-            for (int s = 0; s < 3; s++) {
-                float *x = io[s] + t * P + h * dk;
-                float *hist = j->conv + (int64_t)s * P * (K - 1);
-                for (int64_t i = 0; i < dk; i++) {
-                    int64_t ch = h * dk + i;
-                    const float *w = wconv[s] + ch * K;
-                    float *hc = hist + ch * (K - 1);
-                    float acc = 0.0f;
-                    for (int64_t tap = 0; tap < K - 1; tap++) acc = acc + w[tap] * hc[tap];
-                    acc = acc + w[K - 1] * x[i];
-                    for (int64_t tap = 0; tap + 1 < K - 1; tap++) hc[tap] = hc[tap + 1];
-                    if (K > 1) hc[K - 2] = x[i];
-                    x[i] = ms_siluf(acc);
-                }
-            }
             float *q = f->kq + t * P + h * dk, *k = f->kk + t * P + h * dk, *v = f->kv + t * P + h * dv;
-            /* L2 norm by the SUM of squares (trap: test trap_l2_mean); v is not normed */
-            ms_l2norm_inplace(q, dk, 1e-6f);
-            ms_l2norm_inplace(k, dk, 1e-6f);
-            const float *fr = f->kf + t * P + h * dk;
-            for (int64_t i = 0; i < dk; i++) {
-                float g = lb * ms_sigmoidf(A * (fr[i] + dtb[i]));
-                alpha[i] = ms_expf(g);
-            }
-            const float beta = ms_sigmoidf(f->kb[t * nh + h]);
-            /* 1. decay rows; 2. u = S^T k; 3. delta-rule write; 4. o = S^T q/sqrt(dk) */
-            for (int64_t a = 0; a < dk; a++)
-                for (int64_t b = 0; b < dv; b++) S[a * dv + b] = alpha[a] * S[a * dv + b];
-            for (int64_t b = 0; b < dv; b++) u[b] = 0.0f;
-            for (int64_t a = 0; a < dk; a++)
-                for (int64_t b = 0; b < dv; b++) u[b] = u[b] + S[a * dv + b] * k[a];
-            for (int64_t b = 0; b < dv; b++) d[b] = beta * (v[b] - u[b]);
-            for (int64_t a = 0; a < dk; a++)
-                for (int64_t b = 0; b < dv; b++) S[a * dv + b] = S[a * dv + b] + k[a] * d[b];
+            float *const x[3] = { q, k, v };
+            kda_step(c, h, wconv, A, dtb, x, j->conv, f->kf + t * P + h * dk, f->kb[t * nh + h], S);
+            /* 4. o = S^T q/sqrt(dk) */
             for (int64_t b = 0; b < dv; b++) o[b] = 0.0f;
             for (int64_t a = 0; a < dk; a++) {
                 const float qa = q[a] * qscale;
@@ -247,6 +270,113 @@ static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
     }
 }
 
+/* ---- the rollback record (model.h) ---- */
+
+static int64_t rec_S(const ms_config *c) { return c->kda_num_heads * c->kda_head_dim * c->kda_head_dim; }
+static int64_t rec_P(const ms_config *c) { return c->kda_num_heads * c->kda_head_dim; }
+static int64_t rec_conv(const ms_config *c) { return 3 * rec_P(c) * (c->short_conv_kernel_size - 1); }
+static int64_t rec_tok(const ms_config *c) { return 4 * rec_P(c) + c->kda_num_heads; }
+/* offsets of the parts of one layer's record, in floats */
+static int64_t rec_o_conv0(const ms_config *c) { return rec_S(c); }
+static int64_t rec_o_taps(const ms_config *c) { return rec_o_conv0(c) + rec_conv(c); }
+static int64_t rec_o_alog(const ms_config *c) { return rec_o_taps(c) + 3 * rec_P(c) * c->short_conv_kernel_size; }
+static int64_t rec_o_dtb(const ms_config *c) { return rec_o_alog(c) + c->kda_num_heads; }
+static int64_t rec_o_tok(const ms_config *c) { return rec_o_dtb(c) + rec_P(c); }
+static int64_t rec_floats(const ms_config *c, int64_t max_T) { return rec_o_tok(c) + max_T * rec_tok(c); }
+
+int64_t ms_rollback_bytes(const ms_config *c, int64_t max_T) {
+    return c->n_kda_layers * (rec_floats(c, max_T) * (int64_t)sizeof(float) + (int64_t)sizeof(float *));
+}
+
+ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms_err *err) {
+    const ms_config *c = &m->cfg;
+    memset(rb, 0, sizeof *rb);
+    rb->max_T = max_T;
+    rb->kda = calloc((size_t)c->n_kda_layers + 1, sizeof *rb->kda);
+    if (!rb->kda) goto oom;
+    for (int64_t i = 0; i < c->n_kda_layers; i++)
+        if (!(rb->kda[i] = malloc((size_t)rec_floats(c, max_T) * sizeof(float)))) goto oom;
+    return MS_OK;
+oom:
+    ms_rollback_free(rb, m);
+    return ms_err_set(err, MS_E_NOMEM, "speculation record: out of memory (%lld tokens)", (long long)max_T);
+}
+
+void ms_rollback_free(ms_rollback *rb, const ms_model *m) {
+    for (int64_t i = 0; rb->kda && i < m->cfg.n_kda_layers; i++) free(rb->kda[i]);
+    free(rb->kda);
+    memset(rb, 0, sizeof *rb);
+}
+
+/* Before the heads run: the state at the chunk start, the weights the update
+ * reads, and each token's recurrence inputs (the projections, pre-conv). */
+static void kda_record(const ms_config *c, ms_fwd *f, const ms_layer *L, const uint8_t *base,
+                       const float *S, const float *conv, float *r, int64_t T) {
+    const int64_t P = rec_P(c), nh = c->kda_num_heads, K = c->short_conv_kernel_size;
+    memcpy(r, S, (size_t)rec_S(c) * sizeof(float));
+    memcpy(r + rec_o_conv0(c), conv, (size_t)rec_conv(c) * sizeof(float));
+    const ms_wt *taps[3] = { &L->q_conv, &L->k_conv, &L->v_conv };
+    for (int s = 0; s < 3; s++)
+        memcpy(r + rec_o_taps(c) + s * P * K, base + taps[s]->off, (size_t)(P * K) * sizeof(float));
+    memcpy(r + rec_o_alog(c), base + L->a_log.off, (size_t)nh * sizeof(float));
+    for (int64_t h = 0; h < nh; h++) {
+        float *dst = r + rec_o_dtb(c) + h * c->kda_head_dim;
+        const float *src = kda_dtb(base, L, h, c->kda_head_dim, dst);
+        if (src != dst) memcpy(dst, src, (size_t)c->kda_head_dim * sizeof(float));
+    }
+    for (int64_t t = 0; t < T; t++) {
+        float *rt = r + rec_o_tok(c) + t * rec_tok(c);
+        memcpy(rt, f->kq + t * P, (size_t)P * sizeof(float));
+        memcpy(rt + P, f->kk + t * P, (size_t)P * sizeof(float));
+        memcpy(rt + 2 * P, f->kv + t * P, (size_t)P * sizeof(float));
+        memcpy(rt + 3 * P, f->kf + t * P, (size_t)P * sizeof(float));
+        memcpy(rt + 4 * P, f->kb + t * nh, (size_t)nh * sizeof(float));
+    }
+}
+
+typedef struct replay_job {
+    const ms_config *c;
+    const float *r;             /* the layer's record */
+    float *S, *conv;
+    int64_t n;
+} replay_job;
+
+static void replay_heads(void *ctx, int64_t h0, int64_t h1) {
+    replay_job *j = ctx;
+    const ms_config *c = j->c;
+    const int64_t dk = c->kda_head_dim, P = rec_P(c), K = c->short_conv_kernel_size;
+    const float *r = j->r;
+    const float *wconv[3] = { r + rec_o_taps(c), r + rec_o_taps(c) + P * K, r + rec_o_taps(c) + 2 * P * K };
+    float xq[1024], xk[1024], xv[1024];
+    float *const x[3] = { xq, xk, xv };
+    for (int64_t h = h0; h < h1; h++) {
+        float *S = j->S + h * dk * dk;
+        const float A = ms_expf(r[rec_o_alog(c) + h]);
+        const float *dtb = r + rec_o_dtb(c) + h * dk;
+        for (int64_t t = 0; t < j->n; t++) {
+            const float *rt = r + rec_o_tok(c) + t * rec_tok(c);
+            for (int s = 0; s < 3; s++) memcpy(x[s], rt + s * P + h * dk, (size_t)dk * sizeof(float));
+            kda_step(c, h, wconv, A, dtb, x, j->conv, rt + 3 * P + h * dk, rt[4 * P + h], S);
+        }
+    }
+}
+
+void ms_state_rollback(ms_state *st, ms_rollback *rb, const ms_model *m, ms_pool *pool, int64_t n_keep) {
+    const ms_config *c = &m->cfg;
+    MS_ASSERT(n_keep >= 1 && n_keep <= rb->n_rec);
+    if (n_keep < rb->n_rec) {
+        for (int64_t i = 0; i < c->n_kda_layers; i++) {
+            const float *r = rb->kda[i];
+            memcpy(st->kda_S[i], r, (size_t)rec_S(c) * sizeof(float));
+            memcpy(st->kda_conv[i], r + rec_o_conv0(c), (size_t)rec_conv(c) * sizeof(float));
+            replay_job j = { c, r, st->kda_S[i], st->kda_conv[i], n_keep };
+            ms_pool_for(pool, c->kda_num_heads, 1, replay_heads, &j);
+        }
+    }
+    st->n_past = rb->n_past0 + n_keep;     /* MLA positions past it are overwritten later */
+    rb->n_rec = 0;
+}
+
 static void kda_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *L,
                         const uint8_t *base, int64_t T) {
     const ms_config *cf = &c->m->cfg;
@@ -258,7 +388,9 @@ static void kda_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *
     mm_bf16(c, f->kfa, L->f_a.rows, base, &L->f_a, f->x, H, T);
     mm_bf16(c, f->kf, P, base, &L->f_b, f->kfa, L->f_a.rows, T);
     mm_bf16(c, f->kb, cf->kda_num_heads, base, &L->b_proj, f->x, H, T);
-    kda_job j = { cf, f, base, L, st->kda_S[L->kda_index], st->kda_conv[L->kda_index], T };
+    float *S = st->kda_S[L->kda_index], *conv = st->kda_conv[L->kda_index];
+    if (c->rec) kda_record(cf, f, L, base, S, conv, c->rec->kda[L->kda_index], T);
+    kda_job j = { cf, f, base, L, S, conv, T };
     ms_pool_for(c->pool, cf->kda_num_heads, 1, kda_heads, &j);
     mm_bf16(c, f->a, H, base, &L->o_proj, f->ky, P, T);
 }
@@ -665,6 +797,11 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
             return ms_err_set(err, MS_E_USAGE, "token id %d out of range [0, %lld)", ids[t], (long long)V);
     ms_status s = ensure_att(f, cf, st->n_past + T, err);
     if (s != MS_OK) return s;
+    if (c->rec) {
+        MS_ASSERT(T <= c->rec->max_T);
+        c->rec->n_rec = 0;                  /* valid only once the forward completes */
+        c->rec->n_past0 = st->n_past;
+    }
 
     /* run = the token's embedding row, used as is (no scaling) */
     for (int64_t t = 0; t < T; t++) {
@@ -743,5 +880,6 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         ms_store_release(c->store, m->lm_region[ic]);
     }
     st->n_past += T;
+    if (c->rec) c->rec->n_rec = T;
     return MS_OK;
 }

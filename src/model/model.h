@@ -5,7 +5,9 @@
  *   (shape and dtype checked at bind: a wrong or missing tensor is a load error
  *   naming it), the per-session state (KDA state S and conv history per KDA
  *   layer; the MLA cache in LATENT form, kv_lora_rank + qk_rope_head_dim
- *   floats per position per MLA layer), and the forward pass (forward.c).
+ *   floats per position per MLA layer), the forward pass (forward.c), and
+ *   the rollback of a recorded forward to a prefix of its tokens (speculative
+ *   decoding: ms_rollback, ms_state_rollback).
  * Regions: GLOBAL for embed_tokens (read by rows) and the final norms; TRUNK,
  *   in the order of use, for each layer's attention part and FFN part (one
  *   read each when their tensors are contiguous in one shard, else one read
@@ -109,6 +111,33 @@ int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx);
 void ms_state_free(ms_state *st, const ms_model *m);
 void ms_state_reset(ms_state *st, const ms_model *m);
 
+/* ---- rollback inside the last forward (speculative decoding) ----
+ * The MLA cache rolls back by moving n_past (later positions are overwritten).
+ * A KDA layer's S and conv history do not: a recorded forward keeps, per KDA
+ * layer, S and conv as they were at the chunk start, the few weights the
+ * state update reads (conv taps, A_log, dt_bias as f32), and the per-token
+ * inputs of the recurrence (pre-conv q, k, v, the decay input f, the beta
+ * logit b: 4P + nh floats per token). ms_state_rollback restores the copy and
+ * replays the first n tokens through kda_step, the one function the forward
+ * pass itself uses for the state update, so the replayed state has the bits
+ * of a forward over those n tokens alone (tests/test_spec.c). Layout of one
+ * KDA layer's record, floats:
+ *
+ *   S0 [nh*dk*dv] | conv0 [3*P*(K-1)] | conv taps [3*P*K] | A_log [nh] |
+ *   dt_bias [P] | token 0 [q P | k P | v P | f P | b nh] | token 1 ... (max_T)
+ */
+typedef struct ms_rollback {
+    int64_t max_T;              /* tokens one recorded forward may hold */
+    int64_t n_rec;              /* tokens recorded by the last forward (0: none) */
+    int64_t n_past0;            /* st->n_past when that forward started */
+    float **kda;                /* [n_kda] records, layout above */
+} ms_rollback;
+
+/* Bytes ms_rollback_init allocates for chunks of up to max_T tokens. */
+int64_t ms_rollback_bytes(const ms_config *c, int64_t max_T);
+ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms_err *err);
+void ms_rollback_free(ms_rollback *rb, const ms_model *m);
+
 /* ---- forward ---- */
 typedef struct ms_fwd ms_fwd;   /* scratch for chunks of up to max_T tokens */
 
@@ -123,6 +152,8 @@ typedef struct ms_fwd_ctx {
     ms_pool *pool;
     int64_t scale255;           /* counter: MXFP4 groups with scale byte 255 used */
     int predict;                /* decode: prefetch the next layer's predicted experts */
+    ms_rollback *rec;           /* not NULL: record this forward (T <= rec->max_T) so
+                                   ms_state_rollback can keep a prefix of it */
 } ms_fwd_ctx;
 
 /* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.
@@ -131,5 +162,13 @@ typedef struct ms_fwd_ctx {
  * marks the session unsound). */
 ms_status ms_forward(ms_fwd_ctx *ctx, ms_fwd *f, ms_state *st, const int32_t *ids,
                      int64_t T, float *logits, int all_logits, ms_err *err);
+
+/* Keep only the first n_keep (1 <= n_keep <= rb->n_rec) tokens of the last
+ * recorded forward: afterwards st is bit for bit the state a forward over
+ * those tokens alone would have left (n_past = rb->n_past0 + n_keep). Reads
+ * no weights, allocates nothing; the heads are replayed on `pool`. The
+ * record is consumed (rb->n_rec = 0). */
+void ms_state_rollback(ms_state *st, ms_rollback *rb, const ms_model *m, ms_pool *pool,
+                       int64_t n_keep);
 
 #endif

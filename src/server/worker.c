@@ -241,6 +241,31 @@ static int64_t count_reasoning(srv *s, const srv_job *j, const gen *g) {
     return g->n;
 }
 
+/* The decode picker: sample, then the stop rules in the order of the
+ * one-token loop (stop id, not streamed; stop string; max_tokens). */
+typedef struct srv_pick {
+    srv *s;
+    srv_job *j;
+    gen *g;
+    ms_sampler *smp;
+    const char *finish;
+    int oom;
+} srv_pick;
+
+static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
+    srv_pick *p = user;
+    int32_t id = ms_sampler_next(p->smp, logits, hist, n_hist);
+    *stop = 1;
+    if (gen_push(p->g, id) != 0) { p->oom = 1; return id; }
+    p->g->n_sampled++;
+    if (!p->j->ignore_eos && is_stop_id(p->s, id)) { p->finish = "stop"; return id; }
+    on_token(p->s, p->j, p->g, id);
+    if (p->g->stopped) p->finish = "stop";
+    else if (p->g->n_sampled >= p->j->max_tokens) p->finish = "length";
+    else *stop = 0;
+    return id;
+}
+
 static void reopen_session(srv *s, ms_session **ses) {
     ms_session_close(*ses);
     *ses = NULL;
@@ -310,20 +335,20 @@ static void run_job(srv *s, ms_session **sesp, srv_job *j) {
     srv_api_emit_start(s, j);
     if (j->kind == SRV_CHAT && j->n_forced > 0) on_token(s, j, &g, j->forced[j->n_forced - 1]);
 
-    /* decode */
+    /* decode, in steps of ms_session_decode (one token, or with --speculate a
+     * verified draft); the picker applies the stop rules per token */
     const char *finish = j->forced_done ? "tool_calls" : NULL;
+    srv_pick pk = { s, j, &g, smp, NULL, 0 };
+    int32_t pending = -1, step[32];
     while (!finish) {
         if (atomic_load(&j->cancel)) goto done;
-        int64_t n_hist;
-        const int32_t *hist = ms_session_tokens(ses, &n_hist);
-        int32_t id = ms_sampler_next(smp, ms_session_logits(ses), hist, n_hist);
-        if (gen_push(&g, id) != 0) { fail = "out of memory"; goto done; }
-        g.n_sampled++;
-        if (!j->ignore_eos && is_stop_id(s, id)) { finish = "stop"; break; }
-        on_token(s, j, &g, id);
-        if (g.stopped) { finish = "stop"; break; }
-        if (g.n_sampled >= j->max_tokens) { finish = "length"; break; }
-        if ((st = ms_session_feed(ses, &id, 1, NULL)) != MS_OK) goto done;
+        int64_t room = j->max_tokens - g.n_sampled - 1, n_step = 0;
+        int n_draft = room <= 0 ? 0 : s->o.speculate < room ? s->o.speculate : (int)room;
+        st = ms_session_decode(ses, pending, n_draft, srv_picker, &pk, step, &n_step);
+        if (pk.oom) { fail = "out of memory"; goto done; }
+        if (st != MS_OK) goto done;
+        pending = step[n_step - 1];
+        finish = pk.finish;
     }
 
     /* the whole reply, cleaned */
