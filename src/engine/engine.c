@@ -348,6 +348,23 @@ void ms_session_close(ms_session *s) {
 
 const char *ms_session_error(const ms_session *s) { return s ? s->error : ""; }
 
+/* Index of the first non-finite logit of row [V], or -1. */
+static int64_t first_nonfinite(const float *row, int64_t V) {
+    for (int64_t i = 0; i < V; i++)
+        if (!isfinite(row[i])) return i;
+    return -1;
+}
+
+/* The session's state may hold a half-applied chunk (or logits nobody may
+ * use): nothing after it is sound, and every later call says so. */
+static ms_status make_unsound(ms_session *s, const char *msg) {
+    snprintf(s->error, sizeof s->error, "%s", msg);
+    s->sticky = MS_E_UNSOUND;
+    s->has_logits = 0;
+    s->rb.n_rec = 0;
+    return MS_E_UNSOUND;
+}
+
 /* The feed behind ms_session_feed and ms_session_decode. record: keep what
  * ms_session_rollback needs (one chunk). count: add the feed to the prefill /
  * decode counters (ms_session_decode counts its own). check: reject non-finite
@@ -398,22 +415,11 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         if (n == 1) { e->stats.n_tokens_decode++; e->stats.decode_s += dt; }
         else { e->stats.n_tokens_prefill += n; e->stats.prefill_s += dt; }
     }
-    if (st == MS_OK && check) {
-        for (int64_t i = 0; i < V; i++)
-            if (!isfinite(s->logits[i])) {
-                st = ms_err_set(&err, MS_E_UNSOUND, "non-finite logit %lld after position %lld",
-                                (long long)i, (long long)s->st.n_past);
-                break;
-            }
-    }
-    if (st != MS_OK) {
-        snprintf(s->error, sizeof s->error, "%s", err.msg);
-        /* the state may hold a half-applied chunk: nothing after it is sound */
-        s->sticky = MS_E_UNSOUND;
-        s->has_logits = 0;
-        s->rb.n_rec = 0;
-        return st == MS_E_UNSOUND ? st : MS_E_UNSOUND;
-    }
+    int64_t bad;
+    if (st == MS_OK && check && (bad = first_nonfinite(s->logits, V)) >= 0)
+        st = ms_err_set(&err, MS_E_UNSOUND, "non-finite logit %lld after position %lld",
+                        (long long)bad, (long long)s->st.n_past);
+    if (st != MS_OK) return make_unsound(s, err.msg);
     s->has_logits = 1;
     return MS_OK;
 }
@@ -508,16 +514,14 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     for (;; i++) {
         const float *row = s->ver_logits + i * V;
         /* the check a plain loop's feed of this position would have made */
-        for (int64_t v = 0; v < V; v++)
-            if (!isfinite(row[v])) {
-                snprintf(s->error, sizeof s->error, "non-finite logit %lld after position %lld",
-                         (long long)v, (long long)(n0 + i + 1));
-                s->sticky = MS_E_UNSOUND;
-                s->has_logits = 0;
-                s->rb.n_rec = 0;
-                *n_out = i;
-                return MS_E_UNSOUND;
-            }
+        const int64_t bad = first_nonfinite(row, V);
+        if (bad >= 0) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "non-finite logit %lld after position %lld", (long long)bad,
+                     (long long)(n0 + i + 1));
+            *n_out = i;
+            return make_unsound(s, msg);
+        }
         out[i] = pick(user, row, s->tokens, n0 + 1 + i, &stop);
         if (stop || i == m || out[i] != s->ver_ids[i + 1]) break;
     }
