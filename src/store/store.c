@@ -409,17 +409,25 @@ static ms_status wait_ticket(ms_store *s, uint64_t ticket, int64_t *ns_extra, ms
 }
 
 /* Check the bytes of region r in buf against the sums (timed and counted). */
-static ms_status check_region(ms_store *s, const region *r, const uint8_t *buf, ms_err *err) {
+/* Hash bytes [off, off + n) of a shard at p on the compute thread (verify_sync),
+ * timed and counted. */
+static ms_status check_sync(ms_store *s, int shard, int64_t off, int64_t n, const uint8_t *p,
+                            ms_err *err) {
     const int64_t t0 = now_ns();
-    ms_status st = MS_OK;
-    for (int i = 0; i < r->n_ranges && st == MS_OK; i++) {
-        const ms_range *g = &r->ranges[i];
-        if (g->n_bytes > 0) st = ms_sums_check(s->sums, g->shard, g->offset, g->n_bytes, buf + r->pos[i], err);
-    }
+    ms_status st = ms_sums_check(s->sums, shard, off, n, p, err);
     const int64_t dt = now_ns() - t0;
     s->stats.verify_ns += dt;
     s->stats.verify_sync_ns += dt;
-    if (st == MS_OK) s->stats.verify_bytes += r->data_bytes;
+    if (st == MS_OK) s->stats.verify_bytes += n;
+    return st;
+}
+
+static ms_status check_region(ms_store *s, const region *r, const uint8_t *buf, ms_err *err) {
+    ms_status st = MS_OK;
+    for (int i = 0; i < r->n_ranges && st == MS_OK; i++) {
+        const ms_range *g = &r->ranges[i];
+        if (g->n_bytes > 0) st = check_sync(s, g->shard, g->offset, g->n_bytes, buf + r->pos[i], err);
+    }
     return st;
 }
 
@@ -1018,13 +1026,7 @@ static ms_status read_part_verified(ms_store *s, const region *r, const ms_range
             ms_err e1;
             ms_err_clear(&e1);
             if (s->p.verify_sync) {
-                const int64_t t0 = now_ns();
-                st = ms_sums_check(s->sums, g->shard, cur, end - cur, bb->p + ms_io_skew(cur),
-                                   attempt ? err : &e1);
-                const int64_t dt = now_ns() - t0;
-                s->stats.verify_ns += dt;
-                s->stats.verify_sync_ns += dt;
-                if (st == MS_OK) s->stats.verify_bytes += end - cur;
+                st = check_sync(s, g->shard, cur, end - cur, bb->p + ms_io_skew(cur), attempt ? err : &e1);
             } else {
                 st = check.status;
                 if (st != MS_OK) ms_err_set(attempt ? err : &e1, st, "%s", check.msg);
