@@ -70,22 +70,6 @@ static void show_new(FILE *out, const char *s, size_t len, size_t *done, const c
     }
 }
 
-typedef struct chat_pick {
-    ms_sampler *smp;
-    int32_t *gen;
-    int64_t n_gen, max;
-    int32_t eos;
-    int stopped;
-} chat_pick;
-
-static int32_t chat_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
-    chat_pick *p = user;
-    int32_t next = ms_sampler_next(p->smp, logits, hist, n_hist);
-    p->gen[p->n_gen++] = next;
-    if (next == p->eos || p->n_gen == p->max) *stop = p->stopped = 1;
-    return next;
-}
-
 int cmd_chat(int argc, char **argv) {
     chat_opts o;
     if (parse_chat(argc, argv, &o) != 0) return EXIT_USAGE;
@@ -158,13 +142,13 @@ int cmd_chat(int argc, char **argv) {
         size_t shown_r = 0, shown_c = 0;
         /* decode steps (ms_session_decode): the picker stops at EOS and at
          * max_tokens; every token but EOS is fed, as in the one-token loop */
-        chat_pick cp = { smp, gen, 0, o.max_tokens, eos, 0 };
+        cli_pick cp = { smp, gen, 0, o.max_tokens, eos, 1, 0 };
         int32_t pending = -1;
         while (st == MS_OK && !cp.stopped && cp.n_gen < o.max_tokens) {
             int64_t before = cp.n_gen, n_step = 0;
             int64_t room = o.max_tokens - cp.n_gen - 1;
             int n_draft = o.c.speculate < room ? o.c.speculate : (int)room;
-            st = ms_session_decode(s, pending, n_draft, chat_picker, &cp, step, &n_step);
+            st = ms_session_decode(s, pending, n_draft, cli_picker, &cp, step, &n_step);
             if (n_step > 0) pending = step[n_step - 1];
             for (int64_t i = before + 1; i <= cp.n_gen; i++) {
                 ms_reply r;

@@ -325,24 +325,6 @@ void cli_text_flush(cli_text *t, FILE *out) {
     if (out) fflush(out);
 }
 
-/* The run loop's picker: the sampler, then the stop rules (the EOS of a text
- * prompt, the --max-tokens limit). */
-typedef struct run_pick {
-    ms_sampler *smp;
-    int32_t *gen;
-    int64_t n_gen, max;
-    int32_t eos;
-    int stop_eos, stopped;
-} run_pick;
-
-static int32_t run_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
-    run_pick *p = user;
-    int32_t next = ms_sampler_next(p->smp, logits, hist, n_hist);
-    p->gen[p->n_gen++] = next;
-    if ((next == p->eos && p->stop_eos) || p->n_gen == p->max) *stop = p->stopped = 1;
-    return next;
-}
-
 static int cmd_run(int argc, char **argv) {
     run_opts o;
     if (parse_run(argc, argv, &o) != 0) { usage(stderr); return EXIT_USAGE; }
@@ -420,7 +402,8 @@ static int cmd_run(int argc, char **argv) {
     FILE *stream = (text_mode && !o.json) ? stdout : NULL;
     ms_engine_stats_reset(e);
     if (n_prompt > 0) st = ms_session_feed(s, prompt, n_prompt, NULL);
-    run_pick rp = { smp, gen, 0, o.n_gen, eos, text_mode && !o.ignore_eos, 0 };
+    /* the stop rules: the EOS of a text prompt, the --max-tokens limit */
+    cli_pick rp = { smp, gen, 0, o.n_gen, eos, text_mode && !o.ignore_eos, 0 };
     int32_t pending = -1;                   /* chosen, not fed yet */
     int32_t *step = malloc((size_t)(o.c.speculate + 1) * sizeof *step);
     if (!gen || !step) st = MS_E_NOMEM;
@@ -450,7 +433,7 @@ static int cmd_run(int argc, char **argv) {
         int64_t room = o.n_gen - rp.n_gen - 1;
         int n_draft = o.c.speculate < room ? o.c.speculate : (int)room;
         int64_t before = rp.n_gen, n_step = 0;
-        st = ms_session_decode(s, pending, n_draft, run_picker, &rp, step, &n_step);
+        st = ms_session_decode(s, pending, n_draft, cli_picker, &rp, step, &n_step);
         for (int64_t i = before; i < rp.n_gen; i++) {
             if (gen[i] == eos && rp.stop_eos) break;      /* raw --ids runs do not stop */
             if (text_mode || ms_engine_has_tokenizer(e)) cli_text_add(&out, e, gen[i], stream);

@@ -161,3 +161,11 @@ int64_t cli_parse_ram(const char *s) {
     }
     return cli_parse_size(s);
 }
+
+int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
+    cli_pick *p = user;
+    int32_t next = ms_sampler_next(p->smp, logits, hist, n_hist);
+    p->gen[p->n_gen++] = next;
+    if ((next == p->eos && p->stop_eos) || p->n_gen == p->max) *stop = p->stopped = 1;
+    return next;
+}

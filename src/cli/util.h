@@ -22,6 +22,18 @@ int cli_exit_code(int status);
 /* The log callback used by the programs: to stderr with a prefix. */
 void cli_log(void *user, ms_log_level level, const char *line);
 
+/* The picker of `run` and `chat` for ms_session_decode: the sampler, each
+ * token appended to gen, then the stop rules (EOS when stop_eos, the limit
+ * max). stopped stays 1 once a rule fired. */
+typedef struct cli_pick {
+    ms_sampler *smp;
+    int32_t *gen;
+    int64_t n_gen, max;
+    int32_t eos;
+    int stop_eos, stopped;
+} cli_pick;
+int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop);
+
 
 
 /* Write s[0..n) as a JSON string literal (quotes included). Invalid UTF-8
