@@ -122,6 +122,9 @@ static json_t *phase_json(const ms_stats *a, const ms_stats *b, int64_t n_tokens
     json_object_set_new(j, "expert_hits", json_integer(b->expert_hits - a->expert_hits));
     json_object_set_new(j, "prefetch_issued", json_integer(b->prefetch_issued - a->prefetch_issued));
     json_object_set_new(j, "prefetch_hits", json_integer(b->prefetch_hits - a->prefetch_hits));
+    json_object_set_new(j, "guess_issued", json_integer(b->guess_issued - a->guess_issued));
+    json_object_set_new(j, "guess_hits", json_integer(b->guess_hits - a->guess_hits));
+    json_object_set_new(j, "guess_cancelled", json_integer(b->guess_cancelled - a->guess_cancelled));
     return j;
 }
 
@@ -160,7 +163,7 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-') { ep.model_dir = a; continue; }
         if (!strcmp(a, "--no-readahead")) { ep.no_readahead = 1; continue; }
-        if (!strcmp(a, "--predict-experts")) { ep.predict_experts = 1; continue; }
+        if (!strcmp(a, "--no-predict-experts")) { ep.no_predict_experts = 1; continue; }
         if (!strcmp(a, "--no-verify")) { ep.no_verify = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { print_usage(stdout); return 0; }
         if (!v) { fprintf(stderr, "decodebench: %s needs a value\n", a); return 2; }

@@ -64,8 +64,10 @@ typedef struct ms_engine_params {
     const char *cache_policy;   /* "lru" (default), "s3fifo" */
     int no_readahead;           /* 1: read streamed trunk regions synchronously */
     const char *trace_path;     /* append every expert request here */
-    int predict_experts;        /* 1: during decode, apply the next layer's router (when it is
-                                   resident) to this layer's input and prefetch its choices */
+    int no_predict_experts;     /* 1: do not prefetch predicted experts. By default, during
+                                   decode, the next layer's router (when it is in memory) is
+                                   applied to this layer's input and its choices are read as
+                                   guesses (behind every needed read; cancelled when wrong) */
     /* checksums (moestream.sums, see ms_verify_checkpoint): when the sidecar is there,
        every weight byte read from disk is verified before it is used */
     const char *sums_path;      /* NULL = MODEL_DIR/moestream.sums if it exists (else no
@@ -123,6 +125,10 @@ typedef struct ms_stats {
     int64_t readahead_used;     /* acquires served by a read-ahead (the rest waited for a demand read) */
     int64_t prefetch_issued;    /* expert reads started by a hint */
     int64_t prefetch_hits;      /* expert uses served by a prefetch */
+    int64_t guess_issued;       /* part of prefetch_issued: next-layer predictions (predict_experts) */
+    int64_t guess_hits;         /* part of prefetch_hits: predictions that were right */
+    int64_t guess_cancelled;    /* predictions found wrong while queued: their unread bytes
+                                   were never read (nor counted in expert_bytes_read) */
     int64_t peak_rss_bytes;     /* from the kernel, filled by ms_engine_stats */
     /* checksum verification: counted since the engine was opened (loading included),
        not reset by ms_engine_stats_reset; all 0 without a sidecar */

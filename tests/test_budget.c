@@ -103,7 +103,7 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     p.no_readahead = rc->no_readahead;
     p.fault_kind = rc->fault_kind;
     p.fault_at_read = rc->fault_at;
-    p.predict_experts = rc->predict == 1;   /* 2: one token at a time, no predictor */
+    p.no_predict_experts = rc->predict != 1;   /* 2: one token at a time, no predictor */
     p.sums_path = rc->sums;
     p.fault_corrupt_begin = rc->corrupt_begin;
     p.fault_corrupt_end = rc->corrupt_end;

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FILE_SIZE ((int64_t)8 * 1024 * 1024 + 1234) /* unaligned end on purpose */
@@ -616,6 +617,131 @@ static void test_bufalloc(void) {
 
 /* ---------------------------------------------------------------- main */
 
+
+/* ------------------------------------------------ priorities, cancel, poll */
+
+#define ISSUE_MAX 64
+static int64_t g_issued[ISSUE_MAX];
+static int g_n_issued;
+
+static void record_issue(void *user, int file, int64_t offset) {
+    (void)user;
+    (void)file;
+    if (g_n_issued < ISSUE_MAX) g_issued[g_n_issued] = offset;
+    g_n_issued++;
+}
+
+typedef struct wait_arg { ms_io *io; uint64_t ticket; ms_status st; } wait_arg;
+
+static void *wait_main(void *arg) {
+    wait_arg *w = arg;
+    w->st = ms_io_wait(w->io, w->ticket, NULL);
+    return NULL;
+}
+
+/* One aligned request of n_chunks 4 KiB chunks at offset `off` into a fresh buffer. */
+static uint64_t submit_at(ms_io *io, int fi, int64_t off, int n_chunks, int prio, uint8_t **buf) {
+    *buf = ms_buf_alloc(n_chunks * 4096, 0);
+    memset(*buf, 0, (size_t)n_chunks * 4096);
+    ms_io_req r = {fi, off, (int64_t)n_chunks * 4096, *buf, 0};
+    uint64_t t = 0;
+    ms_err err;
+    ms_err_clear(&err);
+    ms_status st = ms_io_submit_prio(io, &r, 1, prio, &t, &err);
+    CHECK(st == MS_OK && t > 0, "submit prio %d: %s", prio, err.msg);
+    return t;
+}
+
+static void expect_data(const uint8_t *buf, int64_t off, int n_chunks, const char *what) {
+    CHECK(memcmp(buf, g_data + off, (size_t)n_chunks * 4096) == 0, "%s: bytes differ from the file", what);
+}
+
+/* Queued while paused, read after: DEMAND (and what was promoted to it) first,
+ * then AHEAD, then SPECULATIVE, each FIFO; a cancelled batch reads nothing and
+ * fails "cancelled"; a batch cancelled after it completed is intact. */
+static void test_prio(ms_io_kind kind) {
+    ms_io_params p = params(kind, 1, 4096);
+    p.on_issue = record_issue;
+    int skipped;
+    ms_io *io = open_io(&p, &skipped);
+    if (!io) return;
+    int fi = add_main_file(io);
+    ms_err err;
+    g_n_issued = 0;
+    ms_io_pause(io, 1);
+    uint8_t *ba, *bb, *bc, *bd, *be;
+    const uint64_t ta = submit_at(io, fi, 0, 4, MS_IO_PRIO_SPECULATIVE, &ba);
+    const uint64_t tb = submit_at(io, fi, 65536, 2, MS_IO_PRIO_AHEAD, &bb);
+    const uint64_t tc = submit_at(io, fi, 131072, 2, MS_IO_PRIO_DEMAND, &bc);
+    const uint64_t td = submit_at(io, fi, 196608, 3, MS_IO_PRIO_SPECULATIVE, &bd);
+    const uint64_t te = submit_at(io, fi, 262144, 2, MS_IO_PRIO_SPECULATIVE, &be);
+    CHECK(ms_io_poll(io, ta) == 0 && ms_io_poll(io, tc) == 0, "%s: queued batches are not done",
+          ms_io_kind_name(kind));
+    CHECK(ms_io_cancel(io, td) == 3 * 4096, "%s: cancel drops the 3 queued chunks' bytes", ms_io_kind_name(kind));
+    CHECK(ms_io_poll(io, td) == 1, "%s: a fully cancelled batch is done at once", ms_io_kind_name(kind));
+    ms_io_promote(io, te);
+    CHECK(g_n_issued == 0, "%s: paused, yet %d chunks issued", ms_io_kind_name(kind), g_n_issued);
+    ms_io_pause(io, 0);
+    /* waited in the order they are read: a wait promotes its batch */
+    ms_err_clear(&err);
+    CHECK(ms_io_wait(io, tc, &err) == MS_OK && ms_io_wait(io, te, &err) == MS_OK &&
+          ms_io_wait(io, tb, &err) == MS_OK && ms_io_wait(io, ta, &err) == MS_OK,
+          "wait c, e, b, a: %s", err.msg);
+    ms_err_clear(&err);
+    CHECK(ms_io_wait(io, td, &err) == MS_E_IO && strstr(err.msg, "cancelled"),
+          "%s: a cancelled batch fails: %s", ms_io_kind_name(kind), err.msg);
+    expect_data(ba, 0, 4, "a");
+    expect_data(bb, 65536, 2, "b");
+    expect_data(bc, 131072, 2, "c");
+    expect_data(be, 262144, 2, "e (promoted)");
+    const int64_t want[] = {131072, 135168, 262144, 266240, 65536, 69632, 0, 4096, 8192, 12288};
+    int same = g_n_issued == 10;
+    for (int i = 0; same && i < 10; i++) same = g_issued[i] == want[i];
+    CHECK(same, "%s: issue order (demand, promoted, ahead, speculative) wrong: %d issued, first %lld",
+          ms_io_kind_name(kind), g_n_issued, g_n_issued ? (long long)g_issued[0] : -1LL);
+    ms_io_stats st;
+    ms_io_get_stats(io, &st);
+    CHECK(st.cancelled_chunks == 3 && st.cancelled_bytes == 3 * 4096, "%s: cancelled %lld chunks, %lld bytes",
+          ms_io_kind_name(kind), (long long)st.cancelled_chunks, (long long)st.cancelled_bytes);
+    CHECK(ms_io_cancel(io, ta) == -1 && ms_io_poll(io, ta) == -1, "waited tickets are unknown to cancel and poll");
+    /* cancelled after it completed: nothing dropped, the batch is intact */
+    uint8_t *bf;
+    const uint64_t tf = submit_at(io, fi, 327680, 2, MS_IO_PRIO_SPECULATIVE, &bf);
+    while (ms_io_poll(io, tf) == 0) nanosleep(&(struct timespec){0, 100000}, NULL);
+    CHECK(ms_io_cancel(io, tf) == 0, "%s: a completed batch has nothing to drop", ms_io_kind_name(kind));
+    ms_err_clear(&err);
+    CHECK(ms_io_wait(io, tf, &err) == MS_OK, "wait f after a late cancel: %s", err.msg);
+    expect_data(bf, 327680, 2, "f");
+    ms_err_clear(&err);
+    uint64_t t;
+    ms_io_req r = {fi, 0, 4096, ba, 0};
+    CHECK(ms_io_submit_prio(io, &r, 1, MS_IO_N_PRIO, &t, &err) == MS_E_USAGE, "priority out of range");
+    /* a wait promotes: X (speculative) queued behind Y (ahead) is read first
+     * once someone waits for it (poll says -1 while a wait is under way) */
+    g_n_issued = 0;
+    ms_io_pause(io, 1);
+    uint8_t *bx, *by;
+    const uint64_t ty = submit_at(io, fi, 65536, 2, MS_IO_PRIO_AHEAD, &by);
+    wait_arg wx = {io, submit_at(io, fi, 0, 2, MS_IO_PRIO_SPECULATIVE, &bx), MS_E_INTERNAL};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, wait_main, &wx) == 0, "pthread_create");
+    while (ms_io_poll(io, wx.ticket) != -1) nanosleep(&(struct timespec){0, 100000}, NULL);
+    ms_io_pause(io, 0);
+    pthread_join(th, NULL);
+    ms_err_clear(&err);
+    CHECK(wx.st == MS_OK && ms_io_wait(io, ty, &err) == MS_OK, "waits x, y: %s", err.msg);
+    CHECK(g_n_issued == 4 && g_issued[0] == 0 && g_issued[1] == 4096 && g_issued[2] == 65536,
+          "%s: the waited speculative batch was not read first (%d issued, first %lld)", ms_io_kind_name(kind),
+          g_n_issued, (long long)g_issued[0]);
+    expect_data(bx, 0, 2, "x");
+    ms_buf_free(bx, 2 * 4096, 0);
+    ms_buf_free(by, 2 * 4096, 0);
+    ms_io_close(io);
+    uint8_t *bufs[] = {ba, bb, bc, bd, be, bf};
+    const int64_t sizes[] = {4 * 4096, 2 * 4096, 2 * 4096, 3 * 4096, 2 * 4096, 2 * 4096};
+    for (int i = 0; i < 6; i++) ms_buf_free(bufs[i], sizes[i], 0);
+}
+
 int main(void) {
     alarm(120); /* a hung read (a reissue loop, a lost wake-up) fails the test, not CI */
     const char *tmp = getenv("TMPDIR");
@@ -650,6 +776,7 @@ int main(void) {
         test_eof_and_usage(kinds[k]);
         test_threads(kinds[k]);
         test_check(kinds[k]);
+        test_prio(kinds[k]);
     }
 
     /* parameter validation */

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MIB ((int64_t)1 << 20)
@@ -942,6 +943,103 @@ static void test_cache_states(void) {
     }
 }
 
+
+/* --------------------------------------------------------------- guesses */
+
+/* ms_store_predict / ms_store_confirm with the I/O layer paused, so what is
+ * queued when is known: a guess takes only slots no wanted expert holds; a
+ * wrong guess still queued at confirm is cancelled (its bytes never read, not
+ * counted); a right one is promoted and served as a guess hit; every byte
+ * handed out is the file's. */
+static void test_guesses(fixture *fx) {
+    ms_err err;
+    ms_store *s = NULL;
+    ms_err_clear(&err);
+    cfg c0 = { 0, MS_IO_PREAD, "lru", 1, 0, 1, 0, 0, { 0 }, NULL, 0 };
+    store_make(fx, &c0, &s, &err);
+    const int64_t slot = ms_store_get_plan(s)->expert_slot_bytes;
+    ms_store_close(s);
+    cfg c = { 0, MS_IO_PREAD, "lru", 1, 0, 1, 0, 4 * slot, { 0 }, NULL, 0 };
+    ms_err_clear(&err);
+    if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
+    CHECK(ms_store_expert_capacity(s) == 4, "capacity %d", ms_store_expert_capacity(s));
+    const int *E = fx->expert;
+    const int64_t eb = region_data_bytes(fx, E[0]);
+    ms_store_reset_stats(s);
+    ms_store_stats ss;
+    const uint8_t *pt[4];
+#define GET(...) do {                                                                     \
+        int ids_[] = { __VA_ARGS__ };                                                     \
+        int n_ = (int)(sizeof ids_ / sizeof ids_[0]);                                     \
+        CHECK(ms_store_acquire_batch(s, ids_, n_, pt, &err) == MS_OK, "%s", err.msg);     \
+        for (int j_ = 0; j_ < n_; j_++) {                                                 \
+            CHECK(verify_region(fx, ids_[j_], pt[j_]) == 0, "expert %d bytes", ids_[j_]); \
+            ms_store_release(s, ids_[j_]);                                                \
+        }                                                                                 \
+    } while (0)
+    ms_io *io = ms_store_io(s);
+    ms_io_pause(io, 1);
+    /* step 1 wants E0 E1 (hinted: demand reads, queued); guesses E2 E3 E4:
+     * two free slots, then nothing evictable (E0 E1 wanted, the rest loading) */
+    ms_store_confirm(s, (int[]){ E[0], E[1] }, 2);
+    ms_store_hint(s, (int[]){ E[0], E[1] }, 2);
+    ms_store_predict(s, (int[]){ E[2], E[3], E[4] }, 3);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_issued == 2 && ss.prefetch_issued == 4, "guesses into free slots only: %lld of %lld",
+          (long long)ss.guess_issued, (long long)ss.prefetch_issued);
+    CHECK(ms_store_expert_state(s, E[2]) == MS_EXPERT_LOADING &&
+          ms_store_expert_state(s, E[4]) == MS_EXPERT_ABSENT, "E2 loading, E4 never asked for");
+    /* step 2 wants E3 (a right guess) and E0: E2, still queued, is cancelled */
+    ms_store_confirm(s, (int[]){ E[3], E[0] }, 2);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_cancelled == 1 && ss.expert_bytes_read == 3 * eb,
+          "wrong queued guess cancelled (%lld), its bytes not counted (%lld read, %lld expected)",
+          (long long)ss.guess_cancelled, (long long)ss.expert_bytes_read, (long long)(3 * eb));
+    CHECK(ms_store_expert_state(s, E[2]) == MS_EXPERT_ABSENT, "a cancelled guess is absent");
+    ms_io_pause(io, 0);
+    GET(E[3], E[0]);
+    GET(E[1]);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_hits == 1 && ss.prefetch_hits == 3 && ss.expert_misses == 0,
+          "guess hits %lld, prefetch hits %lld, misses %lld", (long long)ss.guess_hits,
+          (long long)ss.prefetch_hits, (long long)ss.expert_misses);
+    /* the cancelled guess's slot comes back; E2 is read on demand, intact */
+    GET(E[2]);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.expert_misses == 1 && ss.expert_bytes_read == 4 * eb && ss.prefetch_failed == 0,
+          "E2 on demand: misses %lld, bytes %lld, failed %lld", (long long)ss.expert_misses,
+          (long long)ss.expert_bytes_read, (long long)ss.prefetch_failed);
+    /* cached E0 E1 E2 E3, all READY: step 3 wants E0 E1; guesses may evict only E2 E3 */
+    ms_store_confirm(s, (int[]){ E[0], E[1] }, 2);
+    ms_store_predict(s, (int[]){ E[5], E[6], E[7] }, 3);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_issued == 4, "two more guesses, then none (%lld)", (long long)ss.guess_issued);
+    CHECK(ms_store_expert_state(s, E[0]) == MS_EXPERT_READY && ms_store_expert_state(s, E[1]) == MS_EXPERT_READY,
+          "a guess evicted a wanted expert");
+    const int64_t h0 = ss.expert_hits;
+    GET(E[0], E[1]);
+    GET(E[5], E[6]);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.expert_hits == h0 + 2 && ss.guess_hits == 3, "hits +%lld, guess hits %lld",
+          (long long)(ss.expert_hits - h0), (long long)ss.guess_hits);
+    /* a right guess that arrived before the confirm: not cancelled, a hit */
+    ms_store_confirm(s, (int[]){ E[9] }, 1);
+    ms_store_predict(s, (int[]){ E[8] }, 1);
+    const int64_t c1 = ss.guess_cancelled;
+    for (int i = 0; i < 2000 && ms_store_expert_state(s, E[8]) != MS_EXPERT_READY; i++) {
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+        ms_store_hint(s, NULL, 0);  /* publishes finished prefetches */
+    }
+    CHECK(ms_store_expert_state(s, E[8]) == MS_EXPERT_READY, "a finished guess is published without a wait");
+    ms_store_confirm(s, (int[]){ E[10] }, 1);   /* E8 was wrong, but already read: kept */
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_cancelled == c1 && ms_store_expert_state(s, E[8]) == MS_EXPERT_READY,
+          "an arrived guess is kept, not cancelled");
+    GET(E[8]);
+#undef GET
+    ms_store_close(s);
+}
+
 int main(void) {
     test_plan_hand();
     test_cache_states();
@@ -952,6 +1050,7 @@ int main(void) {
     }
     test_budgets(&fx);
     test_stats(&fx);
+    test_guesses(&fx);
     test_faults(&fx);
     test_traces(&fx);
     fixture_free(&fx);

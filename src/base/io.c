@@ -87,6 +87,7 @@ typedef struct io_chunk {
     int landed;            /* its bytes are in the buffer (check requests only) */
     int64_t req_pos;       /* index of its request in the batch */
     int64_t run_b, run_e;  /* the landed stretch of data around it, taken at landing */
+    int queued;            /* in the queue (not in flight, not DONE) */
     int n_issued, n_failed, n_again;
     int force_buffered;    /* remainder of a short direct read at an unaligned offset */
     /* the attempt being made (set by attempt_plan) */
@@ -100,6 +101,7 @@ typedef struct io_batch {
     int64_t n_left; /* chunks not yet DONE */
     int failed;
     int waiting;
+    int prio;              /* ms_io_prio: the queue its chunks wait in */
     ms_err err;
     io_chunk *chunks;      /* request order */
     io_chunk **order;      /* issue order: (file, offset) */
@@ -116,11 +118,13 @@ struct ms_io {
     pthread_cond_t cv_done; /* some batch reached n_left == 0 */
     io_file **files;
     int n_files, cap_files;
-    io_chunk *q_head, *q_tail;
+    io_chunk *q_head[MS_IO_N_PRIO], *q_tail[MS_IO_N_PRIO];   /* one FIFO per priority */
+    int64_t q_len;          /* chunks in all queues */
     io_batch *active, *spare;
     uint64_t next_ticket;
     int64_t next_req_index;
     int stop;
+    int paused;             /* ms_io_pause: readers take no new chunk */
     ms_io_stats st;
     pthread_t *threads;
     int n_threads;
@@ -175,26 +179,62 @@ static int64_t now_ns(void) {
 
 /* ----------------------------------------------------------------- queue */
 
+/* Chunks wait in one FIFO per priority (the batch's); the backends take the
+ * head of the most urgent non-empty one. Under io->mu. */
 static void q_push_back(ms_io *io, io_chunk *c) {
+    const int q = c->b->prio;
     c->next = NULL;
-    if (io->q_tail) io->q_tail->next = c;
-    else io->q_head = c;
-    io->q_tail = c;
+    c->queued = 1;
+    if (io->q_tail[q]) io->q_tail[q]->next = c;
+    else io->q_head[q] = c;
+    io->q_tail[q] = c;
+    io->q_len++;
 }
 
 static void q_push_front(ms_io *io, io_chunk *c) {
-    c->next = io->q_head;
-    io->q_head = c;
-    if (!io->q_tail) io->q_tail = c;
+    const int q = c->b->prio;
+    c->next = io->q_head[q];
+    c->queued = 1;
+    io->q_head[q] = c;
+    if (!io->q_tail[q]) io->q_tail[q] = c;
+    io->q_len++;
 }
 
 static io_chunk *q_pop(ms_io *io) {
-    io_chunk *c = io->q_head;
-    if (!c) return NULL;
-    io->q_head = c->next;
-    if (!io->q_head) io->q_tail = NULL;
-    c->next = NULL;
-    return c;
+    for (int q = 0; q < MS_IO_N_PRIO; q++) {
+        io_chunk *c = io->q_head[q];
+        if (!c) continue;
+        io->q_head[q] = c->next;
+        if (!io->q_head[q]) io->q_tail[q] = NULL;
+        c->next = NULL;
+        c->queued = 0;
+        io->q_len--;
+        return c;
+    }
+    return NULL;
+}
+
+/* Take the queued chunks of batch b out of their queue, in queue order, onto
+ * the list *out (linked through next). Returns how many. Under io->mu. */
+static int64_t q_take_batch(ms_io *io, const io_batch *b, io_chunk **out) {
+    const int q = b->prio;
+    io_chunk **pp = &io->q_head[q], *prev = NULL, **tail = out;
+    int64_t n = 0;
+    *out = NULL;
+    while (*pp) {
+        io_chunk *c = *pp;
+        if (c->b != b) { prev = c; pp = &c->next; continue; }
+        *pp = c->next;
+        c->next = NULL;
+        c->queued = 0;
+        *tail = c;
+        tail = &c->next;
+        n++;
+    }
+    io->q_tail[q] = prev;
+    if (!io->q_head[q]) io->q_tail[q] = NULL;
+    io->q_len -= n;
+    return n;
 }
 
 /* --------------------------------------------------- chunk state machine */
@@ -230,6 +270,7 @@ static void attempt_plan(ms_io *io, io_chunk *c) {
     c->cur_short = hit && ft->kind == MS_FAULT_SHORT && c->n_issued == 0;
     c->n_issued++;
     if (!c->cur_inject) io->st.reads_issued++;
+    if (io->p.on_issue) io->p.on_issue(io->p.on_issue_user, c->file, c->off);
 }
 
 /* XOR 0xFF over the part of the injected corruption window that lies in c. */
@@ -378,7 +419,7 @@ static void *pread_worker(void *arg) {
     ms_io *io = arg;
     pthread_mutex_lock(&io->mu);
     for (;;) {
-        while (!io->q_head && !io->stop) pthread_cond_wait(&io->cv_work, &io->mu);
+        while ((!io->q_len || io->paused) && !io->stop) pthread_cond_wait(&io->cv_work, &io->mu);
         io_chunk *c = q_pop(io);
         if (!c) break; /* stop and drained */
         for (;;) {
@@ -431,7 +472,7 @@ static void *uring_thread(void *arg) {
     int n_bad = 0;
     pthread_mutex_lock(&io->mu);
     for (;;) {
-        while (io->inflight < io->p.queue_depth && io->q_head) {
+        while (io->inflight < io->p.queue_depth && io->q_len && !io->paused) {
             io_chunk *c = q_pop(io);
             if (c->b->failed) {
                 chunk_finish(io, c);
@@ -449,7 +490,7 @@ static void *uring_thread(void *arg) {
             io_uring_sqe_set_data(sqe, c);
             io->inflight++;
         }
-        if (io->stop && !io->q_head && io->inflight == 0) break;
+        if (io->stop && !io->q_len && io->inflight == 0) break;
         if (!io->efd_armed) uring_arm_eventfd(io);
         pthread_mutex_unlock(&io->mu);
         int rc = io_uring_submit_and_wait(&io->ring, 1);
@@ -597,6 +638,7 @@ void ms_io_close(ms_io *io) {
     if (!io) return;
     pthread_mutex_lock(&io->mu);
     io->stop = 1;
+    io->paused = 0;         /* queued chunks are drained, not abandoned */
     pthread_cond_broadcast(&io->cv_work);
     pthread_mutex_unlock(&io->mu);
     if (io->ring_ok && io->n_threads) uring_wake(io);
@@ -770,8 +812,16 @@ static io_batch *batch_get(ms_io *io, int64_t n) {
 
 ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket,
                        ms_err *err) {
+    return ms_io_submit_prio(io, reqs, n, MS_IO_PRIO_DEMAND, ticket, err);
+}
+
+ms_status ms_io_submit_prio(ms_io *io, const ms_io_req *reqs, int n, int prio, uint64_t *ticket,
+                            ms_err *err) {
     if (!io || !ticket || n < 0 || (n > 0 && !reqs))
         return ms_err_set(err, MS_E_USAGE, "io: ms_io_submit needs io, ticket and n >= 0 requests");
+    if (prio < 0 || prio >= MS_IO_N_PRIO)
+        return ms_err_set(err, MS_E_USAGE, "io: priority must be 0..%d, got %d", MS_IO_N_PRIO - 1,
+                          prio);
     const int64_t cb = io->p.chunk_bytes;
     pthread_mutex_lock(&io->mu);
     ms_status st = MS_OK;
@@ -841,6 +891,7 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
     for (int64_t k = 0; k < b->n_chunks; k++) b->order[k] = &b->chunks[k];
     if (b->n_chunks > 1) qsort(b->order, (size_t)b->n_chunks, sizeof *b->order, chunk_cmp);
     b->n_left = b->n_chunks;
+    b->prio = prio;
     b->ticket = io->next_ticket++;
     b->next = io->active;
     io->active = b;
@@ -852,6 +903,74 @@ ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket
     pthread_mutex_unlock(&io->mu);
     if (b->n_chunks && io->p.kind == MS_IO_URING) uring_wake(io);
     return MS_OK;
+}
+
+/* The active batch of `ticket`, or NULL. Under io->mu. */
+static io_batch *batch_find(ms_io *io, uint64_t ticket) {
+    io_batch *b = io->active;
+    while (b && b->ticket != ticket) b = b->next;
+    return b;
+}
+
+/* Move b's queued chunks to the DEMAND queue's tail, keeping their order. */
+static void promote_locked(ms_io *io, io_batch *b) {
+    if (b->prio == MS_IO_PRIO_DEMAND) return;
+    io_chunk *l;
+    q_take_batch(io, b, &l);
+    b->prio = MS_IO_PRIO_DEMAND;
+    while (l) {
+        io_chunk *next = l->next;
+        q_push_back(io, l);
+        l = next;
+    }
+}
+
+void ms_io_pause(ms_io *io, int paused) {
+    pthread_mutex_lock(&io->mu);
+    io->paused = paused != 0;
+    if (!io->paused && io->p.kind != MS_IO_URING) pthread_cond_broadcast(&io->cv_work);
+    pthread_mutex_unlock(&io->mu);
+    if (!paused && io->p.kind == MS_IO_URING) uring_wake(io);
+}
+
+int ms_io_poll(ms_io *io, uint64_t ticket) {
+    pthread_mutex_lock(&io->mu);
+    io_batch *b = batch_find(io, ticket);
+    int r = !b || b->waiting ? -1 : b->n_left == 0;
+    pthread_mutex_unlock(&io->mu);
+    return r;
+}
+
+void ms_io_promote(ms_io *io, uint64_t ticket) {
+    pthread_mutex_lock(&io->mu);
+    io_batch *b = batch_find(io, ticket);
+    if (b && !b->waiting) promote_locked(io, b);
+    pthread_mutex_unlock(&io->mu);
+}
+
+int64_t ms_io_cancel(ms_io *io, uint64_t ticket) {
+    pthread_mutex_lock(&io->mu);
+    io_batch *b = batch_find(io, ticket);
+    if (!b || b->waiting) {
+        pthread_mutex_unlock(&io->mu);
+        return -1;
+    }
+    io_chunk *l;
+    int64_t dropped = 0;
+    if (q_take_batch(io, b, &l) > 0) {
+        b->failed = 1;
+        ms_err_set(&b->err, MS_E_IO, "read cancelled (ticket %llu)", (unsigned long long)ticket);
+    }
+    for (; l; l = l->next) {
+        /* the data bytes it would have read: [off, need) minus the skew */
+        const int64_t from = l->off > l->dbeg ? l->off : l->dbeg;
+        if (l->need > from) dropped += l->need - from;
+        io->st.cancelled_chunks++;
+        chunk_finish(io, l);
+    }
+    io->st.cancelled_bytes += dropped;
+    pthread_mutex_unlock(&io->mu);
+    return dropped;
 }
 
 ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *err) {
@@ -868,6 +987,7 @@ ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *
     }
     io_batch *b = *pp;
     b->waiting = 1;
+    promote_locked(io, b);   /* someone waits for it now: no other read goes first */
     while (b->n_left > 0) pthread_cond_wait(&io->cv_done, &io->mu);
     /* unlink: the list may have changed while we slept */
     for (pp = &io->active; *pp != b; pp = &(*pp)->next) MS_ASSERT(*pp != NULL);

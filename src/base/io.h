@@ -40,6 +40,17 @@
  *   chunk_bytes of 2 MiB and a 2 MiB-aligned buffer, each chunk lands in
  *   exactly one huge page.
  *
+ * Priorities: a batch is submitted with a priority (ms_io_prio): DEMAND (a
+ *   thread is or soon will be blocked on it), AHEAD (read-ahead of data surely
+ *   needed later), SPECULATIVE (a prediction that may be wrong). Each
+ *   priority has one FIFO of chunks; a free reader takes the head of the most
+ *   urgent non-empty one, so a demand read never waits behind queued
+ *   read-ahead or guesses, only behind the (at most queue_depth) chunks
+ *   already in flight. Waiting on a ticket promotes its queued chunks to
+ *   DEMAND (no priority inversion); ms_io_promote does so without waiting. A
+ *   guess found wrong is cancelled (ms_io_cancel): its queued chunks are
+ *   dropped without a read, so it costs the disk only what was in flight.
+ *
  * Failures: a short read has its remainder resubmitted (counted in
  *   short_reads); EINTR / EAGAIN are resubmitted; any other error is retried
  *   up to max_retries times (counted in retries); a chunk that still fails,
@@ -159,6 +170,10 @@ typedef struct ms_io_params {
     ms_io_fault fault;   /* MS_FAULT_NONE outside tests */
     ms_io_check_fn check; /* NULL: no request may ask for a check */
     void *check_user;
+    /* tests: called under the layer's lock each time a chunk is taken for a
+       read attempt, with its file and read offset (issue order); NULL = none */
+    void (*on_issue)(void *user, int file, int64_t offset);
+    void *on_issue_user;
 } ms_io_params;
 
 /* Defaults: MS_IO_DIRECT, queue_depth 4, chunk_bytes 2 MiB, max_retries 3,
@@ -206,6 +221,15 @@ int ms_io_file_is_direct(const ms_io *io, int file_index);
 /* Path given to ms_io_add_file (owned by io), or NULL for an unknown index. */
 const char *ms_io_file_path(const ms_io *io, int file_index);
 
+/* Priorities (see "Priorities"): a batch's chunks wait in its priority's
+ * FIFO; a free reader takes the head of the most urgent non-empty FIFO. */
+typedef enum ms_io_prio {
+    MS_IO_PRIO_DEMAND = 0,      /* someone is or will soon be blocked on it */
+    MS_IO_PRIO_AHEAD = 1,       /* read-ahead of data surely needed later */
+    MS_IO_PRIO_SPECULATIVE = 2, /* a guess (expert prediction): may turn out unneeded */
+    MS_IO_N_PRIO = 3
+} ms_io_prio;
+
 typedef struct ms_io_req {
     int file;        /* index from ms_io_add_file */
     int64_t offset;  /* byte offset of the data in the file, >= 0 */
@@ -242,6 +266,35 @@ static inline int64_t ms_io_skew(int64_t offset) { return offset % MS_IO_ALIGN; 
 ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket,
                        ms_err *err);
 
+/* ms_io_submit with a priority (ms_io_prio; ms_io_submit is MS_IO_PRIO_DEMAND).
+ * MS_E_USAGE for a priority out of range. */
+ms_status ms_io_submit_prio(ms_io *io, const ms_io_req *reqs, int n, int prio, uint64_t *ticket,
+                            ms_err *err);
+
+/* 1 when every chunk of `ticket` is complete (a wait would not block), 0 when
+ * some are queued or in flight, -1 for a ticket that is unknown, already waited
+ * or being waited. Does not consume the ticket. Thread-safe. */
+int ms_io_poll(ms_io *io, uint64_t ticket);
+
+/* Move the chunks of `ticket` still queued to the tail of the DEMAND FIFO (in
+ * their order); ms_io_wait does this itself. No-op for an unknown ticket.
+ * Thread-safe. */
+void ms_io_promote(ms_io *io, uint64_t ticket);
+
+/* Drop the chunks of `ticket` still queued (none of their bytes is read);
+ * chunks in flight finish as they would. Returns the data bytes dropped (0:
+ * nothing was queued, the batch completes as if never cancelled), or -1 for an
+ * unknown / waited ticket. When anything was dropped the batch has failed: its
+ * wait returns MS_E_IO "read cancelled", its buffers hold partial data, and it
+ * must still be waited (ms_io_poll tells when that no longer blocks). Counted
+ * in cancelled_chunks / cancelled_bytes. Thread-safe. */
+int64_t ms_io_cancel(ms_io *io, uint64_t ticket);
+
+/* 1: readers take no new chunk (those in flight finish); 0: resume. Lets a
+ * test queue several batches and then watch the order they are read in.
+ * Thread-safe. */
+void ms_io_pause(ms_io *io, int paused);
+
 /* Block until every request of `ticket` is complete, then consume the ticket.
  * Returns MS_OK when every byte of every request is in its buffer, else the
  * batch's first error (MS_E_IO, message naming the file and offset); in both
@@ -270,6 +323,7 @@ typedef struct ms_io_stats {
     int64_t checks;       /* calls of the check hook */
     int64_t check_ns;     /* time I/O threads spent in the check hook */
     int64_t check_bytes;  /* bytes the hook reported checked and matching */
+    int64_t cancelled_chunks, cancelled_bytes;  /* dropped by ms_io_cancel (data bytes) */
 } ms_io_stats;
 
 /* Snapshot of the counters since open. Thread-safe. */

@@ -15,7 +15,7 @@ typedef struct cli_opts {
     int64_t max_context;
     int64_t trunk_bytes, expert_bytes;
     const char *io_backend, *cache_policy, *trace_path;
-    int io_queue_depth, no_readahead, fault_kind, predict_experts;
+    int io_queue_depth, no_readahead, fault_kind, no_predict_experts;
     int64_t fault_at_read;
     const char *sums_path;      /* --sums PATH */
     int no_verify;              /* --no-verify */

@@ -55,7 +55,8 @@ static void usage(FILE *f) {
         "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight\n"
         "  --cache lru|s3fifo   expert cache policy              --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
-        "  --predict-experts    prefetch the next layer's experts predicted by its router\n"
+        "  --no-predict-experts do not prefetch the next layer's experts predicted by its\n"
+        "                       router (they are by default, while decoding)\n"
         "  --speculate K        decode: verify up to K tokens drafted by prompt lookup in one\n"
         "                       pass over the weights (0 = off, the default; same output bits)\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
@@ -71,7 +72,8 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--quiet")) { o->quiet = 1; return 1; }
     if (!strcmp(a, "--no-readahead")) { o->no_readahead = 1; return 1; }
-    if (!strcmp(a, "--predict-experts")) { o->predict_experts = 1; return 1; }
+    if (!strcmp(a, "--no-predict-experts")) { o->no_predict_experts = 1; return 1; }
+    if (!strcmp(a, "--predict-experts")) { o->no_predict_experts = 0; return 1; }   /* the default */
     if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 1; }
     if (!strcmp(a, "--sums")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
@@ -155,7 +157,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.cache_policy = o->cache_policy;
     ep.no_readahead = o->no_readahead;
     ep.trace_path = o->trace_path;
-    ep.predict_experts = o->predict_experts;
+    ep.no_predict_experts = o->no_predict_experts;
     ep.fault_kind = o->fault_kind;
     ep.fault_at_read = o->fault_at_read;
     ep.sums_path = o->sums_path;

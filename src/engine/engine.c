@@ -284,6 +284,9 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->readahead_used = ss.ra_used;
     st->prefetch_issued = ss.prefetch_issued;
     st->prefetch_hits = ss.prefetch_hits;
+    st->guess_issued = ss.guess_issued;
+    st->guess_hits = ss.guess_hits;
+    st->guess_cancelled = ss.guess_cancelled;
     st->peak_rss_bytes = peak_rss_bytes();
     st->verify_on = e->sums != NULL;
     st->verify_bytes = ss.verify_bytes;
@@ -397,7 +400,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     s->rb.n_rec = 0;                        /* any feed ends the previous record */
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, e->p.predict_experts, record ? &s->rb : NULL };
+    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, record ? &s->rb : NULL };
     double t0 = now_s();
     ms_status st = MS_OK;
     for (int64_t i = 0; i < n && st == MS_OK; i += MS_CHUNK) {

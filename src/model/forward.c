@@ -511,15 +511,17 @@ static void topk(const float *choice, int64_t E, int64_t k, int32_t *idx) {
     }
 }
 
-/* Prefetch hint for the NEXT MoE layer during decode: apply its router to this
+/* Guesses for the NEXT MoE layer during decode: apply its router to this
  * layer's FFN input f->x (the "next-layer router" predictor: ~59% of K3's
- * choices, 63% on the bench checkpoint) and start reading up to n_max of the
- * predicted experts, most confident first. Called as soon as this layer's own
- * reads are issued, so the disk goes on from them to the predicted ones while
- * this layer's experts and the next layer's attention compute, instead of
- * idling until the next router has run. Only when that router is resident (no
- * read is issued to get it). A hint never changes a result: it only moves
- * reads earlier (own scratch: this layer's selection stays intact). */
+ * choices, 63% on the bench checkpoint) and read up to n_max of the predicted
+ * experts as guesses (ms_store_predict), most confident first. Called as soon
+ * as this layer's own reads are issued, so the disk goes on from them to the
+ * predicted ones while this layer's experts and the next layer's attention
+ * compute, instead of idling until the next router has run; that layer's
+ * ms_store_confirm then promotes the right guesses and cancels the wrong ones
+ * still queued. Only when that router is resident (no read is issued to get
+ * it). A guess never changes a result: it only moves reads earlier (own
+ * scratch: this layer's selection stays intact). */
 static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
     const ms_model *m = c->m;
     const ms_config *cf = &m->cfg;
@@ -541,7 +543,7 @@ static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t
     const int64_t n = n_max < k ? n_max : k;
     for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];
     ms_store_release(c->store, N->ffn_region);
-    ms_store_hint(c->store, f->pregion, (int)n);
+    ms_store_predict(c->store, f->pregion, (int)n);
 }
 
 static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base,
@@ -578,14 +580,17 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     for (int64_t i = 0; i < T * k; i++) f->ecount[f->sel[i]]++;
     for (int64_t e = 0; e < E; e++)
         if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
+    /* the wanted set of this step: guesses among them become demand reads,
+     * the other guesses still queued are cancelled */
+    ms_store_confirm(c->store, f->eregion, n_used);
     /* where each one is before any new read: in memory, in flight (a
      * prediction or a cache slot still loading), or not yet asked for */
     for (int iu = 0; iu < n_used; iu++) f->estate[iu] = ms_store_expert_state(c->store, f->eregion[iu]);
     const int cap_hint = ms_store_expert_capacity(c->store);
     ms_store_hint(c->store, f->eregion, n_used < cap_hint ? n_used : cap_hint);
-    /* the next layer's likely experts queue behind this layer's reads, in the
-     * slots this layer leaves free */
-    if (T == 1 && c->predict) hint_next_layer(c, f, L, cap_hint - n_used);
+    /* the next layer's likely experts queue behind this layer's reads (as
+     * guesses: behind every demand read, never evicting this layer's) */
+    if (T == 1 && c->predict) hint_next_layer(c, f, L, k);
     /* latent input */
     mm_bf16(c, f->z, lat, base, &L->lat_down, f->x, H, T);
     /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted);
@@ -846,7 +851,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         if (!(base = ms_store_acquire(c->store, L->ffn_region, err)))
             return with_context(err, err->status, "layer %d FFN weights", il);
         if (L->is_dense) {
-            if (T == 1 && c->predict) hint_next_layer(c, f, L, ms_store_expert_capacity(c->store));
+            if (T == 1 && c->predict) hint_next_layer(c, f, L, cf->num_experts_per_token);
             dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
         } else {
             s = moe_forward(c, f, L, base, T, err);

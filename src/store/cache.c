@@ -60,7 +60,8 @@ void ms_cache_free(ms_cache *c) {
 
 static int evictable(void *user, int slot) {
     const ms_cache *c = user;
-    return c->slots[slot].state == MS_SLOT_READY && c->slots[slot].pins == 0;
+    const ms_cache_slot *x = &c->slots[slot];
+    return x->state == MS_SLOT_READY && x->pins == 0 && !(c->veto && c->veto(c->veto_user, x->key));
 }
 
 int ms_cache_reserve(ms_cache *c, int key, int *evicted_key, int *evicted_prefetched) {
@@ -84,6 +85,7 @@ int ms_cache_reserve(ms_cache *c, int key, int *evicted_key, int *evicted_prefet
     ms_cache_slot *x = &c->slots[s];
     x->state = MS_SLOT_LOADING;
     x->prefetched = 0;
+    x->cancelled = 0;
     x->pins = 0;
     x->key = key;
     x->ticket = 0;

@@ -80,6 +80,7 @@ const char *ms_policy_names(void);
 typedef struct ms_cache_slot {
     uint8_t state;          /* ms_slot_state */
     uint8_t prefetched;     /* loaded by a hint and not used since */
+    uint8_t cancelled;      /* LOADING: its read was cancelled (the store frees it) */
     int32_t pins;
     int32_t key;            /* -1 when FREE */
     uint64_t ticket;        /* the store's pending read while LOADING (0 = none) */
@@ -94,6 +95,10 @@ typedef struct ms_cache {
     const ms_policy_ops *pol;
     void *pol_state;
     int64_t evictions;
+    /* optional: a READY slot whose key veto(veto_user, key) rejects is not
+     * evictable (the store sets it while it reserves slots for guesses) */
+    int (*veto)(void *user, int key);
+    void *veto_user;
 } ms_cache;
 
 /* Allocate a directory of n_slots (>= 1) slots for keys in [0, n_keys) with
@@ -109,7 +114,7 @@ static inline int ms_cache_find(const ms_cache *c, int key) { return c->slot_of[
 /* Map `key` (not mapped) to a slot in state LOADING with 0 pins: a FREE slot
  * if any, else the policy's victim (its key is unmapped; *evicted_key gets it,
  * else -1; *evicted_prefetched gets the victim's prefetched flag). Returns
- * the slot, or -1 when every slot is LOADING or pinned. Allocates nothing. */
+ * the slot, or -1 when every slot is LOADING, pinned or vetoed. Allocates nothing. */
 int ms_cache_reserve(ms_cache *c, int key, int *evicted_key, int *evicted_prefetched);
 
 /* LOADING -> READY; the policy starts tracking the slot. */

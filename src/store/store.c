@@ -29,6 +29,16 @@
  *   every ticket is waited; a region is published READY only when its read
  *   succeeded. Any failure frees the failed slots, unpins the rest and fails
  *   the call with no pointer handed out (invariant 2 of store.h).
+ * Prefetches: hints (PF_HINT, demand priority) and guesses (PF_GUESS,
+ *   speculative priority, ms_store_predict) reserve slots without blocking
+ *   and never evict an expert wanted in the current step (want[key] ==
+ *   want_gen: confirmed or hinted, not yet acquired; the cache's veto). An
+ *   unheld prefetch that finished is published by reap_prefetches at the
+ *   next hint / predict / confirm (no wait); ms_store_confirm promotes the
+ *   right guesses and cancels the wrong ones still queued (cancelled = 1:
+ *   the slot is freed once its in-flight chunks land, its dropped bytes are
+ *   taken off expert_bytes_read). Trunk read-aheads read at AHEAD priority,
+ *   behind demand reads.
  * Verification (with params.sums): every region read asks the I/O layer to
  *   check it as it lands (io_check below, on the I/O layer's checker
  *   threads: each 1 MiB block is hashed once, when the chunk that completes
@@ -121,6 +131,8 @@ struct ms_store {
     int *key_region;            /* key -> region id */
     int64_t *seen;              /* key -> batch stamp (distinctness check) */
     int64_t batch_no;
+    int64_t *want;              /* key -> want_gen when the model asked for it in this step */
+    int64_t want_gen;           /* bumped by ms_store_confirm */
     /* scratch, sized at start */
     int *b_slot, *b_kind, *b_idx, *b_miss;
     uint8_t *b_ok;              /* [slot]: its demand read of this batch arrived */
@@ -268,6 +280,7 @@ void ms_store_close(ms_store *s) {
     free(s->key_region);
     free(s->seen);
     free(s->b_slot);
+    free(s->want);
     free(s->b_kind);
     free(s->b_idx);
     free(s->b_miss);
@@ -361,13 +374,15 @@ int ms_store_expert_state(const ms_store *s, int region_id) {
     const region *r = &s->regions[region_id];
     if (r->cls != MS_REGION_EXPERT || !s->cache_on) return MS_EXPERT_ABSENT;
     const int slot = ms_cache_find(&s->cache, r->key);
-    if (slot < 0) return MS_EXPERT_ABSENT;
+    if (slot < 0 || s->cache.slots[slot].cancelled) return MS_EXPERT_ABSENT;
     return s->cache.slots[slot].state == MS_SLOT_READY ? MS_EXPERT_READY : MS_EXPERT_LOADING;
 }
 
 const ms_plan *ms_store_get_plan(const ms_store *s) {
     return (s->started || s->start_failed) ? &s->plan : NULL;
 }
+
+ms_io *ms_store_io(ms_store *s) { return s->io; }
 
 int ms_store_expert_capacity(const ms_store *s) { return s->cache_on ? s->cache.n_slots : 0; }
 
@@ -381,17 +396,23 @@ static void count_read(ms_store *s, const region *r) {
 }
 
 /* Submit the reads of region r into buf (laid out as the region buffer). */
-static ms_status submit_region(ms_store *s, const region *r, uint8_t *buf, uint64_t *ticket,
-                               ms_err *err) {
+static ms_status submit_region_prio(ms_store *s, const region *r, uint8_t *buf, int prio,
+                                    uint64_t *ticket, ms_err *err) {
     for (int i = 0; i < r->n_ranges; i++) {
         const ms_range *g = &r->ranges[i];
         s->reqs[i] = (ms_io_req){ s->file_of[g->shard], g->offset, g->n_bytes,
                                   buf + r->pos[i] - ms_io_skew(g->offset),
                                   s->sums && !s->p.verify_sync };
     }
-    ms_status st = ms_io_submit(s->io, s->reqs, r->n_ranges, ticket, err);
+    ms_status st = ms_io_submit_prio(s->io, s->reqs, r->n_ranges, prio, ticket, err);
     if (st == MS_OK) count_read(s, r);
     return st;
+}
+
+/* A read someone waits for now or soon. */
+static ms_status submit_region(ms_store *s, const region *r, uint8_t *buf, uint64_t *ticket,
+                               ms_err *err) {
+    return submit_region_prio(s, r, buf, MS_IO_PRIO_DEMAND, ticket, err);
 }
 
 /* Wait for a ticket. The verdict of the I/O threads' checks goes to *check
@@ -553,13 +574,15 @@ static ms_status plan_and_allocate(ms_store *s, ms_err *err) {
     }
     s->key_region = malloc(((size_t)s->n_expert + 1) * sizeof *s->key_region);
     s->seen = malloc(((size_t)s->n_expert + 1) * sizeof *s->seen);
+    s->want = calloc((size_t)s->n_expert + 1, sizeof *s->want);
+    s->want_gen = 1;            /* want[] = 0: nothing wanted yet */
     s->b_slot = malloc(((size_t)n_slots + 1) * sizeof *s->b_slot);
     s->b_kind = malloc(((size_t)n_slots + 1) * sizeof *s->b_kind);
     s->b_idx = malloc(((size_t)n_slots + 1) * sizeof *s->b_idx);
     s->b_miss = malloc(((size_t)n_slots + 1) * sizeof *s->b_miss);
     s->b_ok = calloc((size_t)n_slots + 1, 1);
     s->reqs = malloc(((size_t)s->max_ranges + 1) * sizeof *s->reqs);
-    if (!s->key_region || !s->seen || !s->b_slot || !s->b_kind || !s->b_idx || !s->b_miss || !s->b_ok || !s->reqs)
+    if (!s->key_region || !s->seen || !s->want || !s->b_slot || !s->b_kind || !s->b_idx || !s->b_miss || !s->b_ok || !s->reqs)
         return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
     for (int i = 0; i < s->n_regions; i++)
         if (s->regions[i].cls == MS_REGION_EXPERT) s->key_region[s->regions[i].key] = i;
@@ -669,7 +692,8 @@ static void ring_readahead(ms_store *s, int p, int ahead) {
         ring_slot *q = &s->ring[best];
         ms_err e2;
         ms_err_clear(&e2);
-        if (submit_region(s, &s->regions[id], q->buf, &q->ticket, &e2) != MS_OK) break;
+        if (submit_region_prio(s, &s->regions[id], q->buf, MS_IO_PRIO_AHEAD, &q->ticket, &e2) != MS_OK)
+            break;
         q->region = id;
         q->state = RS_LOADING;
         q->readahead = 1;
@@ -740,17 +764,61 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
 
 enum { K_HIT = 0, K_PENDING = 1, K_MISS = 2 };
 
+/* prefetched: how a LOADING / READY slot's bytes were asked for before use */
+enum { PF_NONE = 0, PF_HINT = 1, PF_GUESS = 2 };
+
+/* An unheld prefetch still loading (cancelled or not). */
+static int prefetch_loading(const ms_cache_slot *c) {
+    return c->state == MS_SLOT_LOADING && c->pins == 0 && c->prefetched;
+}
+
+/* Wait for prefetch slot i (prefetch_loading) and publish it; free it when
+ * its read failed or was cancelled. */
+static void finish_prefetch(ms_store *s, int i) {
+    ms_cache_slot *c = &s->cache.slots[i];
+    ms_err e2;
+    ms_err_clear(&e2);
+    if (c->cancelled) {
+        ms_err dropped;
+        wait_ticket(s, c->ticket, NULL, &dropped, &e2);
+        ms_cache_abort(&s->cache, i);
+    } else if (land(s, &s->regions[s->key_region[c->key]], slot_buf(s, i), c->ticket, NULL, &e2) ==
+               MS_OK) {
+        ms_cache_publish(&s->cache, i);
+    } else {
+        s->stats.prefetch_failed++;
+        ms_cache_abort(&s->cache, i);
+    }
+}
+
 /* Wait for every prefetch still loading with no holder; publish what arrived. */
 static void drain_prefetches(ms_store *s) {
+    for (int i = 0; i < s->cache.n_slots; i++)
+        if (prefetch_loading(&s->cache.slots[i])) finish_prefetch(s, i);
+}
+
+/* Publish (or free) every unheld prefetch whose read has finished, without
+ * blocking: a guess that arrived becomes an evictable READY slot at once
+ * instead of holding its slot until a drain. */
+static void reap_prefetches(ms_store *s) {
     for (int i = 0; i < s->cache.n_slots; i++) {
-        ms_cache_slot *c = &s->cache.slots[i];
-        if (c->state != MS_SLOT_LOADING || c->pins > 0 || !c->prefetched) continue;
-        ms_err e2;
-        ms_err_clear(&e2);
-        if (land(s, &s->regions[s->key_region[c->key]], slot_buf(s, i), c->ticket, NULL, &e2) == MS_OK)
-            ms_cache_publish(&s->cache, i);
-        else { s->stats.prefetch_failed++; ms_cache_abort(&s->cache, i); }
+        const ms_cache_slot *c = &s->cache.slots[i];
+        if (prefetch_loading(c) && ms_io_poll(s->io, c->ticket) == 1) finish_prefetch(s, i);
     }
+}
+
+/* Veto for prefetch reservations: an expert the model asked for in this step
+ * (ms_store_confirm, ms_store_hint) and has not acquired yet. */
+static int wanted_now(void *user, int key) {
+    const ms_store *s = user;
+    return s->want[key] == s->want_gen;
+}
+
+/* The first use of a prefetched slot. */
+static void count_prefetch_hit(ms_store *s, ms_cache_slot *cs) {
+    if (cs->prefetched == PF_GUESS) s->stats.guess_hits++;
+    cs->prefetched = PF_NONE;
+    s->stats.prefetch_hits++;
 }
 
 static int reserve_slot(ms_store *s, int key) {
@@ -781,6 +849,7 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
         const int key = s->regions[regions[idx[j]]].key;
         MS_ASSERT(s->seen[key] != b);   /* an expert twice in one batch */
         s->seen[key] = b;
+        s->want[key] = 0;               /* asked for and got: no longer protected */
         s->b_slot[j] = regions[idx[j]]; /* region ids, for the trace */
     }
     if (s->trace) ms_trace_write(s->trace, b, s->b_slot, n);
@@ -789,13 +858,17 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
     for (int j = 0; j < n; j++) {
         const int key = s->regions[regions[idx[j]]].key;
         int slot = ms_cache_find(c, key);
+        if (slot >= 0 && c->slots[slot].cancelled) {
+            finish_prefetch(s, slot);   /* a cancelled guess: its in-flight chunks land, then a miss */
+            slot = -1;
+        }
         s->b_slot[j] = slot;
         if (slot < 0) { s->b_kind[j] = K_MISS; continue; }
         ms_cache_slot *cs = &c->slots[slot];
         cs->pins++;
         if (cs->state == MS_SLOT_LOADING) { s->b_kind[j] = K_PENDING; continue; }
         s->b_kind[j] = K_HIT;
-        if (cs->prefetched) { cs->prefetched = 0; s->stats.prefetch_hits++; }
+        if (cs->prefetched) { count_prefetch_hit(s, cs); }
         else { s->stats.expert_hits++; ms_cache_touch(c, slot); }
     }
     /* 2. prefetches in flight: wait; a failed one becomes a miss */
@@ -807,8 +880,7 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
         ms_err_clear(&e2);
         if (land(s, &s->regions[regions[idx[j]]], slot_buf(s, slot), cs->ticket, NULL, &e2) == MS_OK) {
             ms_cache_publish(c, slot);
-            cs->prefetched = 0;
-            s->stats.prefetch_hits++;
+            count_prefetch_hit(s, cs);
             s->b_kind[j] = K_HIT;
         } else {
             s->stats.prefetch_failed++;
@@ -874,26 +946,77 @@ static ms_status expert_batch(ms_store *s, const int *regions, const int *idx, i
     return MS_OK;
 }
 
-void ms_store_hint(ms_store *s, const int *regions, int n) {
-    if (!s->started || !s->cache_on || s->plan.experts_resident) return;
+/* Start reading the uncached experts among regions[0..n) into slots the
+ * cache can give without blocking or evicting a wanted expert, at priority
+ * prio, marking them `how`. */
+static void prefetch(ms_store *s, const int *regions, int n, int prio, int how) {
+    s->cache.veto = wanted_now;
+    s->cache.veto_user = s;
     for (int i = 0; i < n; i++) {
         MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
         const region *r = &s->regions[regions[i]];
         if (r->cls != MS_REGION_EXPERT || ms_cache_find(&s->cache, r->key) >= 0) continue;
         int ek, ep;
         int slot = ms_cache_reserve(&s->cache, r->key, &ek, &ep);   /* no blocking drain */
-        if (slot < 0) return;
+        if (slot < 0) break;
         if (ek >= 0 && ep) s->stats.prefetch_wasted++;
         ms_cache_slot *cs = &s->cache.slots[slot];
         ms_err e2;
         ms_err_clear(&e2);
-        if (submit_region(s, r, slot_buf(s, slot), &cs->ticket, &e2) != MS_OK) {
+        if (submit_region_prio(s, r, slot_buf(s, slot), prio, &cs->ticket, &e2) != MS_OK) {
             ms_cache_abort(&s->cache, slot);
-            return;
+            break;
         }
-        cs->prefetched = 1;
+        cs->prefetched = (uint8_t)how;
         s->stats.prefetch_issued++;
+        if (how == PF_GUESS) s->stats.guess_issued++;
     }
+    s->cache.veto = NULL;
+    s->cache.veto_user = NULL;
+}
+
+void ms_store_hint(ms_store *s, const int *regions, int n) {
+    if (!s->started || !s->cache_on || s->plan.experts_resident) return;
+    reap_prefetches(s);
+    for (int i = 0; i < n; i++) {
+        MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
+        const region *r = &s->regions[regions[i]];
+        if (r->cls == MS_REGION_EXPERT) s->want[r->key] = s->want_gen;
+    }
+    prefetch(s, regions, n, MS_IO_PRIO_DEMAND, PF_HINT);
+}
+
+void ms_store_confirm(ms_store *s, const int *regions, int n) {
+    if (!s->started || !s->cache_on || s->plan.experts_resident) return;
+    s->want_gen++;
+    ms_cache *c = &s->cache;
+    for (int i = 0; i < n; i++) {
+        MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
+        const region *r = &s->regions[regions[i]];
+        if (r->cls != MS_REGION_EXPERT) continue;
+        s->want[r->key] = s->want_gen;
+        const int slot = ms_cache_find(c, r->key);
+        if (slot >= 0 && c->slots[slot].state == MS_SLOT_LOADING && !c->slots[slot].cancelled)
+            ms_io_promote(s->io, c->slots[slot].ticket);   /* a right guess: needed now */
+    }
+    for (int i = 0; i < c->n_slots; i++) {
+        ms_cache_slot *cs = &c->slots[i];
+        if (!prefetch_loading(cs) || cs->prefetched != PF_GUESS || cs->cancelled ||
+            s->want[cs->key] == s->want_gen)
+            continue;
+        const int64_t dropped = ms_io_cancel(s->io, cs->ticket);
+        if (dropped <= 0) continue;     /* all of it in flight or landed: it completes */
+        cs->cancelled = 1;
+        s->stats.expert_bytes_read -= dropped;
+        s->stats.guess_cancelled++;
+    }
+    reap_prefetches(s);
+}
+
+void ms_store_predict(ms_store *s, const int *regions, int n) {
+    if (!s->started || !s->cache_on || s->plan.experts_resident) return;
+    reap_prefetches(s);
+    prefetch(s, regions, n, MS_IO_PRIO_SPECULATIVE, PF_GUESS);
 }
 
 /* ---------------------------------------------------------- acquire API */

@@ -113,6 +113,11 @@ typedef struct ms_store_stats {
     int64_t resident_bytes;     /* bytes the store allocated for weights (the plan's total) */
     int64_t expert_misses;      /* demand reads of experts */
     int64_t prefetch_issued, prefetch_hits, prefetch_wasted, prefetch_failed;
+    int64_t guess_issued;       /* part of prefetch_issued made by ms_store_predict */
+    int64_t guess_hits;         /* part of prefetch_hits served by a guess */
+    int64_t guess_cancelled;    /* guesses cancelled by ms_store_confirm before all their
+                                   bytes were read (their unread bytes are not counted in
+                                   expert_bytes_read) */
     int64_t ra_issued;          /* trunk read-aheads submitted */
     int64_t ra_used;            /* acquires served by a read-ahead */
     int64_t ra_wasted;          /* read-aheads overwritten or dropped unused */
@@ -195,10 +200,27 @@ int ms_store_expert_capacity(const ms_store *s);
 
 /* Hint that EXPERT regions will be acquired soon: start reading the ones not
  * cached into free or victim slots (never evicting pinned or loading ones;
- * stops quietly when no slot can be had). Non-expert regions are ignored.
- * A failed prefetch is not an error: the acquire reads again on demand.
- * Compute thread only; allocates nothing. */
+ * stops quietly when no slot can be had), as demand reads (base/io.h,
+ * "Priorities"). They count as wanted in this step (see ms_store_confirm).
+ * Non-expert regions are ignored. A failed prefetch is not an error: the
+ * acquire reads again on demand. Compute thread only; allocates nothing. */
 void ms_store_hint(ms_store *s, const int *regions, int n);
+
+/* Guesses: EXPERT regions that MAY be acquired later (the next layer's
+ * predicted experts), most likely first. Read like hints, but as speculative
+ * reads (behind every demand read and read-ahead) and only into free slots or
+ * victims that are not wanted in this step, so a guess never evicts an
+ * expert the model asked for. Stops at the first that gets no slot. */
+void ms_store_predict(ms_store *s, const int *regions, int n);
+
+/* A new step: regions[0..n) are the experts the model needs now (a layer's
+ * routed experts, known once its router ran). They become the wanted set
+ * (replacing the last one): guesses among them still in flight are promoted to
+ * demand reads; every other guess still in flight is cancelled (its unread
+ * chunks dropped; the slot frees itself once the rest lands). Guesses that
+ * arrived stay cached as evictable. Every finished prefetch is published
+ * without blocking. Changes no byte handed out. */
+void ms_store_confirm(ms_store *s, const int *regions, int n);
 
 /* Copy n_bytes at byte `rel` of a region's data (rel counts from the start of
  * the region's first range, as if its ranges were concatenated) into dst,
@@ -220,6 +242,10 @@ int ms_store_region_resident(const ms_store *s, int region);
  * MS_EXPERT_ABSENT. A model orders its computation by it; it changes nothing. */
 enum { MS_EXPERT_ABSENT = 0, MS_EXPERT_LOADING = 1, MS_EXPERT_READY = 2 };
 int ms_store_expert_state(const ms_store *s, int region);
+
+/* The store's I/O layer (tests pause it, base/io.h ms_io_pause, to queue
+ * reads deterministically); valid until ms_store_close. */
+ms_io *ms_store_io(ms_store *s);
 
 /* The plan of the last ms_store_start (also after a refusal), or NULL. */
 const ms_plan *ms_store_get_plan(const ms_store *s);
