@@ -1040,6 +1040,50 @@ static void test_guesses(fixture *fx) {
     ms_store_close(s);
 }
 
+/* ms_store_peek: bytes of what is in memory now, nothing else; a streamed
+ * region whose read-ahead finished is taken without a wait, and its acquire
+ * still counts as served by the read-ahead. */
+static void test_peek(fixture *fx) {
+    ms_err err;
+    ms_store *s = NULL;
+    ms_err_clear(&err);
+    cfg c0 = { 0, MS_IO_PREAD, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 0 };
+    store_make(fx, &c0, &s, &err);
+    const int64_t floor = ms_store_get_plan(s)->floor_bytes;
+    ms_store_close(s);
+    cfg c = { floor, MS_IO_PREAD, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 0 };
+    ms_err_clear(&err);
+    if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
+    int st[16], n_st = 0, pinned = -1;
+    for (int t = 0; t < fx->n_trunk; t++) {
+        if (!ms_store_region_resident(s, fx->trunk[t])) st[n_st++] = fx->trunk[t];
+        else pinned = fx->trunk[t];
+    }
+    CHECK(n_st >= 4, "the floor streams %d trunk regions", n_st);
+    if (pinned >= 0) CHECK(verify_region(fx, pinned, ms_store_peek(s, pinned)) == 0, "peek of a pinned region");
+    ms_store_reset_stats(s);
+    const uint8_t *b = ms_store_acquire(s, st[0], &err);     /* reads st[0], reads st[1] ahead */
+    CHECK(b && verify_region(fx, st[0], b) == 0, "acquire %s", err.msg);
+    CHECK(ms_store_peek(s, st[3]) == NULL, "a streamed region not in the ring is not in memory");
+    const uint8_t *pk = NULL;
+    for (int i = 0; i < 5000 && !(pk = ms_store_peek(s, st[1])); i++)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    CHECK(pk && verify_region(fx, st[1], pk) == 0, "a finished read-ahead is peeked without a wait");
+    ms_store_stats ss;
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.trunk_bytes_read == region_data_bytes(fx, st[0]) + region_data_bytes(fx, st[1]) &&
+          ss.ra_issued == 1 && ss.trunk_sync_reads == 1, "peeks read nothing: %lld bytes, %lld read-aheads",
+          (long long)ss.trunk_bytes_read, (long long)ss.ra_issued);
+    ms_store_release(s, st[0]);
+    b = ms_store_acquire(s, st[1], &err);
+    CHECK(b == pk && verify_region(fx, st[1], b) == 0, "acquire after peek: same bytes");
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.ra_used == 1 && ss.trunk_sync_reads == 1, "the peeked read-ahead serves the acquire (%lld used)",
+          (long long)ss.ra_used);
+    ms_store_release(s, st[1]);
+    ms_store_close(s);
+}
+
 int main(void) {
     test_plan_hand();
     test_cache_states();
@@ -1051,6 +1095,7 @@ int main(void) {
     test_budgets(&fx);
     test_stats(&fx);
     test_guesses(&fx);
+    test_peek(&fx);
     test_faults(&fx);
     test_traces(&fx);
     fixture_free(&fx);

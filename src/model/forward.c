@@ -519,22 +519,20 @@ static void topk(const float *choice, int64_t E, int64_t k, int32_t *idx) {
  * predicted ones while this layer's experts and the next layer's attention
  * compute, instead of idling until the next router has run; that layer's
  * ms_store_confirm then promotes the right guesses and cancels the wrong ones
- * still queued. Only when that router is resident (no read is issued to get
- * it). A guess never changes a result: it only moves reads earlier (own
+ * still queued. Only when that router is in memory (no read is issued or
+ * waited for to get it). A guess never changes a result: it only moves reads earlier (own
  * scratch: this layer's selection stays intact). */
 static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
     const ms_model *m = c->m;
     const ms_config *cf = &m->cfg;
     if (L->index + 1 >= m->n_layer || n_max <= 0) return;
     const ms_layer *N = &m->layers[L->index + 1];
-    if (N->is_dense || !ms_store_region_resident(c->store, N->ffn_region) ||
-        ms_store_region_resident(c->store, N->expert_region0))
-        return;     /* no router to apply without a read, or nothing to read */
-    const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
-    ms_err err;
-    ms_err_clear(&err);
-    const uint8_t *nb = ms_store_acquire(c->store, N->ffn_region, &err);
+    if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return;
+    /* its router, if in memory now (pinned, or streamed and already read
+     * ahead); the pointer is used before the next store call */
+    const uint8_t *nb = ms_store_peek(c->store, N->ffn_region);
     if (!nb) return;
+    const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
     mm_bf16(c, f->prl, E, nb, &N->router, f->x, H, 1);
     const float *bias = vec(nb, &N->router_bias, f->vec0);
     float *choice = f->tmp;
@@ -542,7 +540,6 @@ static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t
     topk(choice, E, k, f->psel);
     const int64_t n = n_max < k ? n_max : k;
     for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];
-    ms_store_release(c->store, N->ffn_region);
     ms_store_predict(c->store, f->pregion, (int)n);
 }
 

@@ -702,28 +702,34 @@ static void ring_readahead(ms_store *s, int p, int ahead) {
     }
 }
 
+/* Wait for ring slot k's read if it is LOADING. 1: READY; 0: the read failed
+ * and the slot is empty again. */
+static int ring_land(ms_store *s, int k) {
+    ring_slot *q = &s->ring[k];
+    if (q->state != RS_LOADING) return 1;
+    ms_err e2;
+    ms_err_clear(&e2);
+    ms_status st = land(s, &s->regions[q->region], q->buf, q->ticket, &s->stats.ra_wait_ns, &e2);
+    q->ticket = 0;
+    if (st == MS_OK) {
+        q->state = RS_READY;
+        return 1;
+    }
+    s->stats.ra_failed++;
+    q->readahead = 0;
+    q->state = RS_FREE;
+    ring_evict(s, k);
+    return 0;
+}
+
 static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
     region *r = &s->regions[id];
     const int p = r->stream_pos;
     int k = r->ring_slot;
+    if (k >= 0 && !ring_land(s, k)) k = -1;     /* a failed read-ahead is read on demand below */
     if (k >= 0) {
         ring_slot *q = &s->ring[k];
-        if (q->state == RS_LOADING) {
-            ms_err e2;
-            ms_err_clear(&e2);
-            ms_status st = land(s, r, q->buf, q->ticket, &s->stats.ra_wait_ns, &e2);
-            q->ticket = 0;
-            if (st == MS_OK) q->state = RS_READY;
-            else {
-                /* a failed read-ahead is retried on demand below */
-                s->stats.ra_failed++;
-                q->readahead = 0;
-                q->state = RS_FREE;
-                ring_evict(s, k);
-                k = -1;
-            }
-        }
-        if (k >= 0) {
+        {
             if (q->readahead) { s->stats.ra_used++; q->readahead = 0; }
             else s->stats.trunk_ring_hits++;
             q->pins++;
@@ -1095,6 +1101,15 @@ static const uint8_t *in_memory(const ms_store *s, const region *r) {
         if (slot >= 0 && s->cache.slots[slot].state == MS_SLOT_READY) return slot_buf(s, slot);
     }
     return NULL;
+}
+
+const uint8_t *ms_store_peek(ms_store *s, int region_id) {
+    MS_ASSERT(s->started && region_id >= 0 && region_id < s->n_regions);
+    const region *r = &s->regions[region_id];
+    if (r->cls == MS_REGION_TRUNK && r->ring_slot >= 0 && s->ring[r->ring_slot].state == RS_LOADING &&
+        ms_io_poll(s->io, s->ring[r->ring_slot].ticket) == 1)
+        ring_land(s, r->ring_slot);     /* finished: taking it blocks on nothing */
+    return in_memory(s, r);
 }
 
 static void count_part(ms_store *s, const region *r, int64_t len) {

@@ -222,6 +222,12 @@ void ms_store_predict(ms_store *s, const int *regions, int n);
  * without blocking. Changes no byte handed out. */
 void ms_store_confirm(ms_store *s, const int *regions, int n);
 
+/* The bytes of a region if they are in memory now (resident, or a streamed
+ * TRUNK region whose read has finished, or a READY cached expert), else NULL;
+ * never reads, waits, pins or reads ahead. The pointer is valid only until the
+ * next call into the store (a use must not outlive it). Compute thread only. */
+const uint8_t *ms_store_peek(ms_store *s, int region);
+
 /* Copy n_bytes at byte `rel` of a region's data (rel counts from the start of
  * the region's first range, as if its ranges were concatenated) into dst,
  * from memory when the region is resident, else with one read. Used for
