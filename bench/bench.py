@@ -36,6 +36,10 @@ Environment (all optional):
   BENCH_IO / BENCH_QD   engine I/O backend and queue depth (default direct / 4)
   BENCH_THREADS    compute threads (default 0 = all cores)
   BENCH_DEV_BYTES  bytes per device configuration (default 2G, quick 512M)
+  BENCH_PROBE      0: skip the short device probe before and after every rung
+                   (default on: O_DIRECT, huge pages, both patterns, qd 4 and 16,
+                   BENCH_PROBE_BYTES each, default 1G, quick 512M); the "that
+                   device" columns form each rung's floor from the probes' mean
   BENCH_OUT        output directory (default $BUILD/bench)
   BENCH_SVG        plot path (default docs/perf/ladder.svg)
   BENCH_KERNELS    1: also run $BUILD/bench/bench_kernels in the same run and keep
@@ -404,6 +408,23 @@ def run_device(layout, extra=()):
             "layer_bytes": layer_bytes, "load_before": before, "load_after": load(), "rows": rows}
 
 
+def probe_device(layout):
+    """A short device measurement next to a rung (the virtual disk drifts by
+    +-20% within a run): O_DIRECT into huge pages, both patterns, the engine's
+    queue depth and 16; BENCH_PROBE=0 skips it."""
+    if os.environ.get("BENCH_PROBE", "1") == "0":
+        return None
+    qds = ",".join(sorted({str(CFG["qd"]), "16"}, key=int))
+    return run_device(layout, ("--backend", "direct", "--buf", "huge", "--bytes",
+                               env("BENCH_PROBE_BYTES", "512M" if QUICK else "1G"), "--qd", qds))
+
+
+def probe_bw(probes, pattern):
+    """Mean over the probes around a rung of each probe's best GB/s for pattern."""
+    v = [device_bw(p, pattern)["gbps"] for p in probes if p and device_bw(p, pattern)]
+    return sum(v) / len(v) if v else None
+
+
 def device_bw(dev, pattern, backend=None, qd=None, buf="huge"):
     """Best GB/s among matching rows (None = any)."""
     best = None
@@ -556,6 +577,14 @@ def derive(results):
         fl = row["io_floor_best"]
         has_io = row["bytes_per_token"] > 0
         row["ratio_floor"] = row["s_per_token"] / fl if has_io else None
+        # the same floor with the device as measured right before and after this rung
+        probes = [rung.get("probe_before"), rung.get("probe_after")]
+        pl, pe = probe_bw(probes, "layer"), probe_bw(probes, "expert")
+        if pl and pe:
+            row["probe_gbps"] = {"layer": pl, "expert": pe}
+            row["io_floor_adjacent"] = (row["trunk_bytes_per_token"] / (pl * GB) +
+                                        row["expert_bytes_per_token"] / (pe * GB))
+            row["ratio_adjacent"] = row["s_per_token"] / row["io_floor_adjacent"] if has_io else None
         row["eff_gbps"] = row["bytes_per_token"] / row["s_per_token"] / GB
         row["device_gbps"] = row["bytes_per_token"] / fl / GB if has_io else None
         row["ratio_bw"] = row["eff_gbps"] / row["device_gbps"] if has_io else None
@@ -581,6 +610,10 @@ def derive(results):
         r["overlap_model_s"] = max(io, comp)
         small = min(io, comp)
         r["overlap_fraction"] = ((io + comp - r["s_per_token"]) / small) if small > 0 else None
+        # the issue's target: decode s/token / max(I/O floor, compute floor)
+        r["target_ratio"] = r["s_per_token"] / max(io, comp)
+        if r.get("io_floor_adjacent") is not None:
+            r["target_ratio_adjacent"] = r["s_per_token"] / max(r["io_floor_adjacent"], comp)
     results["rows"] = rows
     ids = {json.dumps(r["generated_ids"]) for r in rows}
     results["ids_identical_across_budgets"] = len(ids) == 1
@@ -725,17 +758,22 @@ def markdown(results):
         L.append("")
         L.append(device_table(de))
     L.append("")
-    L.append("| budget (--ram) | plan | decode s/token | I/O floor s | ratio | trunk GB/token | "
+    L.append("| budget (--ram) | plan | decode s/token | I/O floor s | ratio | device next to the rung "
+             "(layer / expert GB/s) | I/O floor s, that device | ratio, that device | trunk GB/token | "
              "expert GB/token | hit % | eff GB/s | eff / device | I/O wait s/token | compute s/token | "
              "CPU s/token | prefill s (32 tok) | prefill / floor | peak RSS GiB | load |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in results["rows"]:
-        L.append("| %s (%s) | %s | %.2f | %s | %s | %.3f | %.3f | %s | %s | %s | %.2f | %.2f | %.2f | "
+        pg = r.get("probe_gbps")
+        L.append("| %s (%s) | %s | %.2f | %s | %s | %s | %s | %s | %.3f | %.3f | %s | %s | %s | %.2f | %.2f | %.2f | "
                  "%.1f | %s | %.2f | %s |"
                  % (r["ram"], r["label"],
                     plan_cell(r["plan"]) + (" (auto split; --trunk-ram / --expert-ram differ)"
                                             if r.get("overrides") else ""), r["s_per_token"],
                     fmt(r["io_floor_best"]), fmt(r["ratio_floor"]),
+                    "%.2f / %.2f" % (pg["layer"], pg["expert"]) if pg else "-",
+                    fmt(r.get("io_floor_adjacent")) if r["bytes_per_token"] else "-",
+                    fmt(r.get("ratio_adjacent")) if r["bytes_per_token"] else "-",
                     r["trunk_bytes_per_token"] / GB, r["expert_bytes_per_token"] / GB,
                     fmt(None if r["hit_rate"] is None else 100 * r["hit_rate"], "%.0f"),
                     fmt(r["eff_gbps"]) if r["bytes_per_token"] else "-",
@@ -744,6 +782,12 @@ def markdown(results):
                     r["prefill_s"], fmt(r["prefill_ratio"]), r["peak_rss_bytes"] / GIB,
                     "%.1f" % r["load"][0]))
     if results.get("compute_floor_s"):
+        L.append("")
+        L.append("Target ratio, decode s/token / max(I/O floor, compute floor), with the device of "
+                 "the run's start / measured next to the rung: " +
+                 "; ".join("%s %s / %s" % (r["ram"], fmt(r.get("target_ratio")),
+                                          fmt(r.get("target_ratio_adjacent")))
+                           for r in results["rows"]) + ".")
         L.append("")
         L.append("Compute floor (fully resident decode): %.2f s/token = %.1f GB of weights touched "
                  "per token at %.2f GB/s." % (results["compute_floor_s"],
@@ -990,7 +1034,9 @@ def main(argv):
             ladder.append(rung)
             continue
         log("budget %s (%s): %s" % (rung["ram"], rung["label"], plan_cell(rung["plan"])))
+        rung["probe_before"] = probe_device(results["layout"])
         rung["result"] = run_rung(rung)
+        rung["probe_after"] = probe_device(results["layout"])
         rung["plan"] = plan(MODEL, rung["ram"])   # the budget may have been raised
         res = rung["result"]
         if "decode" in res:
