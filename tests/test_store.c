@@ -222,6 +222,22 @@ static ms_status store_make(fixture *fx, const cfg *c, ms_store **out, ms_err *e
     return ms_store_start(*out, err);
 }
 
+/* The plan a store opened with c makes (a throwaway store; ms_plan holds
+ * only numbers, so the copy outlives it). */
+static ms_plan probe_plan(fixture *fx, const cfg *c) {
+    ms_store *s = NULL;
+    ms_err err;
+    ms_err_clear(&err);
+    ms_status st = store_make(fx, c, &s, &err);
+    const ms_plan *p = ms_store_get_plan(s);
+    CHECK(p != NULL, "probe plan: %s", st ? err.msg : "no plan");
+    ms_plan out;
+    if (p) out = *p;
+    else memset(&out, 0, sizeof out);
+    ms_store_close(s);
+    return out;
+}
+
 /* --------------------------------------------------------------- workload */
 
 typedef struct wl_result {
@@ -539,9 +555,7 @@ static void test_stats(fixture *fx) {
     for (int ra = 0; ra < 2; ra++) {
         ms_err_clear(&err);
         cfg c0 = { 1, MS_IO_PREAD, "lru", ra, 0, 0, 0, 0, { 0 }, NULL, 0 };
-        store_make(fx, &c0, &s, &err);
-        int64_t floor = ms_store_get_plan(s)->floor_bytes;
-        ms_store_close(s);
+        int64_t floor = probe_plan(fx, &c0).floor_bytes;
         cfg c = { floor, MS_IO_PREAD, "lru", ra, 0, 0, 0, 0, { 0 }, NULL, 0 };
         ms_err_clear(&err);
         if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
@@ -597,9 +611,7 @@ static void test_stats(fixture *fx) {
     {
         ms_err_clear(&err);
         cfg c0 = { 1, MS_IO_URING, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 3 };
-        store_make(fx, &c0, &s, &err);
-        int64_t floor = ms_store_get_plan(s)->floor_bytes;
-        ms_store_close(s);
+        int64_t floor = probe_plan(fx, &c0).floor_bytes;
         cfg c = { floor, MS_IO_URING, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 3 };
         ms_err_clear(&err);
         if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
@@ -658,9 +670,7 @@ static void test_stats(fixture *fx) {
     {
         ms_err_clear(&err);
         cfg c0 = { 0, MS_IO_PREAD, "lru", 1, 0, 1, 0, 0, { 0 }, NULL, 0 };
-        store_make(fx, &c0, &s, &err);
-        int64_t slot = ms_store_get_plan(s)->expert_slot_bytes;
-        ms_store_close(s);
+        int64_t slot = probe_plan(fx, &c0).expert_slot_bytes;
         cfg c = { 0, MS_IO_PREAD, "lru", 1, 0, 1, 0, 4 * slot, { 0 }, NULL, 0 };
         ms_err_clear(&err);
         if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
@@ -746,9 +756,7 @@ static void test_faults(fixture *fx) {
     ms_store *s = NULL;
     ms_err_clear(&err);
     cfg c0 = { 1, MS_IO_PREAD, "lru", 0, 0, 0, 0, 0, { 0 }, NULL, 0 };
-    store_make(fx, &c0, &s, &err);
-    const int64_t floor = ms_store_get_plan(s)->floor_bytes;
-    ms_store_close(s);
+    const int64_t floor = probe_plan(fx, &c0).floor_bytes;
     const ms_io_kind kinds[] = { MS_IO_PREAD, MS_IO_DIRECT, MS_IO_URING };
     const int n_trunk = 4;      /* a short workload: half a pass, two expert batches */
     for (int mode = 0; mode < 4; mode++) {
@@ -888,9 +896,7 @@ static void test_traces(fixture *fx) {
         ms_store *s = NULL;
         ms_err_clear(&err);
         cfg c0 = { 1, MS_IO_PREAD, pol, 0, 0, 0, 0, 0, { 0 }, NULL, 0 };
-        store_make(fx, &c0, &s, &err);
-        int64_t floor = ms_store_get_plan(s)->floor_bytes;
-        ms_store_close(s);
+        int64_t floor = probe_plan(fx, &c0).floor_bytes;
         cfg c = { floor + 600000, MS_IO_PREAD, pol, 0, 0, 0, 0, 0, { 0 }, tpath, 0 };
         ms_err_clear(&err);
         if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); continue; }
@@ -956,9 +962,7 @@ static void test_guesses(fixture *fx) {
     ms_store *s = NULL;
     ms_err_clear(&err);
     cfg c0 = { 0, MS_IO_PREAD, "lru", 1, 0, 1, 0, 0, { 0 }, NULL, 0 };
-    store_make(fx, &c0, &s, &err);
-    const int64_t slot = ms_store_get_plan(s)->expert_slot_bytes;
-    ms_store_close(s);
+    const int64_t slot = probe_plan(fx, &c0).expert_slot_bytes;
     cfg c = { 0, MS_IO_PREAD, "lru", 1, 0, 1, 0, 4 * slot, { 0 }, NULL, 0 };
     ms_err_clear(&err);
     if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
@@ -1048,9 +1052,7 @@ static void test_peek(fixture *fx) {
     ms_store *s = NULL;
     ms_err_clear(&err);
     cfg c0 = { 0, MS_IO_PREAD, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 0 };
-    store_make(fx, &c0, &s, &err);
-    const int64_t floor = ms_store_get_plan(s)->floor_bytes;
-    ms_store_close(s);
+    const int64_t floor = probe_plan(fx, &c0).floor_bytes;
     cfg c = { floor, MS_IO_PREAD, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 0 };
     ms_err_clear(&err);
     if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
