@@ -532,16 +532,12 @@ static int64_t guesses_per_layer(const ms_config *cf) {
     return cf->num_experts_per_token > 1 ? cf->num_experts_per_token / 2 : 1;
 }
 
-static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
-    const ms_model *m = c->m;
-    const ms_config *cf = &m->cfg;
-    if (L->index + 1 >= m->n_layer || n_max <= 0) return;
-    const ms_layer *N = &m->layers[L->index + 1];
-    if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return;
-    /* its router, if in memory now (pinned, or streamed and already read
-     * ahead); the pointer is used before the next store call */
-    const uint8_t *nb = ms_store_peek(c->store, N->ffn_region);
-    if (!nb) return;
+/* Guess layer N's top n_max experts (of its k): N's router (its FFN weights
+ * at nb, in memory) applied to f->x, most confident first. Own scratch
+ * (prl, tmp, psel, pregion, vec0). */
+static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const uint8_t *nb,
+                              int64_t n_max) {
+    const ms_config *cf = &c->m->cfg;
     const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
     mm_bf16(c, f->prl, E, nb, &N->router, f->x, H, 1);
     const float *bias = vec(nb, &N->router_bias, f->vec0);
@@ -551,6 +547,18 @@ static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t
     const int64_t n = n_max < k ? n_max : k;
     for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];
     ms_store_predict(c->store, f->pregion, (int)n);
+}
+
+static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
+    const ms_model *m = c->m;
+    if (L->index + 1 >= m->n_layer || n_max <= 0) return;
+    const ms_layer *N = &m->layers[L->index + 1];
+    if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return;
+    /* its router, if in memory now (pinned, or streamed and already read
+     * ahead); the pointer is used before the next store call */
+    const uint8_t *nb = ms_store_peek(c->store, N->ffn_region);
+    if (!nb) return;
+    guess_with_router(c, f, N, nb, n_max);
 }
 
 /* Second guesses for layer N = L + 1 once layer L is done (decode): N's
@@ -569,7 +577,7 @@ static void refine_next_layer(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t 
     if (il + 1 >= m->n_layer || n_max <= 0 || nb <= 0) return;
     const ms_layer *N = &m->layers[il + 1];
     if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return;
-    const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
+    const int64_t H = cf->hidden_size;
     const float eps = (float)cf->rms_norm_eps;
     const uint8_t *ab = ms_store_peek(c->store, N->attn_region);
     if (!ab) return;
@@ -577,15 +585,7 @@ static void refine_next_layer(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t 
                    eps, f->h);
     ms_rmsnorm(f->x, f->h, vec(ab, &N->post_attn_norm, f->vec2), H, eps);
     const uint8_t *nb2 = ms_store_peek(c->store, N->ffn_region);
-    if (!nb2) return;
-    mm_bf16(c, f->prl, E, nb2, &N->router, f->x, H, 1);
-    const float *bias = vec(nb2, &N->router_bias, f->vec0);
-    float *choice = f->tmp;
-    for (int64_t e = 0; e < E; e++) choice[e] = ms_sigmoidf(f->prl[e]) + bias[e];
-    topk(choice, E, k, f->psel);
-    const int64_t n = n_max < k ? n_max : k;
-    for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];
-    ms_store_predict(c->store, f->pregion, (int)n);
+    if (nb2) guess_with_router(c, f, N, nb2, n_max);
 }
 
 static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base,
