@@ -87,7 +87,6 @@ typedef struct io_chunk {
     int landed;            /* its bytes are in the buffer (check requests only) */
     int64_t req_pos;       /* index of its request in the batch */
     int64_t run_b, run_e;  /* the landed stretch of data around it, taken at landing */
-    int queued;            /* in the queue (not in flight, not DONE) */
     int n_issued, n_failed, n_again;
     int force_buffered;    /* remainder of a short direct read at an unaligned offset */
     /* the attempt being made (set by attempt_plan) */
@@ -184,7 +183,6 @@ static int64_t now_ns(void) {
 static void q_push_back(ms_io *io, io_chunk *c) {
     const int q = c->b->prio;
     c->next = NULL;
-    c->queued = 1;
     if (io->q_tail[q]) io->q_tail[q]->next = c;
     else io->q_head[q] = c;
     io->q_tail[q] = c;
@@ -194,7 +192,6 @@ static void q_push_back(ms_io *io, io_chunk *c) {
 static void q_push_front(ms_io *io, io_chunk *c) {
     const int q = c->b->prio;
     c->next = io->q_head[q];
-    c->queued = 1;
     io->q_head[q] = c;
     if (!io->q_tail[q]) io->q_tail[q] = c;
     io->q_len++;
@@ -207,7 +204,6 @@ static io_chunk *q_pop(ms_io *io) {
         io->q_head[q] = c->next;
         if (!io->q_head[q]) io->q_tail[q] = NULL;
         c->next = NULL;
-        c->queued = 0;
         io->q_len--;
         return c;
     }
@@ -226,7 +222,6 @@ static int64_t q_take_batch(ms_io *io, const io_batch *b, io_chunk **out) {
         if (c->b != b) { prev = c; pp = &c->next; continue; }
         *pp = c->next;
         c->next = NULL;
-        c->queued = 0;
         *tail = c;
         tail = &c->next;
         n++;
