@@ -79,7 +79,8 @@ const char *ms_policy_names(void);
 
 typedef struct ms_cache_slot {
     uint8_t state;          /* ms_slot_state */
-    uint8_t prefetched;     /* loaded by a hint and not used since */
+    uint8_t prefetched;     /* read before it was asked for (the store's PF_HINT /
+                               PF_GUESS) and not used since; 0 otherwise */
     uint8_t cancelled;      /* LOADING: its read was cancelled (the store frees it) */
     int32_t pins;
     int32_t key;            /* -1 when FREE */
@@ -96,7 +97,7 @@ typedef struct ms_cache {
     void *pol_state;
     int64_t evictions;
     /* optional: a READY slot whose key veto(veto_user, key) rejects is not
-     * evictable (the store sets it while it reserves slots for guesses) */
+     * evictable (the store sets it while it reserves slots for prefetches) */
     int (*veto)(void *user, int key);
     void *veto_user;
 } ms_cache;

@@ -729,13 +729,11 @@ static const uint8_t *ring_acquire(ms_store *s, int id, ms_err *err) {
     if (k >= 0 && !ring_land(s, k)) k = -1;     /* a failed read-ahead is read on demand below */
     if (k >= 0) {
         ring_slot *q = &s->ring[k];
-        {
-            if (q->readahead) { s->stats.ra_used++; q->readahead = 0; }
-            else s->stats.trunk_ring_hits++;
-            q->pins++;
-            if (!s->p.no_readahead) ring_readahead(s, p, s->n_ring - 1);
-            return q->buf;
-        }
+        if (q->readahead) { s->stats.ra_used++; q->readahead = 0; }
+        else s->stats.trunk_ring_hits++;
+        q->pins++;
+        if (!s->p.no_readahead) ring_readahead(s, p, s->n_ring - 1);
+        return q->buf;
     }
     int best = -1, best_d = -1;
     for (int j = 0; j < s->n_ring; j++) {
