@@ -511,17 +511,6 @@ static void topk(const float *choice, int64_t E, int64_t k, int32_t *idx) {
     }
 }
 
-/* Guesses for the NEXT MoE layer during decode: apply its router to this
- * layer's FFN input f->x (the "next-layer router" predictor: ~59% of K3's
- * choices, 63% on the bench checkpoint) and read up to n_max of the predicted
- * experts as guesses (ms_store_predict), most confident first. Called as soon
- * as this layer's own reads are issued, so the disk goes on from them to the
- * predicted ones while this layer's experts and the next layer's attention
- * compute, instead of idling until the next router has run; that layer's
- * ms_store_confirm then promotes the right guesses and cancels the wrong ones
- * still queued. Only when that router is in memory (no read is issued or
- * waited for to get it). A guess never changes a result: it only moves reads earlier (own
- * scratch: this layer's selection stays intact). */
 /* Guesses per layer: the predictor's k/2 most confident choices. Its accuracy
  * falls with rank (bench checkpoint: 96% for the first, 36% for the 16th); a
  * wrong guess that is read costs the disk as much as a right one saves, and
@@ -549,11 +538,30 @@ static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const
     ms_store_predict(c->store, f->pregion, (int)n);
 }
 
-static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
+/* The layer after layer il when it is an MoE layer whose experts stream
+ * (worth guessing), else NULL. */
+static const ms_layer *next_to_guess(const ms_fwd_ctx *c, int il) {
     const ms_model *m = c->m;
-    if (L->index + 1 >= m->n_layer || n_max <= 0) return;
-    const ms_layer *N = &m->layers[L->index + 1];
-    if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return;
+    if (il + 1 >= m->n_layer) return NULL;
+    const ms_layer *N = &m->layers[il + 1];
+    if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return NULL;
+    return N;
+}
+
+/* Guesses for the NEXT MoE layer during decode: apply its router to this
+ * layer's FFN input f->x (the "next-layer router" predictor: ~59% of K3's
+ * choices, 63% on the bench checkpoint) and read up to n_max of the predicted
+ * experts as guesses (ms_store_predict), most confident first. Called as soon
+ * as this layer's own reads are issued, so the disk goes on from them to the
+ * predicted ones while this layer's experts and the next layer's attention
+ * compute, instead of idling until the next router has run; that layer's
+ * ms_store_confirm then promotes the right guesses and cancels the wrong ones
+ * still queued. Only when that router is in memory (no read is issued or
+ * waited for to get it). A guess never changes a result: it only moves reads
+ * earlier (own scratch: this layer's selection stays intact). */
+static void guess_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
+    const ms_layer *N = next_to_guess(c, L->index);
+    if (!N || n_max <= 0) return;
     /* its router, if in memory now (pinned, or streamed and already read
      * ahead); the pointer is used before the next store call */
     const uint8_t *nb = ms_store_peek(c->store, N->ffn_region);
@@ -572,11 +580,9 @@ static void hint_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t
  * Only when N's attention and FFN weights are in memory; own scratch (f->h,
  * f->x are rewritten at N's start anyway). Changes no result. */
 static void refine_next_layer(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t n_max) {
-    const ms_model *m = c->m;
-    const ms_config *cf = &m->cfg;
-    if (il + 1 >= m->n_layer || n_max <= 0 || nb <= 0) return;
-    const ms_layer *N = &m->layers[il + 1];
-    if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return;
+    const ms_config *cf = &c->m->cfg;
+    const ms_layer *N = next_to_guess(c, il);
+    if (!N || n_max <= 0 || nb <= 0) return;
     const int64_t H = cf->hidden_size;
     const float eps = (float)cf->rms_norm_eps;
     const uint8_t *ab = ms_store_peek(c->store, N->attn_region);
@@ -632,7 +638,7 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     ms_store_hint(c->store, f->eregion, n_used < cap_hint ? n_used : cap_hint);
     /* the next layer's likely experts queue behind this layer's reads (as
      * guesses: behind every demand read, never evicting this layer's) */
-    if (T == 1 && c->predict) hint_next_layer(c, f, L, guesses_per_layer(cf));
+    if (T == 1 && c->predict) guess_next_layer(c, f, L, guesses_per_layer(cf));
     /* latent input */
     mm_bf16(c, f->z, lat, base, &L->lat_down, f->x, H, T);
     /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted);
@@ -893,7 +899,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         if (!(base = ms_store_acquire(c->store, L->ffn_region, err)))
             return with_context(err, err->status, "layer %d FFN weights", il);
         if (L->is_dense) {
-            if (T == 1 && c->predict) hint_next_layer(c, f, L, guesses_per_layer(cf));
+            if (T == 1 && c->predict) guess_next_layer(c, f, L, guesses_per_layer(cf));
             dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
         } else {
             s = moe_forward(c, f, L, base, T, err);
