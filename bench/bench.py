@@ -421,7 +421,8 @@ def probe_device(layout):
 
 def probe_bw(probes, pattern):
     """Mean over the probes around a rung of each probe's best GB/s for pattern."""
-    v = [device_bw(p, pattern)["gbps"] for p in probes if p and device_bw(p, pattern)]
+    rows = [device_bw(p, pattern) for p in probes if p]
+    v = [r["gbps"] for r in rows if r]
     return sum(v) / len(v) if v else None
 
 
