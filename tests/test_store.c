@@ -1040,6 +1040,34 @@ static void test_guesses(fixture *fx) {
     CHECK(ss.guess_cancelled == c1 && ms_store_expert_state(s, E[8]) == MS_EXPERT_READY,
           "an arrived guess is kept, not cancelled");
     GET(E[8]);
+    /* a later guess list replaces the earlier one: the queued guesses it drops
+     * are cancelled (their bytes not counted), those it keeps stay queued; a
+     * guess the step wants is never cancelled by a new list */
+    ms_store_get_stats(s, &ss);
+    const int64_t c2 = ss.guess_cancelled, b2 = ss.expert_bytes_read, h2 = ss.guess_hits,
+                  m2 = ss.expert_misses;
+    ms_io_pause(io, 1);
+    ms_store_confirm(s, (int[]){ E[8] }, 1);
+    ms_store_predict(s, (int[]){ E[11], E[12] }, 2);
+    ms_store_predict(s, (int[]){ E[12], E[13] }, 2);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_cancelled == c2 + 1 && ss.expert_bytes_read == b2 + 2 * eb &&
+          ms_store_expert_state(s, E[11]) == MS_EXPERT_ABSENT &&
+          ms_store_expert_state(s, E[12]) == MS_EXPERT_LOADING &&
+          ms_store_expert_state(s, E[13]) == MS_EXPERT_LOADING,
+          "a dropped guess is cancelled: cancelled %lld, bytes %lld (expected %lld)",
+          (long long)(ss.guess_cancelled - c2), (long long)(ss.expert_bytes_read - b2), (long long)(2 * eb));
+    ms_store_confirm(s, (int[]){ E[13] }, 1);   /* E12 wrong: cancelled; E13 wanted */
+    ms_store_predict(s, (int[]){ E[14] }, 1);   /* must not cancel E13 */
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_cancelled == c2 + 2 && ms_store_expert_state(s, E[13]) == MS_EXPERT_LOADING &&
+          ms_store_expert_state(s, E[14]) == MS_EXPERT_LOADING, "a wanted guess survives a new list");
+    ms_io_pause(io, 0);
+    GET(E[13]);
+    GET(E[8], E[14]);
+    ms_store_get_stats(s, &ss);
+    CHECK(ss.guess_hits == h2 + 2 && ss.expert_bytes_read == b2 + 2 * eb && ss.expert_misses == m2,
+          "guess hits +%lld, bytes +%lld", (long long)(ss.guess_hits - h2), (long long)(ss.expert_bytes_read - b2));
 #undef GET
     ms_store_close(s);
 }

@@ -573,7 +573,10 @@ static void guess_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_
  * router input is approximated by what it will be minus N's attention -
  * read(bank + [run]) with N's weights, N's post-attention norm - which is much
  * closer than L's FFN input, with less lead time (only N's attention). Its
- * top n_max are guessed (those already cached or in flight cost nothing).
+ * top n_max are guessed (those already cached or in flight cost nothing), and
+ * they replace the first guesses: ms_store_predict cancels the first guesses
+ * they leave out that are still queued (at 1.7 GB/s, 8.33G: -3.6% bytes and
+ * -4% s/token; docs/PERFORMANCE.md, "Second guesses replace the first").
  * On the bench checkpoint it lifts the share of expert uses served by a guess
  * from 36% to 92% at 8.33G, and cuts the waits at 11.18G by a third
  * (docs/PERFORMANCE.md, "Second guesses").

@@ -35,10 +35,12 @@
  *   want_gen: confirmed or hinted, not yet acquired; the cache's veto). An
  *   unheld prefetch that finished is published by reap_prefetches at the
  *   next hint / predict / confirm (no wait); ms_store_confirm promotes the
- *   right guesses and cancels the wrong ones still queued (cancelled = 1:
- *   the slot is freed once its in-flight chunks land, its dropped bytes are
- *   taken off expert_bytes_read). Trunk read-aheads read at AHEAD priority,
- *   behind demand reads.
+ *   right guesses and cancels the wrong ones still queued, and each
+ *   ms_store_predict cancels the queued guesses its new list drops (both:
+ *   cancel_stale_guesses; cancelled = 1: the slot is freed once its
+ *   in-flight chunks land, its dropped bytes are taken off
+ *   expert_bytes_read). Trunk read-aheads read at AHEAD priority, behind
+ *   demand reads.
  * Verification (with params.sums): every region read asks the I/O layer to
  *   check it as it lands (io_check below, on the I/O layer's checker
  *   threads: each 1 MiB block is hashed once, when the chunk that completes
@@ -133,6 +135,8 @@ struct ms_store {
     int64_t batch_no;
     int64_t *want;              /* key -> want_gen when the model asked for it in this step */
     int64_t want_gen;           /* bumped by ms_store_confirm */
+    int64_t *guess;             /* key -> guess_gen when in the latest guess list */
+    int64_t guess_gen;          /* bumped by ms_store_predict and ms_store_confirm */
     /* scratch, sized at start */
     int *b_slot, *b_kind, *b_idx, *b_miss;
     uint8_t *b_ok;              /* [slot]: its demand read of this batch arrived */
@@ -281,6 +285,7 @@ void ms_store_close(ms_store *s) {
     free(s->seen);
     free(s->b_slot);
     free(s->want);
+    free(s->guess);
     free(s->b_kind);
     free(s->b_idx);
     free(s->b_miss);
@@ -576,13 +581,15 @@ static ms_status plan_and_allocate(ms_store *s, ms_err *err) {
     s->seen = malloc(((size_t)s->n_expert + 1) * sizeof *s->seen);
     s->want = calloc((size_t)s->n_expert + 1, sizeof *s->want);
     s->want_gen = 1;            /* want[] = 0: nothing wanted yet */
+    s->guess = calloc((size_t)s->n_expert + 1, sizeof *s->guess);
+    s->guess_gen = 1;
     s->b_slot = malloc(((size_t)n_slots + 1) * sizeof *s->b_slot);
     s->b_kind = malloc(((size_t)n_slots + 1) * sizeof *s->b_kind);
     s->b_idx = malloc(((size_t)n_slots + 1) * sizeof *s->b_idx);
     s->b_miss = malloc(((size_t)n_slots + 1) * sizeof *s->b_miss);
     s->b_ok = calloc((size_t)n_slots + 1, 1);
     s->reqs = malloc(((size_t)s->max_ranges + 1) * sizeof *s->reqs);
-    if (!s->key_region || !s->seen || !s->want || !s->b_slot || !s->b_kind || !s->b_idx || !s->b_miss || !s->b_ok || !s->reqs)
+    if (!s->key_region || !s->seen || !s->want || !s->guess || !s->b_slot || !s->b_kind || !s->b_idx || !s->b_miss || !s->b_ok || !s->reqs)
         return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
     for (int i = 0; i < s->n_regions; i++)
         if (s->regions[i].cls == MS_REGION_EXPERT) s->key_region[s->regions[i].key] = i;
@@ -990,9 +997,27 @@ void ms_store_hint(ms_store *s, const int *regions, int n) {
     prefetch(s, regions, n, MS_IO_PRIO_DEMAND, PF_HINT);
 }
 
+/* Cancel every guess still queued that is neither wanted in this step nor in
+ * the latest guess list; the bytes it drops are not counted as read. */
+static void cancel_stale_guesses(ms_store *s) {
+    ms_cache *c = &s->cache;
+    for (int i = 0; i < c->n_slots; i++) {
+        ms_cache_slot *cs = &c->slots[i];
+        if (!prefetch_loading(cs) || cs->prefetched != PF_GUESS || cs->cancelled ||
+            s->want[cs->key] == s->want_gen || s->guess[cs->key] == s->guess_gen)
+            continue;
+        const int64_t dropped = ms_io_cancel(s->io, cs->ticket);
+        if (dropped <= 0) continue;     /* all of it in flight or landed: it completes */
+        cs->cancelled = 1;
+        s->stats.expert_bytes_read -= dropped;
+        s->stats.guess_cancelled++;
+    }
+}
+
 void ms_store_confirm(ms_store *s, const int *regions, int n) {
     if (!s->started || !s->cache_on || s->plan.experts_resident) return;
     s->want_gen++;
+    s->guess_gen++;                     /* the last guess list is judged now */
     ms_cache *c = &s->cache;
     for (int i = 0; i < n; i++) {
         MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
@@ -1003,22 +1028,19 @@ void ms_store_confirm(ms_store *s, const int *regions, int n) {
         if (slot >= 0 && c->slots[slot].state == MS_SLOT_LOADING && !c->slots[slot].cancelled)
             ms_io_promote(s->io, c->slots[slot].ticket);   /* a right guess: needed now */
     }
-    for (int i = 0; i < c->n_slots; i++) {
-        ms_cache_slot *cs = &c->slots[i];
-        if (!prefetch_loading(cs) || cs->prefetched != PF_GUESS || cs->cancelled ||
-            s->want[cs->key] == s->want_gen)
-            continue;
-        const int64_t dropped = ms_io_cancel(s->io, cs->ticket);
-        if (dropped <= 0) continue;     /* all of it in flight or landed: it completes */
-        cs->cancelled = 1;
-        s->stats.expert_bytes_read -= dropped;
-        s->stats.guess_cancelled++;
-    }
+    cancel_stale_guesses(s);
     reap_prefetches(s);
 }
 
 void ms_store_predict(ms_store *s, const int *regions, int n) {
     if (!s->started || !s->cache_on || s->plan.experts_resident) return;
+    s->guess_gen++;
+    for (int i = 0; i < n; i++) {
+        MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
+        const region *r = &s->regions[regions[i]];
+        if (r->cls == MS_REGION_EXPERT) s->guess[r->key] = s->guess_gen;
+    }
+    cancel_stale_guesses(s);
     reap_prefetches(s);
     prefetch(s, regions, n, MS_IO_PRIO_SPECULATIVE, PF_GUESS);
 }

@@ -115,7 +115,8 @@ typedef struct ms_store_stats {
     int64_t prefetch_issued, prefetch_hits, prefetch_wasted, prefetch_failed;
     int64_t guess_issued;       /* part of prefetch_issued made by ms_store_predict */
     int64_t guess_hits;         /* part of prefetch_hits served by a guess */
-    int64_t guess_cancelled;    /* guesses cancelled by ms_store_confirm before all their
+    int64_t guess_cancelled;    /* guesses cancelled (ms_store_confirm, or dropped from the
+                                   list by a later ms_store_predict) before all their
                                    bytes were read (their unread bytes are not counted in
                                    expert_bytes_read) */
     int64_t ra_issued;          /* trunk read-aheads submitted */
@@ -210,7 +211,10 @@ void ms_store_hint(ms_store *s, const int *regions, int n);
  * predicted experts), most likely first. Read like hints, but as speculative
  * reads (behind every demand read and read-ahead) and only into free slots or
  * victims that are not wanted in this step, so a guess never evicts an
- * expert the model asked for. Stops at the first that gets no slot. */
+ * expert the model asked for. Stops at the first that gets no slot. The list
+ * replaces the previous one (a later, better guess of the same layer): the
+ * earlier guesses still queued that it leaves out, and that this step does
+ * not want, are cancelled as ms_store_confirm cancels wrong ones. */
 void ms_store_predict(ms_store *s, const int *regions, int n);
 
 /* A new step: regions[0..n) are the experts the model needs now (a layer's
