@@ -3,7 +3,11 @@
  * Owns: a measurement, nothing the engine uses. Prints GB/s of weight bytes
  *   streamed by matvec_bf16 (7168 x 12288) and matvec_mxfp4 (3072 x 3584 and
  *   3584 x 3072, packed + scales) for every kernel table the CPU supports, with 1 and 2
- *   threads (rows split between pthreads), next to a plain read bandwidth
+ *   threads (rows split by the engine's own thread pool, base/pool.h, as the
+ *   model's mm_bf16 / mm_mxfp4 do: persistent workers, chunks of 16-row
+ *   grains; until 2026-12-01 this program created a pthread per matrix, which
+ *   cost ~0.1 ms in this VM against an expert matrix's ~0.25 ms and made the
+ *   2-thread MXFP4 rows meaningless), next to a plain read bandwidth
  *   and memcpy bandwidth of the machine. "hot" reuses one matrix (it may sit
  *   in the last-level cache); "cold" rotates over copies larger than the LLC,
  *   as the engine does when it streams layer after layer. "in-cache" runs a
@@ -11,6 +15,7 @@
  * Build and run: `make bench-kernels` (bench/bench.mk; not part of `make`).
  * Does not: assert anything; numbers go to docs/PERFORMANCE.md by hand.
  */
+#include "base/pool.h"
 #include "kernels/kernels.h"
 
 #include <pthread.h>
@@ -88,6 +93,15 @@ static double bench_read(const uint64_t *buf, int64_t nwords, int nt) {
     return (double)nwords * 8 / best / 1e9;
 }
 
+static ms_pool *g_pool[3];          /* by thread count: the engine's pool */
+
+static void matvec_part(void *ctx, int64_t b, int64_t e) {
+    job j = *(const job *)ctx;
+    j.r0 = b;
+    j.r1 = e;
+    run_job(&j);
+}
+
 /* GB/s of matrix bytes; ncopy matrices of `bytes` each at base + i * stride */
 static double bench_matvec(const ms_kern *k, int is_mx, const uint8_t *base, size_t stride,
                            size_t scale_off, int ncopy, const float *x, float *y,
@@ -96,15 +110,9 @@ static double bench_matvec(const ms_kern *k, int is_mx, const uint8_t *base, siz
     for (int rep = 0; rep < reps; rep++) {
         double t0 = now_s();
         for (int c = 0; c < ncopy; c++) {
-            job jobs[8];
-            memset(jobs, 0, sizeof jobs);
-            int64_t per = (rows / nt + 3) / 4 * 4;
-            for (int i = 0; i < nt; i++) {
-                jobs[i] = (job){ .k = k, .is_mx = is_mx, .W = base + c * stride,
-                                 .scales = base + c * stride + scale_off, .x = x, .y = y,
-                                 .r0 = i * per, .r1 = i == nt - 1 ? rows : (i + 1) * per, .cols = cols };
-            }
-            run_parallel(jobs, nt);
+            job j = { .k = k, .is_mx = is_mx, .W = base + c * stride, .scales = base + c * stride + scale_off,
+                      .x = x, .y = y, .cols = cols };
+            ms_pool_for(g_pool[nt], rows, 16, matvec_part, &j);   /* as model/forward.c's mm_* */
         }
         double t = (now_s() - t0) / ncopy;
         if (t < best) best = t;
@@ -140,6 +148,11 @@ static void bench_in_cache(const ms_kern *k) {
 }
 
 int main(void) {
+    for (int nt = 1; nt <= 2; nt++) {
+        ms_err err;
+        ms_err_clear(&err);
+        if (ms_pool_open(nt, &g_pool[nt], &err) != MS_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    }
     const ms_kern *tabs[3] = { ms_kernels_select("ref"), ms_kernels_select("avx2"),
                                ms_kernels_select("avx512") };
     for (int t = 0; t < 3; t++)
@@ -214,5 +227,6 @@ int main(void) {
         }
         free(M); free(x); free(y);
     }
+    for (int nt = 1; nt <= 2; nt++) ms_pool_close(g_pool[nt]);
     return 0;
 }
