@@ -1072,6 +1072,48 @@ static void test_guesses(fixture *fx) {
     ms_store_close(s);
 }
 
+/* ms_store_touch: cached experts marked as just used outlive the others (LRU
+ * and S3-FIFO); touching an expert not cached reads nothing. */
+static void test_touch(fixture *fx) {
+    const char *pols[] = { "lru", "s3fifo" };
+    for (int ip = 0; ip < 2; ip++) {
+        ms_err err;
+        ms_store *s = NULL;
+        ms_err_clear(&err);
+        cfg c0 = { 0, MS_IO_PREAD, pols[ip], 1, 0, 1, 0, 0, { 0 }, NULL, 0 };
+        const int64_t slot = probe_plan(fx, &c0).expert_slot_bytes;
+        cfg c = { 0, MS_IO_PREAD, pols[ip], 1, 0, 1, 0, 4 * slot, { 0 }, NULL, 0 };
+        if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
+        CHECK(ms_store_expert_capacity(s) == 4, "capacity %d", ms_store_expert_capacity(s));
+        const int *E = fx->expert;
+        const uint8_t *pt[1];
+        /* E0..E3 cached in that order, each used once */
+        for (int i = 0; i < 4; i++) {
+            CHECK(ms_store_acquire_batch(s, &E[i], 1, pt, &err) == MS_OK, "%s", err.msg);
+            ms_store_release(s, E[i]);
+        }
+        ms_store_reset_stats(s);
+        /* touch E0 and E1 (and E9, not cached: ignored, nothing read) */
+        ms_store_touch(s, (int[]){ E[0], E[9], E[1] }, 3);
+        ms_store_stats ss;
+        ms_store_get_stats(s, &ss);
+        CHECK(ss.expert_bytes_read == 0 && ss.expert_hits == 0 && ms_store_expert_state(s, E[9]) == MS_EXPERT_ABSENT,
+              "%s: a touch reads and counts nothing", pols[ip]);
+        /* two new experts evict two of the untouched E2 E3, never E0 E1 */
+        for (int i = 4; i < 6; i++) {
+            CHECK(ms_store_acquire_batch(s, &E[i], 1, pt, &err) == MS_OK, "%s", err.msg);
+            CHECK(verify_region(fx, E[i], pt[0]) == 0, "expert %d bytes", i);
+            ms_store_release(s, E[i]);
+        }
+        CHECK(ms_store_expert_state(s, E[0]) == MS_EXPERT_READY && ms_store_expert_state(s, E[1]) == MS_EXPERT_READY &&
+              ms_store_expert_state(s, E[2]) == MS_EXPERT_ABSENT && ms_store_expert_state(s, E[3]) == MS_EXPERT_ABSENT,
+              "%s: the touched experts outlive the others (E0 %d E1 %d E2 %d E3 %d)", pols[ip],
+              ms_store_expert_state(s, E[0]), ms_store_expert_state(s, E[1]), ms_store_expert_state(s, E[2]),
+              ms_store_expert_state(s, E[3]));
+        ms_store_close(s);
+    }
+}
+
 /* ms_store_peek: bytes of what is in memory now, nothing else; a streamed
  * region whose read-ahead finished is taken without a wait, and its acquire
  * still counts as served by the read-ahead. */
@@ -1126,6 +1168,7 @@ int main(void) {
     test_stats(&fx);
     test_guesses(&fx);
     test_peek(&fx);
+    test_touch(&fx);
     test_faults(&fx);
     test_traces(&fx);
     fixture_free(&fx);

@@ -1032,6 +1032,17 @@ void ms_store_confirm(ms_store *s, const int *regions, int n) {
     reap_prefetches(s);
 }
 
+void ms_store_touch(ms_store *s, const int *regions, int n) {
+    if (!s->started || !s->cache_on || s->plan.experts_resident) return;
+    for (int i = 0; i < n; i++) {
+        MS_ASSERT(regions[i] >= 0 && regions[i] < s->n_regions);
+        const region *r = &s->regions[regions[i]];
+        if (r->cls != MS_REGION_EXPERT) continue;
+        const int slot = ms_cache_find(&s->cache, r->key);
+        if (slot >= 0 && s->cache.slots[slot].state == MS_SLOT_READY) ms_cache_touch(&s->cache, slot);
+    }
+}
+
 void ms_store_predict(ms_store *s, const int *regions, int n) {
     if (!s->started || !s->cache_on || s->plan.experts_resident) return;
     s->guess_gen++;

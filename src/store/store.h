@@ -226,6 +226,13 @@ void ms_store_predict(ms_store *s, const int *regions, int n);
  * without blocking. Changes no byte handed out. */
 void ms_store_confirm(ms_store *s, const int *regions, int n);
 
+/* Mark the cached experts among regions[0..n) as just used, in that order
+ * (the policy's hit: LRU moves them to the front, S3-FIFO raises their
+ * frequency), so they outlive the rest. Experts not cached (or still
+ * loading) are ignored; nothing is read, pinned or counted, and touches are
+ * not traced (like prefetches). Compute thread only. */
+void ms_store_touch(ms_store *s, const int *regions, int n);
+
 /* The bytes of a region if they are in memory now (resident, or a streamed
  * TRUNK region whose read has finished, or a READY cached expert), else NULL;
  * never reads, waits, pins or reads ahead. The pointer is valid only until the
