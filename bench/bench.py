@@ -790,10 +790,13 @@ def markdown(results):
                                           fmt(r.get("target_ratio_adjacent")))
                            for r in results["rows"]) + ".")
         L.append("")
-        L.append("Compute floor (fully resident decode): %.2f s/token = %.1f GB of weights touched "
-                 "per token at %.2f GB/s." % (results["compute_floor_s"],
-                                              results["touched_bytes_per_token"] / GB,
-                                              results["compute_gbps"]))
+        if results.get("touched_bytes_per_token"):
+            L.append("Compute floor (fully resident decode): %.2f s/token = %.1f GB of weights touched "
+                     "per token at %.2f GB/s." % (results["compute_floor_s"],
+                                                  results["touched_bytes_per_token"] / GB,
+                                                  results["compute_gbps"]))
+        else:   # a BENCH_BUDGETS ladder without the floor rung: bytes touched unknown
+            L.append("Compute floor (fully resident decode): %.2f s/token." % results["compute_floor_s"])
     cc = results.get("crosscheck")
     if cc:
         if "error" in cc:
