@@ -15,8 +15,10 @@
  *   (0, 1, 2, ...); consecutive lines with the same batch number were
  *   requested together, in the order the caller gave them; `region` is the
  *   store's region id (the store does not know layers or experts). Regions of
- *   one batch are distinct. Prefetch hints are not traced: the trace is the
- *   demand stream.
+ *   one batch are distinct. Prefetch hints, guesses and touches
+ *   (ms_store_touch, after a prompt chunk) are not traced: the trace is the
+ *   demand stream, so the hit count of a live run that used them can differ
+ *   from its replay's.
  * Replay semantics are the live cache's: a batch's hits are found and pinned
  *   first, then its misses take slots in order (FREE slots first, then the
  *   policy's victims among slots not used by the batch); lru / s3fifo drive
