@@ -544,15 +544,17 @@ static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const
     ms_store_predict(c->store, f->pregion, (int)n);
 }
 
-/* The layer after layer il when it is an MoE layer whose experts stream
- * (worth guessing), else NULL. */
-static const ms_layer *next_to_guess(const ms_fwd_ctx *c, int il) {
+/* Layer il when it is an MoE layer whose experts stream, else NULL. */
+static const ms_layer *streamed_moe(const ms_fwd_ctx *c, int il) {
     const ms_model *m = c->m;
-    if (il + 1 >= m->n_layer) return NULL;
-    const ms_layer *N = &m->layers[il + 1];
+    if (il < 0 || il >= m->n_layer) return NULL;
+    const ms_layer *N = &m->layers[il];
     if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return NULL;
     return N;
 }
+
+/* The layer after layer il when it is worth guessing (streamed_moe), else NULL. */
+static const ms_layer *next_to_guess(const ms_fwd_ctx *c, int il) { return streamed_moe(c, il + 1); }
 
 /* Guesses for the NEXT MoE layer during decode: apply its router to this
  * layer's FFN input f->x (the "next-layer router" predictor: ~59% of K3's
@@ -866,7 +868,7 @@ static void keep_last_experts(ms_fwd_ctx *c, ms_fwd *f, int64_t T) {
     const ms_model *m = c->m;
     const int64_t k = m->cfg.num_experts_per_token;
     int n_moe = 0;
-    for (int il = 0; il < m->n_layer; il++) n_moe += next_to_guess(c, il - 1) != NULL;
+    for (int il = 0; il < m->n_layer; il++) n_moe += streamed_moe(c, il) != NULL;
     const int cap = ms_store_expert_capacity(c->store);
     if (n_moe == 0 || k <= 0 || cap <= 0) return;
     int64_t m_keep = cap / (n_moe * k);
@@ -876,7 +878,7 @@ static void keep_last_experts(ms_fwd_ctx *c, ms_fwd *f, int64_t T) {
     int n = 0;
     for (int64_t tt = m_last - m_keep; tt < m_last; tt++)
         for (int il = 0; il < m->n_layer; il++) {
-            const ms_layer *N = next_to_guess(c, il - 1);
+            const ms_layer *N = streamed_moe(c, il);
             if (!N) continue;
             const int32_t *sel = f->tsel + ((int64_t)il * LAST_TOKENS + tt) * k;
             for (int64_t j = 0; j < k; j++) f->tregion[n++] = N->expert_region0 + sel[j];
