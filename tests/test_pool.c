@@ -78,24 +78,27 @@ static void test_cover(int nt) {
 /* ---- participation: two threads inside fn at once ---------------------- */
 
 typedef struct {
-    int inside;                 /* atomic: threads that entered fn */
+    int inside;                 /* atomic: threads inside fn now */
     int met;                    /* atomic: a thread saw another one inside */
 } meet_job;
 
-/* Each chunk waits (up to 2 s) for a second thread to be inside fn too, so a
- * job of 2 chunks completes quickly only if a worker takes the second chunk
- * while the caller holds the first. */
+/* Each chunk waits (up to 2 s) for a second thread to be inside fn at the
+ * same time (a chunk leaves before the same thread can take the next), so
+ * `met` is set only if a worker takes the second chunk while the caller
+ * holds the first. */
 static void meet_fn(void *ctx, int64_t b, int64_t e) {
     meet_job *j = ctx;
     __atomic_fetch_add(&j->inside, 1, __ATOMIC_ACQ_REL);
     const double t0 = now_s();
     while (now_s() - t0 < 2.0) {
+        if (__atomic_load_n(&j->met, __ATOMIC_ACQUIRE)) break;   /* the other one saw us */
         if (__atomic_load_n(&j->inside, __ATOMIC_ACQUIRE) >= 2) {
             __atomic_store_n(&j->met, 1, __ATOMIC_RELEASE);
-            return;
+            break;
         }
         sleep_us(50);
     }
+    __atomic_fetch_sub(&j->inside, 1, __ATOMIC_ACQ_REL);
 }
 
 static void test_meet(void) {
