@@ -11,14 +11,15 @@
  *   new in alternating order: matvec_mxfp4 cold (one pass over 96 copies of the
  *   matrix, > the 300 MiB LLC) and hot (best of 8 on one copy) at both expert
  *   shapes (gate/up 3072 x 3584, down 3584 x 3072), 1 and 2 threads (rows split
- *   at a multiple of 16, as ms_pool_for's grain), and matmat_mxfp4 at T = 4 on a
- *   256 x 3584 matrix in L2 (thread CPU time). Printed: medians over rounds, the
+ *   by the engine's pool, base/pool.h, grain 16), and matmat_mxfp4 at T = 4 and
+ *   matvec_mxfp4 on a 256 x 3584 matrix in L2 (thread CPU time). Printed: medians over rounds, the
  *   median of the per-round new/old ratios, and cold / read bandwidth per round.
  *   Before timing, old and new outputs are compared bit for bit (exit 1 if not).
  * Does not: assert a speed; pin threads; check the old header is compatible (the
  *   old file is compiled against the working tree's kernels/kernels.h).
  * Usage: kernel_ab [rounds]   (default 15)
  */
+#include "base/pool.h"
 #include "kernels/kernels.h"
 
 #include <pthread.h>
@@ -31,7 +32,7 @@
 extern const ms_kern ms_kern_ab_old, ms_kern_ab_new;
 static const ms_kern *const kern[2] = { &ms_kern_ab_old, &ms_kern_ab_new };
 
-enum { MAX_ROUNDS = 101, N_COPY = 96, N_MEAS = 9 };
+enum { MAX_ROUNDS = 101, N_COPY = 96, N_MEAS = 10 };
 static const int64_t shape[2][2] = { { 3072, 3584 }, { 3584, 3072 } };
 static const size_t READ_BYTES = (size_t)1 << 30;
 
@@ -124,19 +125,27 @@ static double read_gbps(int nt) {
     return (double)READ_BYTES / best / 1e9;
 }
 
-/* GB/s of matrix bytes (packed + scales) */
+static ms_pool *g_pool[3];          /* by thread count: the engine's pool */
+
+static void matvec_part(void *ctx, int64_t b, int64_t e) {
+    job j = *(const job *)ctx;
+    j.r0 = b;
+    j.r1 = e;
+    run_job(&j);
+}
+
+/* GB/s of matrix bytes (packed + scales); rows split by the engine's pool
+ * (grain 16, as model/forward.c's mm_*), not a thread created per matrix,
+ * whose start-up (~0.1 ms) is comparable to one expert matrix */
 static double matvec_gbps(int v, int is, int nt, int cold) {
-    int64_t rows = shape[is][0], per = (rows / nt + 15) / 16 * 16;
+    int64_t rows = shape[is][0];
     int n = cold ? N_COPY : 1, reps = cold ? 1 : 8;
     double best = 1e30;
     for (int rep = 0; rep < reps; rep++) {
         double t0 = now_s();
         for (int c = 0; c < n; c++) {
-            job jobs[2];
-            for (int i = 0; i < nt; i++)
-                jobs[i] = (job){ .k = kern[v], .is = is, .copy = c, .r0 = i * per,
-                                 .r1 = i == nt - 1 ? rows : (i + 1) * per };
-            run_parallel(jobs, nt);
+            job j = { .k = kern[v], .is = is, .copy = c };
+            ms_pool_for(g_pool[nt], rows, 16, matvec_part, &j);
         }
         double t = (now_s() - t0) / n;
         if (t < best) best = t;
@@ -144,24 +153,33 @@ static double matvec_gbps(int v, int is, int nt, int cold) {
     return (double)mat_bytes[is] / best / 1e9;
 }
 
-/* Gelem/s of matmat_mxfp4, T = 4, 256 x 3584 (L2-resident), thread CPU time */
-static double matmat_gelems(int v) {
-    enum { R = 256, C = 3584, T = 4, REPS = 100 };
+/* Gelem/s of matmat_mxfp4 (T = 4) or matvec_mxfp4 (T = 1), 256 x 3584
+ * (L2-resident), thread CPU time */
+static double matmat_gelems(int v, int T) {
+    enum { R = 256, C = 3584, TMAX = 4, REPS = 100 };
     static uint8_t P[R * C / 2], S[R * C / 32];
-    static float X[T * C], Y[T * R];
+    static float X[TMAX * C], Y[TMAX * R];
     if (!S[0]) {
         for (size_t i = 0; i < sizeof P; i++) P[i] = (uint8_t)(i * 2654435761u >> 13);
         for (size_t i = 0; i < sizeof S; i++) S[i] = (uint8_t)(120 + i % 9);
-        for (size_t i = 0; i < T * C; i++) X[i] = (float)(i % 7) - 3.0f;
+        for (size_t i = 0; i < TMAX * C; i++) X[i] = (float)(i % 7) - 3.0f;
     }
     double t0 = cpu_s();
-    for (int r = 0; r < REPS; r++) kern[v]->matmat_mxfp4(Y, R, P, S, X, C, T, 0, R, C);
+    for (int r = 0; r < REPS; r++) {
+        if (T == 1) kern[v]->matvec_mxfp4(Y, P, S, X, 0, R, C);
+        else kern[v]->matmat_mxfp4(Y, R, P, S, X, C, T, 0, R, C);
+    }
     return (double)R * C * T * REPS / (cpu_s() - t0) / 1e9;
 }
 
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 15;
     if (rounds < 1 || rounds > MAX_ROUNDS) { fprintf(stderr, "kernel_ab: rounds in 1..%d\n", MAX_ROUNDS); return 2; }
+    for (int nt = 1; nt <= 2; nt++) {
+        ms_err err;
+        ms_err_clear(&err);
+        if (ms_pool_open(nt, &g_pool[nt], &err) != MS_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    }
     yv = xalloc(4096 * sizeof *yv);
     rbuf = xalloc(READ_BYTES);
     for (size_t i = 0; i < READ_BYTES / 8; i++) rbuf[i] = i;    /* touch every page */
@@ -192,7 +210,8 @@ int main(int argc, char **argv) {
     static const char *const name[N_MEAS] = {
         "gate/up 3072x3584 1 thr cold", "gate/up 3072x3584 1 thr hot", "gate/up 3072x3584 2 thr cold",
         "gate/up 3072x3584 2 thr hot", "down 3584x3072 1 thr cold", "down 3584x3072 1 thr hot",
-        "down 3584x3072 2 thr cold", "down 3584x3072 2 thr hot", "matmat T=4 256x3584 L2 Gelem/s" };
+        "down 3584x3072 2 thr cold", "down 3584x3072 2 thr hot", "matmat T=4 256x3584 L2 Gelem/s",
+        "matvec 256x3584 L2 Gelem/s" };
     static double res[2][N_MEAS][MAX_ROUNDS], bw[2][MAX_ROUNDS];
     for (int rd = 0; rd < rounds; rd++) {
         bw[0][rd] = read_gbps(1);
@@ -203,7 +222,8 @@ int main(int argc, char **argv) {
                 for (int nt = 1; nt <= 2; nt++)
                     for (int hot = 0; hot < 2; hot++)
                         res[v][is * 4 + (nt - 1) * 2 + hot][rd] = matvec_gbps(v, is, nt, !hot);
-            res[v][8][rd] = matmat_gelems(v);
+            res[v][8][rd] = matmat_gelems(v, 4);
+            res[v][9][rd] = matmat_gelems(v, 1);
         }
     }
     printf("kernel_ab: %s, %d rounds (medians); read bandwidth 1 thr %.2f GB/s, 2 thr %.2f GB/s\n",
@@ -224,5 +244,6 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     if (g_sink == 42) printf(" \n");
+    for (int nt = 1; nt <= 2; nt++) ms_pool_close(g_pool[nt]);
     return 0;
 }

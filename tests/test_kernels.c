@@ -271,7 +271,8 @@ static void test_dense_vs_ref(void) {
 
 /* ---- MXFP4 ----------------------------------------------------------------------- */
 
-static const int64_t mx_cols[] = { 0, 32, 64, 96, 160, 3072, 3584, 4096, 7168 };
+/* 8192 and 8224: the avx512 matvec's fast 8-row block takes cols <= 8192 */
+static const int64_t mx_cols[] = { 0, 32, 64, 96, 160, 3072, 3584, 4096, 7168, 8192, 8224 };
 
 /* independent expectation for one row, with scale-255 groups removed */
 static float mx_expect(const uint8_t *packed, const uint8_t *sc, const float *x, int64_t cols) {
@@ -291,16 +292,21 @@ static float mx_expect(const uint8_t *packed, const uint8_t *sc, const float *x,
 static void test_mxfp4_vs_ref(void) {
     for (size_t ic = 0; ic < sizeof mx_cols / sizeof mx_cols[0]; ic++) {
         int64_t cols = mx_cols[ic], ng = cols / 32;
-        for (int mode = 0; mode < 3; mode++) {
+        /* mode 0: ordinary scales and x; 1: every scale byte (255 included) in
+         * turn, ordinary x; 2: the same with extreme x; 3: every scale byte
+         * but 255 (blocks without a skipped group: the avx512 fast block)
+         * with extreme x */
+        for (int mode = 0; mode < 4; mode++) {
             uint8_t *P = malloc((size_t)(NROWS * cols / 2 + 1));
             uint8_t *S = malloc((size_t)(NROWS * ng + 1));
             float *x = malloc((size_t)(cols + 1) * sizeof *x);
             for (int64_t i = 0; i < NROWS * cols / 2; i++) P[i] = (uint8_t)rng_u32();
             for (int64_t i = 0; i < NROWS * ng; i++) {
                 if (mode == 0) S[i] = (uint8_t)(120 + rng_u32() % 16);
+                else if (mode == 3) S[i] = (uint8_t)((i * 37 + 11) % 255);   /* 0..254 */
                 else S[i] = (uint8_t)((i * 37 + 11) % 256);   /* every byte incl. 0 and 255 */
             }
-            for (int64_t i = 0; i < cols; i++) x[i] = mode == 2 ? extreme_f32() : rng_unit();
+            for (int64_t i = 0; i < cols; i++) x[i] = mode >= 2 ? extreme_f32() : rng_unit();
 
             float want[NROWS], y[NROWS];
             int64_t cnt_all = ms_kern_ref.matvec_mxfp4(want, P, S, x, 0, NROWS, cols);
@@ -423,15 +429,18 @@ static void test_mxfp4_real_shapes(void) {
     static const int64_t shp[2][2] = { { 3072, 3584 }, { 3584, 3072 } };
     for (int is = 0; is < 2; is++) {
         const int64_t rows = shp[is][0], cols = shp[is][1], ng = cols / 32, TT = 4;
-        const int64_t rr[][2] = { { 0, rows }, { 16, rows - 16 }, { 5, 1000 }, { rows - 13, rows } };
+        const int64_t rr[][2] = { { 0, rows }, { 16, rows - 16 }, { 5, 1000 }, { rows - 13, rows },
+                                  { rows / 2 - 21, rows / 2 + 19 } };
         uint8_t *P = malloc((size_t)(rows * cols / 2));
         uint8_t *S = malloc((size_t)(rows * ng));
         float *X = malloc((size_t)(TT * cols) * sizeof *X);
         float *want = malloc((size_t)(TT * rows) * sizeof *want);
         float *Y = malloc((size_t)(TT * rows) * sizeof *Y);
         for (int64_t i = 0; i < rows * cols / 2; i++) P[i] = (uint8_t)rng_u32();
+        /* skipped groups in the first half of the rows only, so the second
+         * half runs avx512's fast 8-row block and a range can mix both */
         for (int64_t i = 0; i < rows * ng; i++)
-            S[i] = (uint8_t)(rng_u32() % 97 == 0 ? 255 : 112 + rng_u32() % 24);
+            S[i] = (uint8_t)(i < rows / 2 * ng && rng_u32() % 97 == 0 ? 255 : 112 + rng_u32() % 24);
         /* finite results only (an inf or NaN row would hide any order change):
          * ordinary x with some exact zeros and subnormals */
         for (int64_t i = 0; i < TT * cols; i++)

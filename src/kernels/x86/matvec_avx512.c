@@ -26,7 +26,8 @@
  *   permuted the same way and each accumulator is permuted back before its
  *   tree (see PHYSICAL LANE ORDER below): every lane still sees exactly the
  *   reference's elements, FMAs and order. matvec runs 8 rows per block (x
- *   loaded and permuted once per 8 rows); matmat decodes in natural lane
+ *   loaded and permuted once per 8 rows; mx_rows8_fast when the block has no
+ *   skipped group, see FAST 8-ROW MATVEC); matmat decodes in natural lane
  *   order instead (mx_decode_nat), as one decode there serves 4 tokens.
  *   Scale 255 skips the group, as in the reference.
  * Invariants: outputs written only in [r0, r1); no allocation, no state.
@@ -317,13 +318,112 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
     return n255;
 }
 
+/* FAST 8-ROW MATVEC (mx_rows8_fast): the same lanes, decode, FMAs and order as
+ * mx_block(PERM, NR 8, NT 1), with less bookkeeping per row and group:
+ *   - no test for scale 255 (a block with one takes the general path;
+ *     mx_any255 checks the block's 8 x ng scale bytes first);
+ *   - each (row, group)'s LUT offset read from a table built once per block
+ *     (16 scale bytes -> 16 offsets in 4 ops);
+ *   - the 8 rows addressed from 3 bases and one stride (base + stride * 1, 2
+ *     or 4), so no row pointer is spilled to the stack and reloaded (the
+ *     general block reloads 2 per row and group);
+ *   - the next block prefetched as ONE front in address order, 2 lines per
+ *     group (8 rows x 16 bytes), where the general block uses two half-block
+ *     fronts (see PREFETCH): on Zen 5 one front is faster cold (x1.06-1.10);
+ *   - the group loop unrolled by 2 (cold x1.03-1.12, hot x0.97-0.99; by 4
+ *     was worse).
+ * Measured with bench/kernel_ab.c against the general block (machine B, Zen 5,
+ * 15 rounds, medians; read bandwidth 37 / 71 GB/s with 1 / 2 threads): cold
+ * x1.21-1.25 at both expert shapes and both thread counts (1 thread 18.6-19.8
+ * -> 23.4-23.8 GB/s of matrix bytes, 49-53% -> 63% of the read bandwidth),
+ * hot x1.04-1.11, L2-resident x1.04 (47 -> 49 Gelem/s).
+ * What is left: in L2 the block takes ~2.3 cycles per row and group, where the
+ * same vector ops in a synthetic loop take ~1.8 (no PMU counters in this VM to
+ * say why). Cold, the memory pattern alone (decode removed, same loads and
+ * prefetches) streams at ~70% of the read bandwidth: 8 interleaved row
+ * streams of 16 bytes read slower than one linear stream on this machine (a
+ * standalone test: ~25 vs ~34 GB/s), and no prefetch distance or hint tried
+ * changed that (next block or the one after, T0 / T1 / T2, 1, 2 or 4 fronts,
+ * demand loads ahead). */
+enum { MX_FAST_NG = 256 };               /* the offset table's width: cols <= 8192 */
+
+static int mx_any255(const uint8_t *s, int64_t n) {
+    const __m512i ff = _mm512_set1_epi8((char)0xff);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        if (_mm512_cmpeq_epi8_mask(_mm512_loadu_si512((const void *)(s + i)), ff)) return 1;
+    if (i < n) {
+        __mmask64 k = ((__mmask64)1 << (n - i)) - 1;
+        if (_mm512_mask_cmpeq_epi8_mask(k, _mm512_maskz_loadu_epi8(k, s + i), ff)) return 1;
+    }
+    return 0;
+}
+
+/* Rows [r, r + 8): cols / 32 <= MX_FAST_NG and no scale byte 255 there. Not
+ * inlined: it gets all registers to itself. */
+__attribute__((noinline)) static void mx_rows8_fast(float *y, const uint8_t *packed,
+                                                     const uint8_t *scales, const float *x,
+                                                     int64_t r, int64_t cols) {
+    const int64_t ng = cols / 32, rb = cols / 2;
+    uint32_t off[8][MX_FAST_NG] __attribute__((aligned(64)));   /* byte offset of MX_LUT[s] */
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *s = scales + (r + j) * ng;
+        int64_t g = 0;
+        for (; g + 16 <= ng; g += 16)
+            _mm512_store_si512((void *)&off[j][g],
+                               _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + g))), 6));
+        for (; g < ng; g++) off[j][g] = (uint32_t)s[g] << 6;
+    }
+    const __m512i xperm = mx_xperm();
+    const __m512i shifts = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
+    const char *lut = (const char *)MX_LUT;
+    const uint8_t *q0 = packed + r * rb, *q3 = q0 + 3 * rb, *q6 = q0 + 6 * rb;
+    const uintptr_t pf_next = (uintptr_t)packed + (uintptr_t)((r + 8) * rb);   /* never faults */
+    int64_t stride = rb;
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t g = 0; g < ng; g++) {
+        __m512 x0 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32));
+        __m512 x1 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32 + 16));
+        _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * 128)), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * 128 + 64)), _MM_HINT_T0);
+        /* the stride made opaque to the compiler each group, so it addresses
+         * rows as base + stride * {1, 2, 4} instead of keeping 8 row pointers */
+        __asm__("" : "+r"(stride));
+        const uint8_t *row[8] = { q0, q0 + stride, q0 + 2 * stride, q3, q0 + 4 * stride,
+                                  q3 + 2 * stride, q6, q6 + stride };
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m512 l = _mm512_load_ps((const float *)(lut + off[j][g]));
+            __m512 w0 = _mm512_permutexvar_ps(mx_index(row[j], shifts), l);
+            __m512 w1 = _mm512_permutexvar_ps(mx_index(row[j] + 8, shifts), l);
+            acc[j] = _mm512_fmadd_ps(w0, x0, acc[j]);
+            acc[j] = _mm512_fmadd_ps(w1, x1, acc[j]);
+        }
+        q0 += 16;
+        q3 += 16;
+        q6 += 16;
+    }
+    const __m512i unperm = mx_unperm();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) y[r + j] = t16_reduce(_mm512_permutexvar_ps(unperm, acc[j]));
+}
+
 /* 8 rows per block: x is loaded and permuted once per 8 rows (measured
  * against 4 rows: 26.0 vs 24.5 Gelem/s in L2, 14.0 vs 13.2 GB/s hot at
- * 3072 x 3584; cold equal within noise); tails of 4 and 1 rows. */
+ * 3072 x 3584; cold equal within noise); tails of 4 and 1 rows. A block
+ * without skipped groups (the normal case) takes mx_rows8_fast. */
 static int64_t avx512_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_t *scales,
                                    const float *x, int64_t r0, int64_t r1, int64_t cols) {
     int64_t n255 = 0, r = r0;
-    for (; r + 8 <= r1; r += 8) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 8, 1, 1);
+    for (; r + 8 <= r1; r += 8) {
+        if (cols / 32 <= MX_FAST_NG && !mx_any255(scales + r * (cols / 32), 8 * (cols / 32)))
+            mx_rows8_fast(y, packed, scales, x, r, cols);
+        else
+            n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 8, 1, 1);
+    }
     for (; r + 4 <= r1; r += 4) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 4, 1, 1);
     for (; r < r1; r++) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 1, 1, 1);
     return n255;
