@@ -32,7 +32,7 @@
 extern const ms_kern ms_kern_ab_old, ms_kern_ab_new;
 static const ms_kern *const kern[2] = { &ms_kern_ab_old, &ms_kern_ab_new };
 
-enum { MAX_ROUNDS = 101, N_COPY = 96, N_MEAS = 10 };
+enum { MAX_ROUNDS = 101, N_COPY = 96, N_MEAS = 12 };
 static const int64_t shape[2][2] = { { 3072, 3584 }, { 3584, 3072 } };
 static const size_t READ_BYTES = (size_t)1 << 30;
 
@@ -172,6 +172,37 @@ static double matmat_gelems(int v, int T) {
     return (double)R * C * T * REPS / (cpu_s() - t0) / 1e9;
 }
 
+/* Prompt chunks, one thread, wall time: Gelem-token/s of matmat_bf16 at T = 32
+ * on a 4096 x 7168 matrix (58 MB, streamed from memory once per call, as a
+ * prefill reads the trunk) and of matmat_mxfp4 at T = 8 on the gate/up expert
+ * shape (a 32-token prompt gives each of 64 experts ~8 tokens). Before the
+ * first timing, old and new must give the same bits (exit 1 if not). */
+enum { PF_R = 4096, PF_C = 7168, PF_T = 32, PF_TX = 8 };
+static uint16_t *pf_w;
+static float *pf_x, *pf_y[2];
+
+static double prefill_gelems(int v, int mx) {
+    if (!pf_w) {
+        pf_w = xalloc((size_t)PF_R * PF_C * 2);
+        pf_x = xalloc((size_t)PF_T * PF_C * 4);
+        for (int k = 0; k < 2; k++) pf_y[k] = xalloc((size_t)PF_T * PF_R * 4);
+        for (size_t i = 0; i < (size_t)PF_R * PF_C; i++)
+            pf_w[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 0x800);   /* finite bf16 */
+        for (size_t i = 0; i < (size_t)PF_T * PF_C; i++) pf_x[i] = (float)(i % 13) - 6.0f;
+    }
+    const int64_t rows = mx ? shape[0][0] : PF_R, cols = mx ? shape[0][1] : PF_C;
+    const int64_t T = mx ? PF_TX : PF_T;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        if (mx) kern[v]->matmat_mxfp4(pf_y[v], rows, mat[0], mat[0] + packed_bytes[0], pf_x, cols, T, 0, rows, cols);
+        else kern[v]->matmat_bf16(pf_y[v], rows, pf_w, pf_x, cols, T, 0, rows, cols);
+        double t = now_s() - t0;
+        if (t < best) best = t;
+    }
+    return (double)rows * cols * T / best / 1e9;
+}
+
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 15;
     if (rounds < 1 || rounds > MAX_ROUNDS) { fprintf(stderr, "kernel_ab: rounds in 1..%d\n", MAX_ROUNDS); return 2; }
@@ -207,11 +238,20 @@ int main(int argc, char **argv) {
         free(y0);
         free(y1);
     }
+    for (int mx = 0; mx < 2; mx++) {
+        for (int v = 0; v < 2; v++) prefill_gelems(v, mx);
+        size_t n = mx ? (size_t)PF_TX * (size_t)shape[0][0] : (size_t)PF_T * PF_R;
+        if (memcmp(pf_y[0], pf_y[1], n * 4) != 0) {
+            fprintf(stderr, "kernel_ab: old and new matmat_%s give different bits\n", mx ? "mxfp4" : "bf16");
+            return 1;
+        }
+    }
     static const char *const name[N_MEAS] = {
         "gate/up 3072x3584 1 thr cold", "gate/up 3072x3584 1 thr hot", "gate/up 3072x3584 2 thr cold",
         "gate/up 3072x3584 2 thr hot", "down 3584x3072 1 thr cold", "down 3584x3072 1 thr hot",
         "down 3584x3072 2 thr cold", "down 3584x3072 2 thr hot", "matmat T=4 256x3584 L2 Gelem/s",
-        "matvec 256x3584 L2 Gelem/s" };
+        "matvec 256x3584 L2 Gelem/s", "matmat bf16 T=32 4096x7168 Gel*T/s",
+        "matmat mxfp4 T=8 3072x3584 Gel*T/s" };
     static double res[2][N_MEAS][MAX_ROUNDS], bw[2][MAX_ROUNDS];
     for (int rd = 0; rd < rounds; rd++) {
         bw[0][rd] = read_gbps(1);
@@ -224,6 +264,8 @@ int main(int argc, char **argv) {
                         res[v][is * 4 + (nt - 1) * 2 + hot][rd] = matvec_gbps(v, is, nt, !hot);
             res[v][8][rd] = matmat_gelems(v, 4);
             res[v][9][rd] = matmat_gelems(v, 1);
+            res[v][10][rd] = prefill_gelems(v, 0);
+            res[v][11][rd] = prefill_gelems(v, 1);
         }
     }
     printf("kernel_ab: %s, %d rounds (medians); read bandwidth 1 thr %.2f GB/s, 2 thr %.2f GB/s\n",

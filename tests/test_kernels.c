@@ -525,8 +525,10 @@ static void test_mxfp4_negzero(void) {
 static void test_matmat(void) {
     static const int64_t Ts[] = { 0, 1, 2, 3, 4, 5, 9 };
     static const int64_t cols_b[] = { 17, 64, 100, 7168 };
-    enum { R = 7 };
-    const int64_t r0 = 1, r1 = 6;
+    /* 17 rows in the range: avx512 runs bf16 prompt chunks in blocks of 6
+     * rows (6 + 6 + 4 + 1 here) and MXFP4 ones in blocks of 4 (4 x 4 + 1) */
+    enum { R = 19 };
+    const int64_t r0 = 1, r1 = 18;
     for (size_t ic = 0; ic < sizeof cols_b / sizeof cols_b[0]; ic++) {
         int64_t cols = cols_b[ic], ldx = cols + 3, ldy = R + 5;
         int64_t Tmax = 9;

@@ -28,7 +28,8 @@
  *   reference's elements, FMAs and order. matvec runs 8 rows per block (x
  *   loaded and permuted once per 8 rows; mx_rows8_fast when the block has no
  *   skipped group, see FAST 8-ROW MATVEC); matmat decodes in natural lane
- *   order instead (mx_decode_nat), as one decode there serves 4 tokens.
+ *   order instead (mx_decode_nat), as one decode there serves 4 tokens
+ *   (blocks of 4 rows x 4 tokens).
  *   Scale 255 skips the group, as in the reference.
  * Invariants: outputs written only in [r0, r1); no allocation, no state.
  */
@@ -62,53 +63,66 @@ INLINE __m512 bf16x16(__m256i v) {
 INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf,
                       const float *X, int64_t ldx, int64_t r, int64_t cols,
                       const int NR, const int NT) {
-    __m512 acc[4][4];
-#pragma GCC unroll 4
+    __m512 acc[6][4];                   /* NR <= 6, NT <= 4 */
+#pragma GCC unroll 8
     for (int j = 0; j < NR; j++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) acc[j][t] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 16 <= cols; c += 16) {
-        __m512 w[4];
-#pragma GCC unroll 4
+        __m512 w[6];
+#pragma GCC unroll 8
         for (int j = 0; j < NR; j++)
             w[j] = Wf ? _mm512_loadu_ps(Wf + (r + j) * cols + c)
                       : bf16x16(_mm256_loadu_si256((const __m256i *)(Wb + (r + j) * cols + c)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             __m512 x = _mm512_loadu_ps(X + t * ldx + c);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int j = 0; j < NR; j++) acc[j][t] = _mm512_fmadd_ps(w[j], x, acc[j][t]);
         }
     }
     if (c < cols) {
         /* ragged tail: lane l gets element c + l, as in the reference */
         __mmask16 k = (__mmask16)((1u << (cols - c)) - 1u);
-        __m512 w[4];
-#pragma GCC unroll 4
+        __m512 w[6];
+#pragma GCC unroll 8
         for (int j = 0; j < NR; j++)
             w[j] = Wf ? _mm512_maskz_loadu_ps(k, Wf + (r + j) * cols + c)
                       : bf16x16(_mm256_maskz_loadu_epi16(k, Wb + (r + j) * cols + c));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             __m512 x = _mm512_maskz_loadu_ps(k, X + t * ldx + c);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int j = 0; j < NR; j++)
                 acc[j][t] = _mm512_mask3_fmadd_ps(w[j], x, acc[j][t], k);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NR; j++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) Y[t * ldy + r + j] = t16_reduce(acc[j][t]);
 }
 
-/* Rows [r0, r1) x tokens [0, T): blocks of 4 rows; for each block every token
- * (4 at a time) while the block's weights are hot in cache. */
+/* Rows [r0, r1) x tokens [0, T): blocks of 6 rows (T >= 4) or 4 rows; for
+ * each block every token (4 at a time) while the block's weights are hot in
+ * cache. */
 INLINE void dense_rows(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf,
                        const float *X, int64_t ldx, int64_t T,
                        int64_t r0, int64_t r1, int64_t cols) {
     int64_t r = r0;
+    /* prompt chunks: 6 rows x 4 tokens (24 accumulators) share each weight
+     * and x load more widely than 4 x 4 (bench/kernel_ab.c, T = 32 on a
+     * 4096 x 7168 matrix, one thread: x1.09 in two sessions; 4 x 6, 5 x 5,
+     * 7 x 3 and 8 x 2 gained less) */
+    if (T >= 4)
+        for (; r + 6 <= r1; r += 6) {
+            int64_t t = 0;
+            for (; t + 4 <= T; t += 4)
+                block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 6, 4);
+            for (; t < T; t++)
+                block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 6, 1);
+        }
     for (; r + 4 <= r1; r += 4) {
         int64_t t = 0;
         for (; t + 4 <= T; t += 4)
@@ -429,6 +443,8 @@ static int64_t avx512_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_
     return n255;
 }
 
+/* Blocks of 4 rows x 4 tokens (16 accumulators), then 2 and 1 rows. Against
+ * 2 rows x 4 tokens: x1.29 in L2 at T = 4 (bench/kernel_ab.c, 7 rounds). */
 static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
                                    const uint8_t *scales, const float *X, int64_t ldx,
                                    int64_t T, int64_t r0, int64_t r1, int64_t cols) {
@@ -436,6 +452,13 @@ static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
     int64_t n255 = 0;   /* once per scale byte, not once per token */
     for (int64_t i = r0 * (cols / 32); i < r1 * (cols / 32); i++) n255 += scales[i] == 255;
     int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        int64_t t = 0;
+        for (; t + 4 <= T; t += 4)
+            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 4, 4, 0);
+        for (; t < T; t++)
+            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 4, 1, 0);
+    }
     for (; r + 2 <= r1; r += 2) {
         int64_t t = 0;
         for (; t + 4 <= T; t += 4)
