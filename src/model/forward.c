@@ -414,6 +414,8 @@ typedef struct mla_job {
     int64_t T, p0;
 } mla_job;
 
+enum { MLA_CHUNK = 64 };   /* double accumulators per pass of the absorb and the output */
+
 static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
     mla_job *j = ctx;
     const ms_config *c = j->c;
@@ -430,12 +432,23 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
         const uint16_t *wv = wk + dn * kvr;                  /* v rows [dvh, kvr] */
         for (int64_t t = 0; t < j->T; t++) {
             const float *q = f->q + t * nh * qw + h * qw;   /* [q_nope | q_rope] */
-            /* absorb W_UK: qa = W_k^T q_nope */
-            for (int64_t i = 0; i < kvr; i++) {
-                double acc = 0.0;
-                for (int64_t n = 0; n < dn; n++)
-                    acc += (double)q[n] * (double)ms_bf16_to_f32(wk[n * kvr + i]);
-                qa[i] = (float)acc;
+            /* absorb W_UK: qa[i] = sum over n ascending of q_nope[n] * W_k[n][i],
+             * in double. Computed MLA_CHUNK outputs at a time with n outermost,
+             * so the inner loop reads W_k rows contiguously and runs across
+             * independent outputs (the compiler vectorises it); each output
+             * still adds the same exact products in the same order. */
+            for (int64_t i0 = 0; i0 < kvr; i0 += MLA_CHUNK) {
+                const int64_t ni = kvr - i0 < MLA_CHUNK ? kvr - i0 : MLA_CHUNK;
+                double acc[MLA_CHUNK] = { 0 };
+                for (int64_t n = 0; n < dn; n++) {
+                    const double qn = (double)q[n];
+                    const uint16_t *wr = wk + n * kvr + i0;
+                    if (ni == MLA_CHUNK)
+                        for (int64_t i = 0; i < MLA_CHUNK; i++) acc[i] += qn * (double)ms_bf16_to_f32(wr[i]);
+                    else
+                        for (int64_t i = 0; i < ni; i++) acc[i] += qn * (double)ms_bf16_to_f32(wr[i]);
+                }
+                for (int64_t i = 0; i < ni; i++) qa[i0 + i] = (float)acc[i];
             }
             const int64_t n_pos = j->p0 + t + 1;
             for (int64_t s = 0; s < n_pos; s++) {
@@ -448,10 +461,20 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
                 sc[s] = (float)(acc * scale);
             }
             ms_softmax_inplace(sc, n_pos);
-            for (int64_t i = 0; i < kvr; i++) {
-                double acc = 0.0;
-                for (int64_t s = 0; s < n_pos; s++) acc += (double)sc[s] * (double)j->cache[s * pw + i];
-                ol[i] = (float)acc;
+            /* ol[i] = sum over positions s ascending of p[s] * c_kv[s][i], in
+             * double; positions outermost, as for the absorb above */
+            for (int64_t i0 = 0; i0 < kvr; i0 += MLA_CHUNK) {
+                const int64_t ni = kvr - i0 < MLA_CHUNK ? kvr - i0 : MLA_CHUNK;
+                double acc[MLA_CHUNK] = { 0 };
+                for (int64_t s = 0; s < n_pos; s++) {
+                    const double p = (double)sc[s];
+                    const float *cr = j->cache + s * pw + i0;
+                    if (ni == MLA_CHUNK)
+                        for (int64_t i = 0; i < MLA_CHUNK; i++) acc[i] += p * (double)cr[i];
+                    else
+                        for (int64_t i = 0; i < ni; i++) acc[i] += p * (double)cr[i];
+                }
+                for (int64_t i = 0; i < ni; i++) ol[i0 + i] = (float)acc[i];
             }
             float *o = f->mo + t * nh * dvh + h * dvh;
             j->k->matvec_bf16(o, wv, ol, 0, dvh, kvr);       /* W_UV after attention */
