@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -613,6 +614,28 @@ static void test_bufalloc(void) {
         }
     }
     ms_buf_free(NULL, 10, 0);
+    /* prefault: untouched pages are not mapped; after ms_buf_prefault every
+     * page of the reserved size is, and the buffer still reads as zeros */
+    for (int huge = 0; huge < 2; huge++) {
+        const int64_t bytes = (6 << 20) + 5;
+        uint8_t *b = ms_buf_alloc(bytes, huge);
+        CHECK(b != NULL, "alloc for prefault (huge %d)", huge);
+        if (!b) continue;
+        const int64_t cap = ms_buf_alloc_size(bytes, huge), pg = 4096, n_pg = cap / pg;
+        unsigned char *vec = malloc((size_t)n_pg);
+        int64_t before = 0, after = 0, nonzero = 0;
+        if (vec && mincore(b, (size_t)cap, vec) == 0)
+            for (int64_t i = 0; i < n_pg; i++) before += vec[i] & 1;
+        int how = ms_buf_prefault(b, bytes, huge);
+        if (vec && mincore(b, (size_t)cap, vec) == 0)
+            for (int64_t i = 0; i < n_pg; i++) after += vec[i] & 1;
+        for (int64_t i = 0; i < cap; i += 997) nonzero += b[i] != 0;
+        CHECK(vec && before == 0 && after == n_pg && nonzero == 0 && (how == 0 || how == 1),
+              "prefault (huge %d): %lld of %lld pages mapped before, %lld after, %lld nonzero bytes",
+              huge, (long long)before, (long long)n_pg, (long long)after, (long long)nonzero);
+        free(vec);
+        ms_buf_free(b, bytes, huge);
+    }
 }
 
 /* ---------------------------------------------------------------- main */

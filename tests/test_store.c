@@ -1156,6 +1156,38 @@ static void test_peek(fixture *fx) {
     ms_store_close(s);
 }
 
+/* Resident pages of this process (/proc/self/statm), or -1. */
+static int64_t rss_pages(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long long size = 0, res = -1;
+    if (!f) return -1;
+    if (fscanf(f, "%lld %lld", &size, &res) != 2) res = -1;
+    fclose(f);
+    return res;
+}
+
+/* ms_store_start maps the ring and the expert arena (their pages are first
+ * written by reads during tokens, which would fault them in the read's path):
+ * right after start the process holds at least their bytes more than before,
+ * at the floor, where the resident part is small. */
+static void test_prefault(fixture *fx) {
+    ms_err err;
+    ms_err_clear(&err);
+    cfg c0 = { 1, MS_IO_PREAD, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 0 };
+    ms_plan pl = probe_plan(fx, &c0);
+    cfg c = { pl.floor_bytes, MS_IO_PREAD, "lru", 1, 0, 0, 0, 0, { 0 }, NULL, 0 };
+    ms_store *s = NULL;
+    int64_t r0 = rss_pages();
+    if (store_make(fx, &c, &s, &err) != MS_OK) { CHECK(0, "%s", err.msg); ms_store_close(s); return; }
+    int64_t r1 = rss_pages();
+    const ms_plan *p = ms_store_get_plan(s);
+    const int64_t need = p->ring_bytes + p->expert_bytes;
+    CHECK(r0 > 0 && r1 > 0 && need > 0 && (r1 - r0) * 4096 >= need,
+          "start maps ring + arena: RSS grew by %lld bytes, ring %lld + arena %lld",
+          (long long)((r1 - r0) * 4096), (long long)p->ring_bytes, (long long)p->expert_bytes);
+    ms_store_close(s);
+}
+
 int main(void) {
     test_plan_hand();
     test_cache_states();
@@ -1169,6 +1201,7 @@ int main(void) {
     test_guesses(&fx);
     test_peek(&fx);
     test_touch(&fx);
+    test_prefault(&fx);
     test_faults(&fx);
     test_traces(&fx);
     fixture_free(&fx);

@@ -11,7 +11,8 @@
  *   ms_buf_alloc_size(bytes, huge); a buffer is freed with the same two values
  *   it was allocated with. Fresh buffers read as zeros.
  * Does not: keep any global state, account memory (the caller reports
- *   ms_buf_alloc_size to the accountant), or touch the pages.
+ *   ms_buf_alloc_size to the accountant), or touch the pages (but for
+ *   ms_buf_prefault, on request).
  */
 #ifndef MS_BASE_BUFALLOC_H
 #define MS_BASE_BUFALLOC_H
@@ -28,6 +29,13 @@ int64_t ms_buf_alloc_size(int64_t bytes, int huge);
  * (and advised MADV_HUGEPAGE), else to 4096. NULL when bytes <= 0, on overflow
  * or when the mapping fails. Thread-safe. Free with ms_buf_free. */
 void *ms_buf_alloc(int64_t bytes, int huge);
+
+/* Map every page of a buffer from ms_buf_alloc(bytes, huge) now (zero-filled,
+ * as the kernel would on first touch), so that its first use does not fault:
+ * an O_DIRECT read into unmapped pages faults and zeroes them in the read's
+ * path. MADV_POPULATE_WRITE (Linux 5.14+); else a write per 4 KiB page.
+ * Returns 1 when the madvise did it, 0 when the pages were touched by hand. */
+int ms_buf_prefault(void *ptr, int64_t bytes, int huge);
 
 /* Release a buffer from ms_buf_alloc(bytes, huge); ptr NULL is a no-op. */
 void ms_buf_free(void *ptr, int64_t bytes, int huge);
