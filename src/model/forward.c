@@ -451,7 +451,33 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
                 for (int64_t i = 0; i < ni; i++) qa[i0 + i] = (float)acc[i];
             }
             const int64_t n_pos = j->p0 + t + 1;
-            for (int64_t s = 0; s < n_pos; s++) {
+            /* scores: one dot product per position, its terms added in order;
+             * 4 positions at a time so the 4 chains of dependent adds overlap
+             * (one chain alone waits an add latency per term) */
+            int64_t s = 0;
+            for (; s + 4 <= n_pos; s += 4) {
+                const float *c0 = j->cache + s * pw, *c1 = c0 + pw, *c2 = c1 + pw, *c3 = c2 + pw;
+                double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+                for (int64_t i = 0; i < kvr; i++) {
+                    const double qi = (double)qa[i];
+                    a0 += qi * (double)c0[i];
+                    a1 += qi * (double)c1[i];
+                    a2 += qi * (double)c2[i];
+                    a3 += qi * (double)c3[i];
+                }
+                for (int64_t r = 0; r < dr; r++) {
+                    const double qr = (double)q[dn + r];
+                    a0 += qr * (double)c0[kvr + r];
+                    a1 += qr * (double)c1[kvr + r];
+                    a2 += qr * (double)c2[kvr + r];
+                    a3 += qr * (double)c3[kvr + r];
+                }
+                sc[s] = (float)(a0 * scale);
+                sc[s + 1] = (float)(a1 * scale);
+                sc[s + 2] = (float)(a2 * scale);
+                sc[s + 3] = (float)(a3 * scale);
+            }
+            for (; s < n_pos; s++) {
                 const float *ce = j->cache + s * pw;
                 double acc = 0.0;
                 for (int64_t i = 0; i < kvr; i++) acc += (double)qa[i] * (double)ce[i];
