@@ -32,7 +32,7 @@
 extern const ms_kern ms_kern_ab_old, ms_kern_ab_new;
 static const ms_kern *const kern[2] = { &ms_kern_ab_old, &ms_kern_ab_new };
 
-enum { MAX_ROUNDS = 101, N_COPY = 96, N_MEAS = 12 };
+enum { MAX_ROUNDS = 101, N_COPY = 96, N_MEAS = 14 };
 static const int64_t shape[2][2] = { { 3072, 3584 }, { 3584, 3072 } };
 static const size_t READ_BYTES = (size_t)1 << 30;
 
@@ -203,6 +203,29 @@ static double prefill_gelems(int v, int mx) {
     return (double)rows * cols * T / best / 1e9;
 }
 
+typedef struct bfjob { int v; } bfjob;
+
+static void bf16_part(void *ctx, int64_t b, int64_t e) {
+    const bfjob *j = ctx;
+    kern[j->v]->matvec_bf16(pf_y[j->v], pf_w, pf_x, b, e, PF_C);
+}
+
+/* GB/s of bf16 matvec over the 58 MB prompt-chunk matrix (larger than the L3
+ * of machine B, so read from memory each time), best of 3, rows split by the
+ * engine's pool as in the model */
+static double bf16_matvec_gbps(int v, int nt) {
+    prefill_gelems(v, 0);           /* allocates and fills pf_w on first use */
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        bfjob j = { v };
+        double t0 = now_s();
+        ms_pool_for(g_pool[nt], PF_R, 16, bf16_part, &j);
+        double t = now_s() - t0;
+        if (t < best) best = t;
+    }
+    return (double)PF_R * PF_C * 2 / best / 1e9;
+}
+
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 15;
     if (rounds < 1 || rounds > MAX_ROUNDS) { fprintf(stderr, "kernel_ab: rounds in 1..%d\n", MAX_ROUNDS); return 2; }
@@ -251,7 +274,8 @@ int main(int argc, char **argv) {
         "gate/up 3072x3584 2 thr hot", "down 3584x3072 1 thr cold", "down 3584x3072 1 thr hot",
         "down 3584x3072 2 thr cold", "down 3584x3072 2 thr hot", "matmat T=4 256x3584 L2 Gelem/s",
         "matvec 256x3584 L2 Gelem/s", "matmat bf16 T=32 4096x7168 Gel*T/s",
-        "matmat mxfp4 T=8 3072x3584 Gel*T/s" };
+        "matmat mxfp4 T=8 3072x3584 Gel*T/s", "bf16 matvec 4096x7168 1 thr GB/s",
+        "bf16 matvec 4096x7168 2 thr GB/s" };
     static double res[2][N_MEAS][MAX_ROUNDS], bw[2][MAX_ROUNDS];
     for (int rd = 0; rd < rounds; rd++) {
         bw[0][rd] = read_gbps(1);
@@ -266,6 +290,8 @@ int main(int argc, char **argv) {
             res[v][9][rd] = matmat_gelems(v, 1);
             res[v][10][rd] = prefill_gelems(v, 0);
             res[v][11][rd] = prefill_gelems(v, 1);
+            res[v][12][rd] = bf16_matvec_gbps(v, 1);
+            res[v][13][rd] = bf16_matvec_gbps(v, 2);
         }
     }
     printf("kernel_ab: %s, %d rounds (medians); read bandwidth 1 thr %.2f GB/s, 2 thr %.2f GB/s\n",
@@ -273,14 +299,14 @@ int main(int argc, char **argv) {
     for (int m = 0; m < N_MEAS; m++) {
         double ratio[MAX_ROUNDS], f_old[MAX_ROUNDS], f_new[MAX_ROUNDS];
         for (int rd = 0; rd < rounds; rd++) {
-            double b = (m % 4 < 2) ? bw[0][rd] : bw[1][rd];
+            double b = m == 12 ? bw[0][rd] : m == 13 ? bw[1][rd] : (m % 4 < 2) ? bw[0][rd] : bw[1][rd];
             ratio[rd] = res[1][m][rd] / res[0][m][rd];
             f_old[rd] = res[0][m][rd] / b;
             f_new[rd] = res[1][m][rd] / b;
         }
         printf("  %-31s old %6.2f  new %6.2f  new/old %5.3f", name[m], median(res[0][m], rounds),
                median(res[1][m], rounds), median(ratio, rounds));
-        if (m < 8 && m % 2 == 0)
+        if ((m < 8 && m % 2 == 0) || m >= 12)
             printf("  cold/read bw: old %3.0f%%  new %3.0f%%", 100 * median(f_old, rounds),
                    100 * median(f_new, rounds));
         printf("\n");

@@ -69,7 +69,22 @@ INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) acc[j][t] = _mm512_setzero_ps();
     int64_t c = 0;
+    /* BF16 matvec (one token): prefetch the next block of rows (NR * cols * 2
+     * contiguous bytes) as one front in address order, NR * 32 bytes per step
+     * of 16 columns, so it is fetched while this block is consumed. Formed as
+     * an integer: past the matrix end it is not a C pointer, and a prefetch
+     * never faults. bench/kernel_ab.c, 4096 x 7168 (58 MB) from memory, 11
+     * rounds in each order: 1 thread x1.18 / x1.30 (71-81% -> 84% of the read
+     * bandwidth), 2 threads x1.14 / x1.21; two blocks ahead was not better.
+     * Prompt chunks (NT > 1) reuse each block for T tokens and are not
+     * memory-bound: no prefetch there. */
+    const uintptr_t pf_next = (uintptr_t)Wb + (uintptr_t)((r + NR) * cols * 2);
     for (; c + 16 <= cols; c += 16) {
+        if (NT == 1 && !Wf) {
+#pragma GCC unroll 8
+            for (int k = 0; k < NR / 2; k++)
+                _mm_prefetch((const char *)(pf_next + (uintptr_t)(c * 2 * NR + k * 64)), _MM_HINT_T0);
+        }
         __m512 w[6];
 #pragma GCC unroll 8
         for (int j = 0; j < NR; j++)
