@@ -119,6 +119,15 @@ INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf
         for (int t = 0; t < NT; t++) Y[t * ldy + r + j] = t16_reduce(acc[j][t]);
 }
 
+/* One block of NR rows at r, for every token: 4 at a time, then singly. */
+INLINE void block_all_tokens(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf,
+                             const float *X, int64_t ldx, int64_t T, int64_t r, int64_t cols,
+                             const int NR) {
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, NR, 4);
+    for (; t < T; t++) block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, NR, 1);
+}
+
 /* Rows [r0, r1) x tokens [0, T): blocks of 6 rows (T >= 4) or 4 rows; for
  * each block every token (4 at a time) while the block's weights are hot in
  * cache. */
@@ -131,27 +140,9 @@ INLINE void dense_rows(float *Y, int64_t ldy, const uint16_t *Wb, const float *W
      * 4096 x 7168 matrix, one thread: x1.09 in two sessions; 4 x 6, 5 x 5,
      * 7 x 3 and 8 x 2 gained less) */
     if (T >= 4)
-        for (; r + 6 <= r1; r += 6) {
-            int64_t t = 0;
-            for (; t + 4 <= T; t += 4)
-                block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 6, 4);
-            for (; t < T; t++)
-                block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 6, 1);
-        }
-    for (; r + 4 <= r1; r += 4) {
-        int64_t t = 0;
-        for (; t + 4 <= T; t += 4)
-            block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 4, 4);
-        for (; t < T; t++)
-            block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 4, 1);
-    }
-    for (; r < r1; r++) {
-        int64_t t = 0;
-        for (; t + 4 <= T; t += 4)
-            block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 1, 4);
-        for (; t < T; t++)
-            block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, 1, 1);
-    }
+        for (; r + 6 <= r1; r += 6) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 6);
+    for (; r + 4 <= r1; r += 4) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 4);
+    for (; r < r1; r++) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 1);
 }
 
 static void avx512_matvec_bf16(float *y, const uint16_t *W, const float *x,
@@ -458,6 +449,17 @@ static int64_t avx512_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_
     return n255;
 }
 
+/* One block of NR MXFP4 rows at r (natural lane order), for every token: 4 at
+ * a time, then singly. Skipped groups are counted by the caller. */
+INLINE void mx_all_tokens(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
+                          const float *X, int64_t ldx, int64_t T, int64_t r, int64_t cols,
+                          const int NR) {
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4)
+        mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 4, 0);
+    for (; t < T; t++) mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 1, 0);
+}
+
 /* Blocks of 4 rows x 4 tokens (16 accumulators), then 2 and 1 rows. Against
  * 2 rows x 4 tokens: x1.29 in L2 at T = 4 (bench/kernel_ab.c, 7 rounds). */
 static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
@@ -467,27 +469,9 @@ static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
     int64_t n255 = 0;   /* once per scale byte, not once per token */
     for (int64_t i = r0 * (cols / 32); i < r1 * (cols / 32); i++) n255 += scales[i] == 255;
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        int64_t t = 0;
-        for (; t + 4 <= T; t += 4)
-            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 4, 4, 0);
-        for (; t < T; t++)
-            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 4, 1, 0);
-    }
-    for (; r + 2 <= r1; r += 2) {
-        int64_t t = 0;
-        for (; t + 4 <= T; t += 4)
-            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 2, 4, 0);
-        for (; t < T; t++)
-            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 2, 1, 0);
-    }
-    for (; r < r1; r++) {
-        int64_t t = 0;
-        for (; t + 4 <= T; t += 4)
-            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 1, 4, 0);
-        for (; t < T; t++)
-            mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 1, 1, 0);
-    }
+    for (; r + 4 <= r1; r += 4) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 4);
+    for (; r + 2 <= r1; r += 2) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 2);
+    for (; r < r1; r++) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 1);
     return n255;
 }
 
