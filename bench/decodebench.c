@@ -14,7 +14,7 @@
  *   time in that token). Output: one JSON object.
  * Usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]
  *          [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]
- *          [--threads N] [--cache lru|s3fifo] [--no-readahead]
+ *          [--threads N] [--cache s3fifo|lru] [--no-readahead]
  *   --gen N: N tokens are generated, N - 1 of them fed back (as `run`).
  *   --speculate K: decode steps draft up to K tokens by prompt lookup and verify
  *   them in one pass (ms_session_decode, as `run --speculate K`); the report
@@ -149,7 +149,7 @@ static int32_t pick_greedy(void *user, const float *logits, const int32_t *hist,
 static void print_usage(FILE *f) {
     fprintf(f, "usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]\n"
                "         [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]\n"
-               "         [--threads N] [--cache lru|s3fifo] [--no-readahead] [--speculate K]\n"
+               "         [--threads N] [--cache s3fifo|lru] [--no-readahead] [--speculate K]\n"
                "         [--no-verify] [--pick-among N]   (--ram min: the smallest plan)\n");
 }
 

@@ -61,7 +61,7 @@ typedef struct ms_engine_params {
     int64_t expert_bytes;       /* > 0: ceiling on the expert cache */
     const char *io_backend;     /* "direct" (default), "pread", "uring" */
     int io_queue_depth;         /* reads in flight (default 4) */
-    const char *cache_policy;   /* "lru" (default), "s3fifo" */
+    const char *cache_policy;   /* "s3fifo" (default), "lru" */
     int no_readahead;           /* 1: read streamed trunk regions synchronously */
     const char *trace_path;     /* append every expert request here */
     int no_predict_experts;     /* 1: do not prefetch predicted experts. By default, during

@@ -926,6 +926,11 @@ static void test_cache_states(void) {
     ms_err err;
     ms_err_clear(&err);
     CHECK(ms_cache_init(&c, 2, 10, "nope", &err) == MS_E_USAGE && strstr(err.msg, "s3fifo"), "unknown policy");
+    /* no policy named: S3-FIFO, the default */
+    ms_err_clear(&err);
+    CHECK(ms_cache_init(&c, 2, 10, NULL, &err) == MS_OK && c.pol && strcmp(c.pol->name, "s3fifo") == 0,
+          "default policy: %s", c.pol ? c.pol->name : err.msg);
+    ms_cache_free(&c);
     for (int ip = 0; ip < 2; ip++) {
         ms_err_clear(&err);
         CHECK(ms_cache_init(&c, 2, 10, ip ? "s3fifo" : "lru", &err) == MS_OK, "%s", err.msg);

@@ -53,7 +53,7 @@ static void usage(FILE *f) {
         "  --quiet              no progress or summary on stderr\n"
         "  --trunk-ram SIZE     ceiling on pinned trunk + ring   --expert-ram SIZE  ceiling on the expert cache\n"
         "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight\n"
-        "  --cache lru|s3fifo   expert cache policy              --no-readahead     synchronous trunk reads\n"
+        "  --cache s3fifo|lru   expert cache policy (s3fifo)     --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
         "  --no-predict-experts do not prefetch the next layer's experts predicted by its\n"
         "                       router (they are by default, while decoding)\n"

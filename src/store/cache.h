@@ -103,7 +103,7 @@ typedef struct ms_cache {
 } ms_cache;
 
 /* Allocate a directory of n_slots (>= 1) slots for keys in [0, n_keys) with
- * the policy named `policy` (NULL = "lru"). Every slot starts FREE.
+ * the policy named `policy` (NULL = "s3fifo"). Every slot starts FREE.
  * Errors: MS_E_USAGE (unknown policy: the message lists the known ones, bad
  * counts), MS_E_NOMEM. Allocates; free with ms_cache_free. */
 ms_status ms_cache_init(ms_cache *c, int n_slots, int n_keys, const char *policy, ms_err *err);

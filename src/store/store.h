@@ -87,7 +87,7 @@ typedef struct ms_store_params {
                                    passes experts per token, 2x with hints) */
     int ring_slots;             /* trunk ring slots, >= 2 (default 2) */
     int no_readahead;           /* 1: streamed trunk regions are read synchronously */
-    const char *policy;         /* expert cache policy: "lru" (default) | "s3fifo" */
+    const char *policy;         /* expert cache policy: "s3fifo" (default) | "lru" */
     const char *trace_path;     /* append every expert request here (store/trace.h) */
     int64_t bounce_bytes;       /* by-part read buffer (default 256 KiB, >= 16 KiB) */
     const ms_io_params *io;     /* I/O backend and faults (default ms_io_default_params());
