@@ -40,17 +40,16 @@ void *ms_buf_alloc(int64_t bytes, int huge) {
     return (void *)a;
 }
 
-int ms_buf_prefault(void *ptr, int64_t bytes, int huge) {
+void ms_buf_prefault(void *ptr, int64_t bytes, int huge) {
     int64_t size = ms_buf_alloc_size(bytes, huge);
-    if (!ptr || size <= 0) return 0;
+    if (!ptr || size <= 0) return;
 #ifdef MADV_POPULATE_WRITE
-    if (madvise(ptr, (size_t)size, MADV_POPULATE_WRITE) == 0) return 1;
+    if (madvise(ptr, (size_t)size, MADV_POPULATE_WRITE) == 0) return;
 #endif
     /* older kernels: write one byte per 4 KiB page (the buffer is zero, so
      * writing zero keeps it so) */
     volatile uint8_t *b = ptr;
     for (int64_t i = 0; i < size; i += SMALL_ALIGN) b[i] = 0;
-    return 0;
 }
 
 void ms_buf_free(void *ptr, int64_t bytes, int huge) {

@@ -33,9 +33,8 @@ void *ms_buf_alloc(int64_t bytes, int huge);
 /* Map every page of a buffer from ms_buf_alloc(bytes, huge) now (zero-filled,
  * as the kernel would on first touch), so that its first use does not fault:
  * an O_DIRECT read into unmapped pages faults and zeroes them in the read's
- * path. MADV_POPULATE_WRITE (Linux 5.14+); else a write per 4 KiB page.
- * Returns 1 when the madvise did it, 0 when the pages were touched by hand. */
-int ms_buf_prefault(void *ptr, int64_t bytes, int huge);
+ * path. MADV_POPULATE_WRITE (Linux 5.14+); else a write per 4 KiB page. */
+void ms_buf_prefault(void *ptr, int64_t bytes, int huge);
 
 /* Release a buffer from ms_buf_alloc(bytes, huge); ptr NULL is a no-op. */
 void ms_buf_free(void *ptr, int64_t bytes, int huge);

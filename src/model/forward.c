@@ -435,8 +435,10 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
             /* absorb W_UK: qa[i] = sum over n ascending of q_nope[n] * W_k[n][i],
              * in double. Computed MLA_CHUNK outputs at a time with n outermost,
              * so the inner loop reads W_k rows contiguously and runs across
-             * independent outputs (the compiler vectorises it); each output
-             * still adds the same exact products in the same order. */
+             * independent outputs; each output still adds the same exact
+             * products in the same order. The full-chunk loop has a constant
+             * trip count because that is what GCC vectorises at -O2 (the
+             * loop bounded by ni alone stayed scalar); the other is the tail. */
             for (int64_t i0 = 0; i0 < kvr; i0 += MLA_CHUNK) {
                 const int64_t ni = kvr - i0 < MLA_CHUNK ? kvr - i0 : MLA_CHUNK;
                 double acc[MLA_CHUNK] = { 0 };
@@ -920,10 +922,9 @@ static void keep_last_experts(ms_fwd_ctx *c, ms_fwd *f, int64_t T) {
     for (int il = 0; il < m->n_layer; il++) n_moe += streamed_moe(c, il) != NULL;
     const int cap = ms_store_expert_capacity(c->store);
     if (n_moe == 0 || k <= 0 || cap <= 0) return;
-    int64_t m_keep = cap / (n_moe * k);
-    if (m_keep > T) m_keep = T;
-    if (m_keep > LAST_TOKENS) m_keep = LAST_TOKENS;
     const int64_t m_last = T < LAST_TOKENS ? T : LAST_TOKENS;     /* rows recorded per layer */
+    int64_t m_keep = cap / (n_moe * k);
+    if (m_keep > m_last) m_keep = m_last;
     int n = 0;
     for (int64_t tt = m_last - m_keep; tt < m_last; tt++)
         for (int il = 0; il < m->n_layer; il++) {

@@ -73,9 +73,11 @@ INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf
      * contiguous bytes) as one front in address order, NR * 32 bytes per step
      * of 16 columns, so it is fetched while this block is consumed. Formed as
      * an integer: past the matrix end it is not a C pointer, and a prefetch
-     * never faults. bench/kernel_ab.c, 4096 x 7168 (58 MB) from memory, 11
-     * rounds in each order: 1 thread x1.18 / x1.30 (71-81% -> 84% of the read
-     * bandwidth), 2 threads x1.14 / x1.21; two blocks ahead was not better.
+     * never faults. bench/kernel_ab.c, 4096 x 7168, one pass over each of 8
+     * copies (470 MB), 9 rounds: 1 thread x1.17 (78% -> 91% of the read
+     * bandwidth), 2 threads x1.10 (79% -> 86%); earlier rounds on one 58 MB
+     * copy (possibly partly cached) gave x1.13-1.30; two blocks ahead was not
+     * better.
      * Prompt chunks (NT > 1) reuse each block for T tokens and are not
      * memory-bound: no prefetch there. */
     const uintptr_t pf_next = (uintptr_t)Wb + (uintptr_t)((r + NR) * cols * 2);
