@@ -191,7 +191,7 @@ await step('errors', async () => {
 await step('abort mid-stream', async () => {
     const ac = new AbortController();
     const stream = await client.chat.completions.create(
-        { model, messages: [user('Go on and on.')], max_tokens: 2000, ignore_eos: true, temperature: 0.7, stream: true },
+        { model, messages: [user('Go on and on.')], max_tokens: 30000, ignore_eos: true, temperature: 0.7, stream: true },
         { signal: ac.signal });
     let n = 0, aborted = false;
     try {

@@ -141,7 +141,7 @@ async function waitIdle(ms) {
 
 // ---- disconnects ---------------------------------------------------------------------
 {
-    const long = { model, messages: [{ role: 'user', content: 'Talk for a long time.' }], max_tokens: 2000, ignore_eos: true, temperature: 0.7 };
+    const long = { model, messages: [{ role: 'user', content: 'Talk for a long time.' }], max_tokens: 30000, ignore_eos: true, temperature: 0.7 };
     let got = 0;
     const t0 = Date.now();
     await request('POST', '/v1/chat/completions', { ...long, stream: true }, {
@@ -185,7 +185,7 @@ async function waitIdle(ms) {
 {
     const n = maxQueue + 4;
     const reqs = [];
-    const body = { model, messages: [{ role: 'user', content: 'Queue me.' }], max_tokens: 500, ignore_eos: true, temperature: 0 };
+    const body = { model, messages: [{ role: 'user', content: 'Queue me.' }], max_tokens: 8000, ignore_eos: true, temperature: 0 };
     const ps = [];
     for (let i = 0; i < n; i++) ps.push(request('POST', '/v1/chat/completions', body, { noAgent: true, onRequest: (r) => reqs.push(r) }));
     // 429s come back at once; the others wait
