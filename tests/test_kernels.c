@@ -643,6 +643,137 @@ static void test_situ_glu(void) {
     CHECK(memcmp(ga, ob, sizeof ob) == 0, "in-place SiTU-GLU");
 }
 
+/* Every table's array forms against the scalar functions, bit for bit: any
+ * bit pattern (NaN payloads, subnormals, infinities), the range where the
+ * scalar code switches branches, and odd lengths (vector blocks + scalar
+ * tail), out of place and in place. */
+static float vm_input(int64_t i, int64_t n) {
+    static const float sp[] = { 0.0f, -0.0f, INFINITY, -INFINITY, 88.72283f, 88.7229f, 89.0f, 89.00001f,
+                                -104.0f, -104.00001f, -103.99999f, 40.0f, 40.000004f, -110.0f, -110.00001f,
+                                20.0f, 20.000002f, 10.0f, 10.000001f, 0.17f, 0.16999999f, 0.17000002f,
+                                -0.17f, 1e-45f, -1e-45f, 1e-40f, 1.17549435e-38f, FLT_MAX, -FLT_MAX };
+    enum { NSP = sizeof sp / sizeof sp[0] };
+    if (i < NSP) return sp[i];
+    switch (i % 4) {
+    case 0: return u2f(rng_u32());                                      /* any bit pattern */
+    case 1: return (float)(-120.0 + 240.0 * (double)i / (double)n);     /* the branch range */
+    case 2: return ldexpf(rng_unit(), (int)(rng_u32() % 40) - 30);       /* moderate, random exponents */
+    default: return (float)(-0.5 + (double)i / (double)n);               /* near 0, where tanh switches */
+    }
+}
+
+static void test_vmath_tables(void) {
+    const int64_t N = (1 << 18) + 7;
+    float *x = malloc((size_t)N * sizeof *x), *x2 = malloc((size_t)N * sizeof *x2);
+    float *y = malloc((size_t)N * sizeof *y), *want = malloc((size_t)N * sizeof *want);
+    CHECK(x && x2 && y && want, "alloc");
+    if (!x || !x2 || !y || !want) return;
+    for (int64_t i = 0; i < N; i++) { x[i] = vm_input(i, N); x2[i] = vm_input(i, N); }
+    float (*const scalar[3])(float) = { ms_expf, ms_sigmoidf, ms_siluf };
+    static const char *names[3] = { "expf_n", "sigmoidf_n", "siluf_n" };
+    for (int k = 0; k < 3; k++) {
+        if (!tables[k]) continue;
+        void (*const arr[3])(float *, const float *, int64_t) = { tables[k]->expf_n, tables[k]->sigmoidf_n,
+                                                                   tables[k]->siluf_n };
+        for (int f = 0; f < 3; f++) {
+            for (int64_t i = 0; i < N; i++) want[i] = scalar[f](x[i]);
+            int64_t bad = 0, first = -1;
+            for (int64_t len = N; len >= N - 7; len -= 7) {     /* two lengths: tails 7 and 0 mod 8 */
+                poison(y, N);
+                arr[f](y, x, len);
+                for (int64_t i = 0; i < N; i++) {
+                    uint32_t got = f2u(y[i]), w = i < len ? f2u(want[i]) : POISON;
+                    if (got != w) { bad++; if (first < 0) first = i; }
+                }
+            }
+            memcpy(y, x, (size_t)N * sizeof *y);
+            arr[f](y, y, N);                                     /* in place */
+            for (int64_t i = 0; i < N; i++)
+                if (f2u(y[i]) != f2u(want[i])) { bad++; if (first < 0) first = i; }
+            CHECK(bad == 0, "%s %s: %lld results differ from the scalar function (first x = %a)",
+                  table_names[k], names[f], (long long)bad, first >= 0 ? x[first] : 0.0f);
+        }
+        /* situ_glu: random pairs at the model's betas; then g = 1000 and b1 = b2 = 1,
+         * which makes out = tanh(u) exactly, so tanh is checked over every input */
+        static const float betas[2][2] = { { 4.0f, 25.0f }, { 1.0f, 1.0f } };
+        for (int b = 0; b < 2; b++) {
+            if (b == 1) for (int64_t i = 0; i < N; i++) x2[i] = 1000.0f;
+            const float *g = b ? x2 : x, *u = b ? x : x2;
+            if (b == 0) for (int64_t i = 0; i < N; i++) x2[i] = vm_input((i * 7919) % N, N);
+            ms_situ_glu(want, g, u, N, betas[b][0], betas[b][1]);
+            int64_t bad = 0, first = -1;
+            poison(y, N);
+            tables[k]->situ_glu(y, g, u, N - 3, betas[b][0], betas[b][1]);
+            for (int64_t i = 0; i < N; i++) {
+                uint32_t w = i < N - 3 ? f2u(want[i]) : POISON;
+                if (f2u(y[i]) != w) { bad++; if (first < 0) first = i; }
+            }
+            memcpy(y, u, (size_t)N * sizeof *y);
+            tables[k]->situ_glu(y, g, y, N, betas[b][0], betas[b][1]);   /* out aliasing u */
+            for (int64_t i = 0; i < N; i++)
+                if (f2u(y[i]) != f2u(want[i])) { bad++; if (first < 0) first = i; }
+            CHECK(bad == 0, "%s situ_glu (betas %g, %g): %lld results differ from ms_situ_glu (first g = %a, u = %a)",
+                  table_names[k], betas[b][0], betas[b][1], (long long)bad, first >= 0 ? g[first] : 0.0f,
+                  first >= 0 ? u[first] : 0.0f);
+            if (b == 1) {
+                int64_t off = 0;
+                for (int64_t i = 0; i < N; i++) off += f2u(want[i]) != f2u(ms_tanhf(u[i])) && !isnan(u[i]);
+                CHECK(off == 0, "situ_glu(1000, u; 1, 1) is tanh(u): %lld differ", (long long)off);
+            }
+        }
+    }
+    free(x); free(x2); free(y); free(want);
+}
+
+/* kda_update of every table against ms_kda_update, bit for bit: S and o, with and
+ * without o, at widths with and without a vector tail; one case starts from S = 0
+ * with q < 0, so every term of o is -0 (an accumulator seeded with its first
+ * term instead of +0 would keep -0 there). */
+static void test_kda_update(void) {
+    static const int64_t dims[][2] = { { 128, 128 }, { 32, 32 }, { 16, 20 }, { 7, 70 }, { 3, 1 }, { 64, 96 } };
+    enum { MAXE = 128 * 128 };
+    float *S0 = malloc(MAXE * sizeof *S0), *Sw = malloc(MAXE * sizeof *Sw), *Sg = malloc(MAXE * sizeof *Sg);
+    CHECK(S0 && Sw && Sg, "alloc");
+    if (!S0 || !Sw || !Sg) return;
+    float alpha[128], k[128], v[128], q[128], ow[128], og[128];
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        for (int zero = 0; zero < 2; zero++) {
+            const int64_t dk = dims[di][0], dv = dims[di][1];
+            for (int64_t i = 0; i < dk * dv; i++) S0[i] = zero ? 0.0f : rng_unit() * 4.0f;
+            for (int64_t a = 0; a < dk; a++) {
+                alpha[a] = 0.5f + 0.5f * fabsf(rng_unit());
+                k[a] = zero ? -0.25f - fabsf(rng_unit()) : rng_unit();
+                q[a] = zero ? -0.5f - fabsf(rng_unit()) : rng_unit();
+            }
+            for (int64_t b = 0; b < dv; b++) v[b] = zero ? 0.0f : rng_unit() * 3.0f;
+            for (int with_o = 0; with_o < 2; with_o++) {
+                memcpy(Sw, S0, (size_t)(dk * dv) * sizeof *Sw);
+                poison(ow, 128);
+                ms_kda_update(Sw, alpha, k, v, 0.75f, q, 0.125f, with_o ? ow : NULL, dk, dv);
+                for (int t = 0; t < 3; t++) {
+                    if (!tables[t]) continue;
+                    memcpy(Sg, S0, (size_t)(dk * dv) * sizeof *Sg);
+                    poison(og, 128);
+                    tables[t]->kda_update(Sg, alpha, k, v, 0.75f, q, 0.125f, with_o ? og : NULL, dk, dv);
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < dk * dv; i++) bad += f2u(Sg[i]) != f2u(Sw[i]);
+                    for (int64_t b = 0; b < 128; b++) bad += f2u(og[b]) != f2u(ow[b]);
+                    CHECK(bad == 0, "%s kda_update %lldx%lld (S %s, o %s): %lld values differ", table_names[t],
+                          (long long)dk, (long long)dv, zero ? "zero" : "random", with_o ? "on" : "off",
+                          (long long)bad);
+                }
+                if (zero && with_o) {
+                    int64_t plus0 = 0;
+                    for (int64_t b = 0; b < dv; b++) plus0 += f2u(ow[b]) == 0u;
+                    CHECK(plus0 == dv, "S = 0, q < 0: every o is +0 + -0 + ... = +0 (%lld of %lld)",
+                          (long long)plus0, (long long)dv);
+                }
+            }
+        }
+    }
+    free(S0); free(Sw); free(Sg);
+}
+
 /* ---- norms and softmax ----------------------------------------------------------------- */
 
 static void test_norms(void) {
@@ -762,6 +893,8 @@ int main(void) {
     test_mxfp4_negzero();
     test_matmat();
     test_situ_glu();
+    test_vmath_tables();
+    test_kda_update();
     test_norms();
     test_math_accuracy();
     return CHECK_DONE("test_kernels");

@@ -48,6 +48,11 @@ float ms_expf(float x);
 float ms_tanhf(float x);
 float ms_sigmoidf(float x);     /* 1 / (1 + exp(-x)), saturating, no overflow */
 float ms_siluf(float x);        /* x * sigmoid(x) */
+/* The same over arrays, element by element (y may alias x): the reference
+ * forms of the tables' expf_n, sigmoidf_n, siluf_n. */
+void ms_expf_n(float *y, const float *x, int64_t n);
+void ms_sigmoidf_n(float *y, const float *x, int64_t n);
+void ms_siluf_n(float *y, const float *x, int64_t n);
 
 typedef struct ms_kern {
     const char *name;           /* "ref", "avx2", "avx512" */
@@ -75,6 +80,17 @@ typedef struct ms_kern {
     int64_t (*matmat_mxfp4)(float *Y, int64_t ldy, const uint8_t *packed,
                             const uint8_t *scales, const float *X, int64_t ldx,
                             int64_t T, int64_t r0, int64_t r1, int64_t cols);
+
+    /* DEFINITION   y[i] = ms_expf(x[i]) / ms_sigmoidf(x[i]) / ms_siluf(x[i]) for i < n,
+     *              bit for bit (NaN payloads included); y may alias x */
+    void (*expf_n)(float *y, const float *x, int64_t n);
+    void (*sigmoidf_n)(float *y, const float *x, int64_t n);
+    void (*siluf_n)(float *y, const float *x, int64_t n);
+    /* DEFINITION   the bits of ms_situ_glu(out, g, u, n, b1, b2); out may alias g or u */
+    void (*situ_glu)(float *out, const float *g, const float *u, int64_t n, float b1, float b2);
+    /* DEFINITION   the bits of ms_kda_update (below) */
+    void (*kda_update)(float *S, const float *alpha, const float *k, const float *v, float beta,
+                       const float *q, float qscale, float *o, int64_t dk, int64_t dv);
 } ms_kern;
 
 /* The reference table (plain C). */
@@ -99,6 +115,18 @@ void ms_l2norm_inplace(float *x, int64_t n, float eps);
 /* DEFINITION y = b1*tanh(g/b1)*sigmoid(g) * b2*tanh(u/b2), sigmoid on the UNCAPPED g.
  *            out[i] = ((b1 * ms_tanhf(g[i]/b1)) * ms_sigmoidf(g[i])) * (b2 * ms_tanhf(u[i]/b2)) */
 void ms_situ_glu(float *out, const float *g, const float *u, int64_t n, float b1, float b2);
+/* One KDA head's state update for one token (spec 4.3), and optionally its output.
+ * SHAPES     S [dk, dv] row-major; alpha, k, q [dk]; v, o [dv]; dk, dv <= 1024
+ * DEFINITION every step a float op, in this order:
+ *            1. S[a][b] = alpha[a] * S[a][b]                       (decay)
+ *            2. u[b] = +0; for a = 0..dk-1: u[b] = u[b] + S[a][b] * k[a]
+ *            3. d[b] = beta * (v[b] - u[b])
+ *            4. S[a][b] = S[a][b] + k[a] * d[b]                    (delta-rule write)
+ *            5. if o: qa = q[a] * qscale; o[b] = +0; for a = 0..dk-1: o[b] = o[b] + S[a][b] * qa
+ *            Steps 1-2 and 4-5 may be fused per element: each S[a][b], u[b] and o[b]
+ *            sees the same operations in the same order either way. */
+void ms_kda_update(float *S, const float *alpha, const float *k, const float *v, float beta,
+                   const float *q, float qscale, float *o, int64_t dk, int64_t dv);
 /* In-place softmax: m = max; e[i] = ms_expf(x[i]-m); sum in double in order;
  * x[i] = (float)(e[i] / sum). */
 void ms_softmax_inplace(float *x, int64_t n);

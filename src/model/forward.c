@@ -175,15 +175,16 @@ static void res_read_token(ms_fwd *f, int64_t t, int nb, int64_t H, const float 
  * state has the forward's bits): causal depthwise conv of q, k, v (oldest tap
  * first) + SiLU, in place on x[s] [dk], shifting the head's conv history;
  * L2 norm of q and k; decay gate alpha from fr [dk]; beta from the logit b;
- * then decay + delta-rule write into the head's S [dk, dv].
+ * then decay + delta-rule write into the head's S [dk, dv] and, when o is given,
+ * the head's output o [dv] = S^T q * qscale (all in kern->kda_update).
  * wconv[s] [P, K] conv taps, A = exp(A_log[h]), dtb [dk] the head's dt_bias. */
-static void kda_step(const ms_config *c, int64_t h, const float *const wconv[3], float A,
-                     const float *dtb, float *const x[3], float *conv, const float *fr, float b,
-                     float *S) {
+static void kda_step(const ms_config *c, const ms_kern *kern, int64_t h, const float *const wconv[3],
+                     float A, const float *dtb, float *const x[3], float *conv, const float *fr,
+                     float b, float *S, float qscale, float *o) {
     const int64_t dk = c->kda_head_dim, dv = dk, P = c->kda_num_heads * dk;
     const int64_t K = c->short_conv_kernel_size;
     const float lb = (float)c->gate_lower_bound;
-    float u[1024], d[1024], alpha[1024];
+    float alpha[1024];
     for (int s = 0; s < 3; s++) {
         float *xs = x[s];
         float *hist = conv + (int64_t)s * P * (K - 1);
@@ -196,28 +197,24 @@ static void kda_step(const ms_config *c, int64_t h, const float *const wconv[3],
             acc = acc + w[K - 1] * xs[i];
             for (int64_t tap = 0; tap + 1 < K - 1; tap++) hc[tap] = hc[tap + 1];
             if (K > 1) hc[K - 2] = xs[i];
-            xs[i] = ms_siluf(acc);
+            xs[i] = acc;
         }
+        kern->siluf_n(xs, xs, dk);
     }
     float *q = x[0], *k = x[1];
     const float *v = x[2];
     /* L2 norm by the SUM of squares (trap: test trap_l2_mean); v is not normed */
     ms_l2norm_inplace(q, dk, 1e-6f);
     ms_l2norm_inplace(k, dk, 1e-6f);
-    for (int64_t i = 0; i < dk; i++) {
-        float g = lb * ms_sigmoidf(A * (fr[i] + dtb[i]));
-        alpha[i] = ms_expf(g);
-    }
+    /* alpha = exp(lb * sigmoid(A * (fr + dt_bias))), each step rounded to float */
+    for (int64_t i = 0; i < dk; i++) alpha[i] = A * (fr[i] + dtb[i]);
+    kern->sigmoidf_n(alpha, alpha, dk);
+    for (int64_t i = 0; i < dk; i++) alpha[i] = lb * alpha[i];
+    kern->expf_n(alpha, alpha, dk);
     const float beta = ms_sigmoidf(b);
-    /* 1. decay rows; 2. u = S^T k; 3. delta-rule write */
-    for (int64_t a = 0; a < dk; a++)
-        for (int64_t bb = 0; bb < dv; bb++) S[a * dv + bb] = alpha[a] * S[a * dv + bb];
-    for (int64_t bb = 0; bb < dv; bb++) u[bb] = 0.0f;
-    for (int64_t a = 0; a < dk; a++)
-        for (int64_t bb = 0; bb < dv; bb++) u[bb] = u[bb] + S[a * dv + bb] * k[a];
-    for (int64_t bb = 0; bb < dv; bb++) d[bb] = beta * (v[bb] - u[bb]);
-    for (int64_t a = 0; a < dk; a++)
-        for (int64_t bb = 0; bb < dv; bb++) S[a * dv + bb] = S[a * dv + bb] + k[a] * d[bb];
+    /* 1. decay rows; 2. u = S^T k; 3. delta-rule write; 4. o = S^T q * qscale
+     * (when o is given) */
+    kern->kda_update(S, alpha, k, v, beta, q, qscale, o, dk, dv);
 }
 
 /* A head's dt_bias as floats (F32 in place, BF16 converted exactly into buf). */
@@ -230,6 +227,7 @@ static const float *kda_dtb(const uint8_t *base, const ms_layer *L, int64_t h, i
 
 typedef struct kda_job {
     const ms_config *c;
+    const ms_kern *k;
     ms_fwd *f;
     const uint8_t *base;
     const ms_layer *L;
@@ -260,18 +258,15 @@ static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
         for (int64_t t = 0; t < j->T; t++) {
             float *q = f->kq + t * P + h * dk, *k = f->kk + t * P + h * dk, *v = f->kv + t * P + h * dv;
             float *const x[3] = { q, k, v };
-            kda_step(c, h, wconv, A, dtb, x, j->conv, f->kf + t * P + h * dk, f->kb[t * nh + h], S);
-            /* 4. o = S^T q/sqrt(dk) */
-            for (int64_t b = 0; b < dv; b++) o[b] = 0.0f;
-            for (int64_t a = 0; a < dk; a++) {
-                const float qa = q[a] * qscale;
-                for (int64_t b = 0; b < dv; b++) o[b] = o[b] + S[a * dv + b] * qa;
-            }
+            /* o = S^T q/sqrt(dk) after the update */
+            kda_step(c, j->k, h, wconv, A, dtb, x, j->conv, f->kf + t * P + h * dk, f->kb[t * nh + h], S,
+                     qscale, o);
             /* RMSNorm FIRST, then the sigmoid gate (trap: test trap_kda_gate_then_norm) */
             float *y = f->ky + t * P + h * dv;
             const float *gt = f->kg + t * P + h * dv;
             ms_rmsnorm(y, o, onw, dv, eps);
-            for (int64_t b = 0; b < dv; b++) y[b] = y[b] * ms_sigmoidf(gt[b]);
+            j->k->sigmoidf_n(o, gt, dv);                     /* o is free again */
+            for (int64_t b = 0; b < dv; b++) y[b] = y[b] * o[b];
         }
     }
 }
@@ -342,6 +337,7 @@ static void kda_record(const ms_config *c, ms_fwd *f, const ms_layer *L, const u
 
 typedef struct replay_job {
     const ms_config *c;
+    const ms_kern *k;
     const float *r;             /* the layer's record */
     float *S, *conv;
     int64_t n;
@@ -362,7 +358,7 @@ static void replay_heads(void *ctx, int64_t h0, int64_t h1) {
         for (int64_t t = 0; t < j->n; t++) {
             const float *rt = r + rec_o_tok(c) + t * rec_tok(c);
             for (int s = 0; s < 3; s++) memcpy(x[s], rt + s * P + h * dk, (size_t)dk * sizeof(float));
-            kda_step(c, h, wconv, A, dtb, x, j->conv, rt + 3 * P + h * dk, rt[4 * P + h], S);
+            kda_step(c, j->k, h, wconv, A, dtb, x, j->conv, rt + 3 * P + h * dk, rt[4 * P + h], S, 0.0f, NULL);
         }
     }
 }
@@ -375,7 +371,7 @@ void ms_state_rollback(ms_state *st, ms_rollback *rb, const ms_model *m, ms_pool
             const float *r = rb->kda[i];
             memcpy(st->kda_S[i], r, (size_t)rec_S(c) * sizeof(float));
             memcpy(st->kda_conv[i], r + rec_o_conv0(c), (size_t)rec_conv(c) * sizeof(float));
-            replay_job j = { c, r, st->kda_S[i], st->kda_conv[i], n_keep };
+            replay_job j = { c, m->kern, r, st->kda_S[i], st->kda_conv[i], n_keep };
             ms_pool_for(pool, c->kda_num_heads, 1, replay_heads, &j);
         }
     }
@@ -396,7 +392,7 @@ static void kda_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *
     mm_bf16(c, f->kb, cf->kda_num_heads, base, &L->b_proj, f->x, H, T);
     float *S = st->kda_S[L->kda_index], *conv = st->kda_conv[L->kda_index];
     if (c->rec) kda_record(cf, f, L, base, S, conv, c->rec->kda[L->kda_index], T);
-    kda_job j = { cf, f, base, L, S, conv, T };
+    kda_job j = { cf, c->m->kern, f, base, L, S, conv, T };
     ms_pool_for(c->pool, cf->kda_num_heads, 1, kda_heads, &j);
     mm_bf16(c, f->a, H, base, &L->o_proj, f->ky, P, T);
 }
@@ -507,7 +503,11 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
             float *o = f->mo + t * nh * dvh + h * dvh;
             j->k->matvec_bf16(o, wv, ol, 0, dvh, kvr);       /* W_UV after attention */
             const float *g = f->mg + t * nh * dvh + h * dvh;
-            for (int64_t b = 0; b < dvh; b++) o[b] = o[b] * ms_sigmoidf(g[b]);   /* gate before o_proj */
+            for (int64_t b0 = 0; b0 < dvh; b0 += kvr) {     /* gate before o_proj; ol is free again */
+                const int64_t nb = dvh - b0 < kvr ? dvh - b0 : kvr;
+                j->k->sigmoidf_n(ol, g + b0, nb);
+                for (int64_t b = 0; b < nb; b++) o[b0 + b] = o[b0 + b] * ol[b];
+            }
         }
     }
 }
@@ -540,8 +540,25 @@ static void mla_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *
 /* ------------------------------------------------------------------------ */
 /* FFN: dense MLP and Stable LatentMoE (spec 4.5)                            */
 
-static void situ_rows(const ms_config *c, float *out, const float *g, const float *u, int64_t n) {
-    ms_situ_glu(out, g, u, n, (float)c->activation_situ_beta, (float)c->activation_situ_linear_beta);
+typedef struct situ_job {
+    const ms_kern *k;
+    float *out;
+    const float *g, *u;
+    float b1, b2;
+} situ_job;
+
+static void situ_part(void *ctx, int64_t i0, int64_t i1) {
+    situ_job *j = ctx;
+    j->k->situ_glu(j->out + i0, j->g + i0, j->u + i0, i1 - i0, j->b1, j->b2);
+}
+
+/* out = SiTU-GLU(g, u) over n elements, split across the pool (elementwise,
+ * so the split changes no bit) */
+static void situ_rows(ms_fwd_ctx *c, float *out, const float *g, const float *u, int64_t n) {
+    const ms_config *cf = &c->m->cfg;
+    situ_job j = { c->m->kern, out, g, u, (float)cf->activation_situ_beta,
+                   (float)cf->activation_situ_linear_beta };
+    ms_pool_for(c->pool, n, 1024, situ_part, &j);
 }
 
 static void dense_mlp(ms_fwd_ctx *c, ms_fwd *f, const ms_wt *wg, const ms_wt *wu, const ms_wt *wd,
@@ -550,7 +567,7 @@ static void dense_mlp(ms_fwd_ctx *c, ms_fwd *f, const ms_wt *wg, const ms_wt *wu
     const int64_t H = cf->hidden_size, I = wg->rows;
     mm_bf16(c, f->fg, I, base, wg, X, H, T);
     mm_bf16(c, f->fu, I, base, wu, X, H, T);
-    situ_rows(cf, f->fg, f->fg, f->fu, T * I);
+    situ_rows(c, f->fg, f->fg, f->fu, T * I);
     mm_bf16(c, Y, H, base, wd, f->fg, I, T);
 }
 
@@ -588,7 +605,8 @@ static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const
     mm_bf16(c, f->prl, E, nb, &N->router, f->x, H, 1);
     const float *bias = vec(nb, &N->router_bias, f->vec0);
     float *choice = f->tmp;
-    for (int64_t e = 0; e < E; e++) choice[e] = ms_sigmoidf(f->prl[e]) + bias[e];
+    c->m->kern->sigmoidf_n(choice, f->prl, E);
+    for (int64_t e = 0; e < E; e++) choice[e] = choice[e] + bias[e];
     topk(choice, E, k, f->psel);
     const int64_t n = n_max < k ? n_max : k;
     for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];
@@ -668,10 +686,8 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     const float *bias = vec(base, &L->router_bias, f->vec0);
     for (int64_t t = 0; t < T; t++) {
         float *s = f->rl + t * E, *choice = f->tmp;
-        for (int64_t e = 0; e < E; e++) {
-            s[e] = ms_sigmoidf(s[e]);
-            choice[e] = s[e] + bias[e];
-        }
+        c->m->kern->sigmoidf_n(s, s, E);
+        for (int64_t e = 0; e < E; e++) choice[e] = s[e] + bias[e];
         int32_t *idx = f->sel + t * k;
         float *w = f->selw + t * k;
         topk(choice, E, k, idx);
@@ -749,7 +765,7 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
                 }
         mm_mxfp4(c, f->fg, Im, eb + off[MS_EXP_W1P], eb + off[MS_EXP_W1S], Im, lat, f->zg, lat, n);
         mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
-        situ_rows(cf, f->fg, f->fg, f->fu, n * Im);
+        situ_rows(c, f->fg, f->fg, f->fu, n * Im);
         mm_mxfp4(c, f->eo, lat, eb + off[MS_EXP_W2P], eb + off[MS_EXP_W2S], lat, Im, f->fg, Im, n);
         for (int64_t r = 0; r < n; r++)
             memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * lat, f->eo + r * lat,

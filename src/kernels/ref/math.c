@@ -133,3 +133,16 @@ float ms_siluf(float x) {
     if (x < -110.0f) return -0.0f;                  /* |x e^x| < 2^-150: rounds to -0 */
     return (float)((double)x * sigmoid_d((double)x));
 }
+
+/* See kernels.h: the array forms, element by element. */
+void ms_expf_n(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ms_expf(x[i]);
+}
+
+void ms_sigmoidf_n(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ms_sigmoidf(x[i]);
+}
+
+void ms_siluf_n(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ms_siluf(x[i]);
+}

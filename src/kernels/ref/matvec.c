@@ -115,4 +115,9 @@ const ms_kern ms_kern_ref = {
     .matvec_f32 = ref_matvec_f32,
     .matvec_mxfp4 = ref_matvec_mxfp4,
     .matmat_mxfp4 = ref_matmat_mxfp4,
+    .expf_n = ms_expf_n,
+    .sigmoidf_n = ms_sigmoidf_n,
+    .siluf_n = ms_siluf_n,
+    .situ_glu = ms_situ_glu,
+    .kda_update = ms_kda_update,
 };

@@ -1,6 +1,7 @@
 /* kernels/ref/ops.c - the scalar building blocks shared by every ISA.
  *
- * Owns: RMSNorm, L2 normalisation, SiTU-GLU and softmax (kernels.h).
+ * Owns: RMSNorm, L2 normalisation, SiTU-GLU, the KDA state update and softmax
+ *   (kernels.h); the reference forms of the tables' situ_glu and kda_update.
  * Idea: these are cheap next to the matrix products, so there is one plain-C
  *   version used by every kernel table; reductions accumulate in DOUBLE in
  *   increasing index order and transcendental functions come from
@@ -48,6 +49,26 @@ void ms_situ_glu(float *out, const float *g, const float *u, int64_t n, float b1
         float ui = u[i];
         float gate = (b1 * ms_tanhf(gi / b1)) * ms_sigmoidf(gi);   /* sigmoid of the UNCAPPED g */
         out[i] = gate * (b2 * ms_tanhf(ui / b2));
+    }
+}
+
+/* See kernels.h: the four steps one after the other, as the spec writes them. */
+void ms_kda_update(float *S, const float *alpha, const float *k, const float *v, float beta,
+                   const float *q, float qscale, float *o, int64_t dk, int64_t dv) {
+    float u[1024], d[1024];
+    for (int64_t a = 0; a < dk; a++)
+        for (int64_t b = 0; b < dv; b++) S[a * dv + b] = alpha[a] * S[a * dv + b];
+    for (int64_t b = 0; b < dv; b++) u[b] = 0.0f;
+    for (int64_t a = 0; a < dk; a++)
+        for (int64_t b = 0; b < dv; b++) u[b] = u[b] + S[a * dv + b] * k[a];
+    for (int64_t b = 0; b < dv; b++) d[b] = beta * (v[b] - u[b]);
+    for (int64_t a = 0; a < dk; a++)
+        for (int64_t b = 0; b < dv; b++) S[a * dv + b] = S[a * dv + b] + k[a] * d[b];
+    if (!o) return;
+    for (int64_t b = 0; b < dv; b++) o[b] = 0.0f;
+    for (int64_t a = 0; a < dk; a++) {
+        const float qa = q[a] * qscale;
+        for (int64_t b = 0; b < dv; b++) o[b] = o[b] + S[a * dv + b] * qa;
     }
 }
 

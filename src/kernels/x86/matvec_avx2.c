@@ -382,6 +382,10 @@ static int64_t avx2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
 }
 
 /* The AVX2 table (AVX2 + FMA + F16C). */
+#define VM(name) avx2_##name
+#define VM_W 4
+#include "kernels/x86/vmath_body.h"
+
 const ms_kern ms_kern_avx2 = {
     .name = "avx2",
     .matvec_bf16 = avx2_matvec_bf16,
@@ -389,4 +393,9 @@ const ms_kern ms_kern_avx2 = {
     .matvec_f32 = avx2_matvec_f32,
     .matvec_mxfp4 = avx2_matvec_mxfp4,
     .matmat_mxfp4 = avx2_matmat_mxfp4,
+    .expf_n = avx2_expf_n,
+    .sigmoidf_n = avx2_sigmoidf_n,
+    .siluf_n = avx2_siluf_n,
+    .situ_glu = avx2_situ_glu,
+    .kda_update = avx2_kda_update,
 };

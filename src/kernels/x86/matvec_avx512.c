@@ -478,6 +478,10 @@ static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
 }
 
 /* The AVX-512 table (F + BW + VL + DQ + FMA). */
+#define VM(name) avx512_##name
+#define VM_W 8
+#include "kernels/x86/vmath_body.h"
+
 const ms_kern ms_kern_avx512 = {
     .name = "avx512",
     .matvec_bf16 = avx512_matvec_bf16,
@@ -485,4 +489,9 @@ const ms_kern ms_kern_avx512 = {
     .matvec_f32 = avx512_matvec_f32,
     .matvec_mxfp4 = avx512_matvec_mxfp4,
     .matmat_mxfp4 = avx512_matmat_mxfp4,
+    .expf_n = avx512_expf_n,
+    .sigmoidf_n = avx512_sigmoidf_n,
+    .siluf_n = avx512_siluf_n,
+    .situ_glu = avx512_situ_glu,
+    .kda_update = avx512_kda_update,
 };

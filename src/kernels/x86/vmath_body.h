@@ -1,0 +1,247 @@
+/* kernels/x86/vmath_body.h - the transcendental functions of kernels/ref/math.c
+ * on VM_W lanes, and the KDA state update (same bits as the scalar ones).
+ *
+ * Owns: the array forms expf_n, sigmoidf_n, siluf_n, situ_glu and kda_update
+ *   of one ISA table. Included by kernels/x86/vmath_avx2.c and vmath_avx512.c, each
+ *   defining VM(name) (the table's name for each function) and VM_W (lanes:
+ *   8 for AVX-512, one zmm of doubles; 4 for AVX2, one ymm) first; compiled
+ *   only with that file's ISA flags.
+ * Idea: each lane runs exactly the scalar code's IEEE-754 double operations
+ *   (kernels/ref/math.c), in GCC vector extensions of VM_W doubles: the same Cody-Waite reduction, the same Horner
+ *   polynomial, the same divisions and the same final rounding to float.
+ *   Where the scalar code branches, both sides are computed and each lane
+ *   keeps the side its scalar twin would have taken: expm1_pos's two ranges
+ *   share one polynomial evaluation (r = y below 0.34, else the reduced
+ *   argument), and the special inputs (NaN, saturation, +-0) are selected
+ *   last, from the same expressions as the scalar returns. Lanes that are
+ *   selected away may hold anything (NaN, infinities, wrapped integers);
+ *   nothing traps in the default floating-point environment.
+ *   2^k: t = y/ln2 + 1.5*2^52 holds round(y/ln2) in its low mantissa bits, so
+ *   bits(t) - bits(1.5*2^52) is the integer k the scalar code gets from
+ *   (int64_t)kd (exact for |k| < 2^51).
+ *   Tails (n % VM_W) call the scalar functions themselves.
+ * Invariants: -ffp-contract=off (Makefile), so no multiply-add is fused;
+ *   out may alias the inputs (each block is loaded before it is stored).
+ */
+#if !defined(VM) || !defined(VM_W)
+#error "define VM(name) and VM_W before including kernels/x86/vmath_body.h"
+#endif
+
+#include "kernels/kernels.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef float vm_f8 __attribute__((vector_size(VM_W * 4)));
+typedef int32_t vm_m8 __attribute__((vector_size(VM_W * 4)));  /* a float lane mask */
+typedef double vm_d8 __attribute__((vector_size(VM_W * 8)));
+typedef int64_t vm_l8 __attribute__((vector_size(VM_W * 8)));  /* a double lane mask */
+typedef uint64_t vm_u8 __attribute__((vector_size(VM_W * 8)));
+
+#define VM_INLINE static inline __attribute__((always_inline))
+
+/* the constants of kernels/ref/math.c, bit for bit */
+static const double VM_LN2_HI = 6.93147180369123816490e-01;
+static const double VM_LN2_LO = 1.90821492927058770002e-10;
+static const double VM_INV_LN2 = 1.44269504088896338700e+00;
+static const double VM_ROUND_MAGIC = 6755399441055744.0;
+
+VM_INLINE vm_d8 vm_splat(double v) {
+    vm_d8 r;
+    for (int i = 0; i < VM_W; i++) r[i] = v;
+    return r;
+}
+VM_INLINE vm_f8 vm_splatf(float v) {
+    vm_f8 r;
+    for (int i = 0; i < VM_W; i++) r[i] = v;
+    return r;
+}
+VM_INLINE vm_d8 vm_sel(vm_l8 m, vm_d8 a, vm_d8 b) { return (vm_d8)(((vm_l8)a & m) | ((vm_l8)b & ~m)); }
+VM_INLINE vm_f8 vm_self(vm_m8 m, vm_f8 a, vm_f8 b) { return (vm_f8)(((vm_m8)a & m) | ((vm_m8)b & ~m)); }
+VM_INLINE vm_d8 vm_wide(vm_f8 x) { return __builtin_convertvector(x, vm_d8); }
+VM_INLINE vm_f8 vm_narrow(vm_d8 x) { return __builtin_convertvector(x, vm_f8); }
+VM_INLINE vm_f8 vm_load(const float *p) { vm_f8 v; memcpy(&v, p, sizeof v); return v; }
+VM_INLINE void vm_store(float *p, vm_f8 v) { memcpy(p, &v, sizeof v); }
+
+/* expm1_small: e^r - 1 by the degree-13 Taylor polynomial in Horner form */
+VM_INLINE vm_d8 vm_expm1_small(vm_d8 r) {
+    vm_d8 p = vm_splat(1.0 / 6227020800.0);
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 1.0 / 2.0;
+    p = p * r + 1.0;
+    return p * r;
+}
+
+/* exp_d's range reduction: the reduced argument *r and 2^k */
+VM_INLINE vm_d8 vm_reduce(vm_d8 y, vm_d8 *r) {
+    vm_d8 t = y * VM_INV_LN2 + VM_ROUND_MAGIC;
+    vm_d8 kd = t - VM_ROUND_MAGIC;
+    *r = (y - kd * VM_LN2_HI) - kd * VM_LN2_LO;
+    vm_u8 k = (vm_u8)t - (vm_u8)vm_splat(VM_ROUND_MAGIC);
+    return (vm_d8)((k + 1023) << 52);
+}
+
+/* exp_d: e^y for lanes in [-200, 200] */
+VM_INLINE vm_d8 vm_exp_d(vm_d8 y) {
+    vm_d8 r, two_k = vm_reduce(y, &r);
+    return (1.0 + vm_expm1_small(r)) * two_k;
+}
+
+/* sigmoid_d: 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below */
+VM_INLINE vm_d8 vm_sigmoid_d(vm_d8 x) {
+    vm_l8 pos = x >= 0.0;
+    vm_d8 e = vm_exp_d(vm_sel(pos, -x, x));
+    return vm_sel(pos, vm_splat(1.0), e) / (1.0 + e);
+}
+
+/* ms_expf */
+VM_INLINE vm_f8 vm_expf(vm_f8 x) {
+    vm_f8 f = vm_narrow(vm_exp_d(vm_wide(x)));
+    f = vm_self(x < -104.0f, vm_splatf(0.0f), f);
+    f = vm_self(x > 89.0f, vm_splatf(__builtin_inff()), f);
+    return vm_self(x != x, x + x, f);
+}
+
+/* ms_sigmoidf */
+VM_INLINE vm_f8 vm_sigmoidf(vm_f8 x) {
+    vm_f8 f = vm_narrow(vm_sigmoid_d(vm_wide(x)));
+    f = vm_self(x < -110.0f, vm_splatf(0.0f), f);
+    f = vm_self(x > 40.0f, vm_splatf(1.0f), f);
+    return vm_self(x != x, x + x, f);
+}
+
+/* ms_siluf */
+VM_INLINE vm_f8 vm_siluf(vm_f8 x) {
+    vm_d8 xd = vm_wide(x);
+    vm_f8 f = vm_narrow(xd * vm_sigmoid_d(xd));
+    f = vm_self(x < -110.0f, vm_splatf(-0.0f), f);
+    f = vm_self(x > 40.0f, x, f);
+    return vm_self(x != x, x + x, f);
+}
+
+/* ms_tanhf: (e^2a - 1) / (e^2a + 1) with e^2a - 1 from expm1_pos */
+VM_INLINE vm_f8 vm_tanhf(vm_f8 x) {
+    vm_m8 neg = x < 0.0f;
+    vm_d8 xd = vm_wide(x);
+    vm_d8 a = vm_sel(xd < 0.0, -xd, xd);
+    vm_d8 y = 2.0 * a;
+    vm_l8 small = y < 0.34;
+    vm_d8 r, two_k = vm_reduce(y, &r);
+    vm_d8 p = vm_expm1_small(vm_sel(small, y, r));
+    vm_d8 em = vm_sel(small, p, (1.0 + p) * two_k - 1.0);
+    vm_d8 t = vm_sel(a > 20.0, vm_splat(1.0), em / (em + 2.0));
+    vm_f8 f = vm_narrow(t);
+    f = vm_self(neg, -f, f);
+    f = vm_self(x == 0.0f, x, f);
+    return vm_self(x != x, x + x, f);
+}
+
+static void VM(expf_n)(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) vm_store(y + i, vm_expf(vm_load(x + i)));
+    for (; i < n; i++) y[i] = ms_expf(x[i]);
+}
+
+static void VM(sigmoidf_n)(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) vm_store(y + i, vm_sigmoidf(vm_load(x + i)));
+    for (; i < n; i++) y[i] = ms_sigmoidf(x[i]);
+}
+
+static void VM(siluf_n)(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) vm_store(y + i, vm_siluf(vm_load(x + i)));
+    for (; i < n; i++) y[i] = ms_siluf(x[i]);
+}
+
+/* ms_situ_glu, operation for operation */
+static void VM(situ_glu)(float *out, const float *g, const float *u, int64_t n, float b1, float b2) {
+    int64_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) {
+        vm_f8 gi = vm_load(g + i), ui = vm_load(u + i);
+        vm_f8 gate = (b1 * vm_tanhf(gi / b1)) * vm_sigmoidf(gi);
+        vm_store(out + i, gate * (b2 * vm_tanhf(ui / b2)));
+    }
+    if (i < n) ms_situ_glu(out + i, g + i, u + i, n - i, b1, b2);
+}
+
+/* ---- the KDA state update (kernels.h, ms_kda_update) ----
+ * Fused in two passes over S: per element, decay then its term of u; then the
+ * write then its term of o. Each S[a][b], u[b] and o[b] sees the reference's
+ * float operations in the reference's order (a ascending); only independent
+ * elements are interleaved. Columns go in blocks of 4 vectors of 2 * VM_W
+ * floats (a whole zmm or ymm each), rows innermost, so the accumulators stay
+ * in registers; the last columns (dv % (2 * VM_W)) go one at a time. */
+typedef float vm_fw __attribute__((vector_size(VM_W * 8)));
+enum { VM_FW = 2 * VM_W, VM_KB = 4 * VM_FW };
+
+VM_INLINE vm_fw vm_loadw(const float *p) { vm_fw v; memcpy(&v, p, sizeof v); return v; }
+VM_INLINE void vm_storew(float *p, vm_fw v) { memcpy(p, &v, sizeof v); }
+VM_INLINE vm_fw vm_splatw(float v) {
+    vm_fw r;
+    for (int i = 0; i < VM_FW; i++) r[i] = v;
+    return r;
+}
+
+/* S[a][b] = m[a] * S[a][b] (mode 0) or S[a][b] + m[a] * e[b] (mode 1) for every
+ * a, and acc[b] = acc[b] + S[a][b] * w[a] over a from acc[b] = +0, into acc. */
+VM_INLINE void vm_kda_pass(float *S, const float *m, const float *e, const float *w, float *acc,
+                           int64_t dk, int64_t dv, int mode) {
+    int64_t b0 = 0;
+    for (; b0 + VM_KB <= dv; b0 += VM_KB) {
+        vm_fw a0 = vm_splatw(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        vm_fw e0 = a0, e1 = a0, e2 = a0, e3 = a0;
+        if (mode) {
+            e0 = vm_loadw(e + b0); e1 = vm_loadw(e + b0 + VM_FW);
+            e2 = vm_loadw(e + b0 + 2 * VM_FW); e3 = vm_loadw(e + b0 + 3 * VM_FW);
+        }
+        for (int64_t a = 0; a < dk; a++) {
+            float *r = S + a * dv + b0;
+            const float ma = m[a], wa = w[a];
+            vm_fw s0 = vm_loadw(r), s1 = vm_loadw(r + VM_FW);
+            vm_fw s2 = vm_loadw(r + 2 * VM_FW), s3 = vm_loadw(r + 3 * VM_FW);
+            if (mode) {
+                s0 = s0 + ma * e0; s1 = s1 + ma * e1; s2 = s2 + ma * e2; s3 = s3 + ma * e3;
+            } else {
+                s0 = ma * s0; s1 = ma * s1; s2 = ma * s2; s3 = ma * s3;
+            }
+            vm_storew(r, s0); vm_storew(r + VM_FW, s1);
+            vm_storew(r + 2 * VM_FW, s2); vm_storew(r + 3 * VM_FW, s3);
+            a0 = a0 + s0 * wa; a1 = a1 + s1 * wa; a2 = a2 + s2 * wa; a3 = a3 + s3 * wa;
+        }
+        vm_storew(acc + b0, a0); vm_storew(acc + b0 + VM_FW, a1);
+        vm_storew(acc + b0 + 2 * VM_FW, a2); vm_storew(acc + b0 + 3 * VM_FW, a3);
+    }
+    for (; b0 < dv; b0++) {
+        float t = 0.0f;
+        for (int64_t a = 0; a < dk; a++) {
+            float *r = S + a * dv + b0;
+            *r = mode ? *r + m[a] * e[b0] : m[a] * *r;
+            t = t + *r * w[a];
+        }
+        acc[b0] = t;
+    }
+}
+
+static void VM(kda_update)(float *S, const float *alpha, const float *k, const float *v, float beta,
+                           const float *q, float qscale, float *o, int64_t dk, int64_t dv) {
+    float u[1024], d[1024], qa[1024];
+    vm_kda_pass(S, alpha, NULL, k, u, dk, dv, 0);           /* decay, u */
+    for (int64_t b = 0; b < dv; b++) d[b] = beta * (v[b] - u[b]);
+    if (!o) {                                                /* write only */
+        for (int64_t a = 0; a < dk; a++)
+            for (int64_t b = 0; b < dv; b++) S[a * dv + b] = S[a * dv + b] + k[a] * d[b];
+        return;
+    }
+    for (int64_t a = 0; a < dk; a++) qa[a] = q[a] * qscale;
+    vm_kda_pass(S, k, d, qa, o, dk, dv, 1);                  /* write, o */
+}
