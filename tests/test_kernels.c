@@ -782,6 +782,68 @@ static void test_kda_update(void) {
     free(S0); free(Sw); free(Sg);
 }
 
+/* mla_scores / mla_mix of every table against the reference, bit for bit, at
+ * head counts around the groups of 8, position counts around the vector width,
+ * cache widths with and without a column tail (the released 576 = 512 + 64 among
+ * them) and padded row strides. One case makes every product -0 (q < 0 and
+ * p < 0 against a cache of +0), where a sum seeded with its first term instead
+ * of +0.0 would end at -0. */
+static void test_mla_attention(void) {
+    static const int64_t shapes[][4] = {   /* nq, n, pw, width */
+        { 1, 1, 48, 32 }, { 4, 9, 48, 32 }, { 8, 8, 576, 512 }, { 12, 37, 576, 512 },
+        { 16, 300, 576, 512 }, { 3, 17, 70, 50 }, { 9, 15, 24, 20 }, { 8, 64, 1100, 1030 },
+    };
+    enum { LDX = 7 };   /* extra floats per row of S, P and O */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t nq = shapes[si][0], n = shapes[si][1], pw = shapes[si][2], width = shapes[si][3];
+        const int64_t ldq = pw + 3, lds = n + LDX, ldo = width + LDX;
+        double *Q = malloc((size_t)(nq * ldq) * sizeof *Q);
+        float *C = malloc((size_t)(n * pw) * sizeof *C);
+        float *Sw = malloc((size_t)(nq * lds) * sizeof *Sw), *Sg = malloc((size_t)(nq * lds) * sizeof *Sg);
+        float *Ow = malloc((size_t)(nq * ldo) * sizeof *Ow), *Og = malloc((size_t)(nq * ldo) * sizeof *Og);
+        CHECK(Q && C && Sw && Sg && Ow && Og, "alloc");
+        if (!Q || !C || !Sw || !Sg || !Ow || !Og) return;
+        for (int zero = 0; zero < 2; zero++) {
+            for (int64_t i = 0; i < nq * ldq; i++) Q[i] = zero ? -0.5 - fabs((double)rng_unit()) : (double)rng_unit();
+            for (int64_t i = 0; i < n * pw; i++) C[i] = zero ? 0.0f : rng_unit() * 3.0f;
+            poison(Sw, nq * lds);
+            ms_mla_scores(Sw, lds, Q, ldq, nq, C, pw, n, 0.0625);
+            if (zero) {
+                int64_t plus0 = 0;
+                for (int64_t h = 0; h < nq; h++) for (int64_t s = 0; s < n; s++) plus0 += f2u(Sw[h * lds + s]) == 0u;
+                CHECK(plus0 == nq * n, "reference scores of -0 terms are +0 (%lld of %lld)", (long long)plus0,
+                      (long long)(nq * n));
+            }
+            /* the scores are also the mix's weights: in the zero case make them negative */
+            if (zero) for (int64_t h = 0; h < nq; h++) for (int64_t s = 0; s < n; s++) Sw[h * lds + s] = -0.25f;
+            poison(Ow, nq * ldo);
+            ms_mla_mix(Ow, ldo, Sw, lds, nq, C, pw, width, n);
+            if (zero) {
+                int64_t plus0 = 0;
+                for (int64_t h = 0; h < nq; h++) for (int64_t i = 0; i < width; i++) plus0 += f2u(Ow[h * ldo + i]) == 0u;
+                CHECK(plus0 == nq * width, "reference mix of -0 terms is +0 (%lld of %lld)", (long long)plus0,
+                      (long long)(nq * width));
+            }
+            for (int t = 0; t < 3; t++) {
+                if (!tables[t]) continue;
+                poison(Sg, nq * lds);
+                tables[t]->mla_scores(Sg, lds, Q, ldq, nq, C, pw, n, 0.0625);
+                int64_t bs = 0, bo = 0;
+                for (int64_t h = 0; h < nq; h++)
+                    for (int64_t s = 0; s < lds; s++)   /* the zero case against +0, before the weights */
+                        bs += f2u(Sg[h * lds + s]) != (zero && s < n ? 0u : f2u(Sw[h * lds + s]));
+                poison(Og, nq * ldo);
+                tables[t]->mla_mix(Og, ldo, Sw, lds, nq, C, pw, width, n);
+                for (int64_t i = 0; i < nq * ldo; i++) bo += f2u(Og[i]) != f2u(Ow[i]);
+                CHECK(bs == 0 && bo == 0, "%s mla nq %lld n %lld pw %lld width %lld (%s): %lld scores, %lld outputs differ",
+                      table_names[t], (long long)nq, (long long)n, (long long)pw, (long long)width,
+                      zero ? "-0 terms" : "random", (long long)bs, (long long)bo);
+            }
+        }
+        free(Q); free(C); free(Sw); free(Sg); free(Ow); free(Og);
+    }
+}
+
 /* ---- norms and softmax ----------------------------------------------------------------- */
 
 static void test_norms(void) {
@@ -903,6 +965,7 @@ int main(void) {
     test_situ_glu();
     test_vmath_tables();
     test_kda_update();
+    test_mla_attention();
     test_norms();
     test_math_accuracy();
     return CHECK_DONE("test_kernels");

@@ -39,7 +39,7 @@ struct ms_fwd {
     float *kq, *kk, *kv, *kg, *kfa, *kf, *kb, *ky;
     /* MLA */
     float *cq, *q, *ckv, *mg, *mo;
-    float *att;                 /* per head: qa [kvr] + ol [kvr] + scores [max_ctx] */
+    float *att;                 /* per head: q [pw doubles] + ol [kvr] + scores [max_ctx] */
     int64_t att_stride;
     /* FFN */
     float *fg, *fu;             /* [T, max(I, S, Im)] */
@@ -418,23 +418,27 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
     ms_fwd *f = j->f;
     const int64_t nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
     const int64_t dvh = c->v_head_dim, kvr = c->kv_lora_rank, pw = kvr + dr;
-    const int64_t qw = dn + dr, kvw = dn + dvh;
+    const int64_t qw = dn + dr, kvw = dn + dvh, lda = f->att_stride, nq = h1 - h0;
     /* scale over the full q/k width (trap: test trap_mla_scale_128) */
     const double scale = 1.0 / sqrt((double)(dn + dr));
     const uint16_t *kvb = (const uint16_t *)(j->base + j->L->kv_b.off);
-    for (int64_t h = h0; h < h1; h++) {
-        float *qa = f->att + h * f->att_stride, *ol = qa + kvr, *sc = ol + kvr;
-        const uint16_t *wk = kvb + h * kvw * kvr;            /* k_nope rows [dn, kvr] */
-        const uint16_t *wv = wk + dn * kvr;                  /* v rows [dvh, kvr] */
-        for (int64_t t = 0; t < j->T; t++) {
+    /* per head h: its query as doubles [pw] (the absorbed q_nope, then q_rope),
+     * ol [kvr], the scores [n_pos] */
+    double *const qd0 = (double *)(void *)(f->att + h0 * lda);
+    float *const ol0 = f->att + h0 * lda + 2 * pw, *const sc0 = ol0 + kvr;
+    for (int64_t t = 0; t < j->T; t++) {
+        const int64_t n_pos = j->p0 + t + 1;
+        for (int64_t h = h0; h < h1; h++) {
             const float *q = f->q + t * nh * qw + h * qw;   /* [q_nope | q_rope] */
+            const uint16_t *wk = kvb + h * kvw * kvr;        /* k_nope rows [dn, kvr] */
+            double *qd = qd0 + (h - h0) * (lda / 2);
             /* absorb W_UK: qa[i] = sum over n ascending of q_nope[n] * W_k[n][i],
-             * in double. Computed MLA_CHUNK outputs at a time with n outermost,
-             * so the inner loop reads W_k rows contiguously and runs across
-             * independent outputs; each output still adds the same exact
-             * products in the same order. The full-chunk loop has a constant
-             * trip count because that is what GCC vectorises at -O2 (the
-             * loop bounded by ni alone stayed scalar); the other is the tail. */
+             * in double, rounded to float. Computed MLA_CHUNK outputs at a time
+             * with n outermost, so the inner loop reads W_k rows contiguously and
+             * runs across independent outputs; each output still adds the same
+             * exact products in the same order. The full-chunk loop has a
+             * constant trip count because that is what GCC vectorises at -O2
+             * (the loop bounded by ni alone stayed scalar); the other is the tail. */
             for (int64_t i0 = 0; i0 < kvr; i0 += MLA_CHUNK) {
                 const int64_t ni = kvr - i0 < MLA_CHUNK ? kvr - i0 : MLA_CHUNK;
                 double acc[MLA_CHUNK] = { 0 };
@@ -446,60 +450,21 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
                     else
                         for (int64_t i = 0; i < ni; i++) acc[i] += qn * (double)ms_bf16_to_f32(wr[i]);
                 }
-                for (int64_t i = 0; i < ni; i++) qa[i0 + i] = (float)acc[i];
+                for (int64_t i = 0; i < ni; i++) qd[i0 + i] = (double)(float)acc[i];
             }
-            const int64_t n_pos = j->p0 + t + 1;
-            /* scores: one dot product per position, its terms added in order;
-             * 4 positions at a time so the 4 chains of dependent adds overlap
-             * (one chain alone waits an add latency per term) */
-            int64_t s = 0;
-            for (; s + 4 <= n_pos; s += 4) {
-                const float *c0 = j->cache + s * pw, *c1 = c0 + pw, *c2 = c1 + pw, *c3 = c2 + pw;
-                double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-                for (int64_t i = 0; i < kvr; i++) {
-                    const double qi = (double)qa[i];
-                    a0 += qi * (double)c0[i];
-                    a1 += qi * (double)c1[i];
-                    a2 += qi * (double)c2[i];
-                    a3 += qi * (double)c3[i];
-                }
-                for (int64_t r = 0; r < dr; r++) {
-                    const double qr = (double)q[dn + r];
-                    a0 += qr * (double)c0[kvr + r];
-                    a1 += qr * (double)c1[kvr + r];
-                    a2 += qr * (double)c2[kvr + r];
-                    a3 += qr * (double)c3[kvr + r];
-                }
-                sc[s] = (float)(a0 * scale);
-                sc[s + 1] = (float)(a1 * scale);
-                sc[s + 2] = (float)(a2 * scale);
-                sc[s + 3] = (float)(a3 * scale);
-            }
-            for (; s < n_pos; s++) {
-                const float *ce = j->cache + s * pw;
-                double acc = 0.0;
-                for (int64_t i = 0; i < kvr; i++) acc += (double)qa[i] * (double)ce[i];
-                /* the rope slots are scored UNROTATED against the one shared k_rope
-                 * (trap: test trap_mla_rope_rotated) */
-                for (int64_t r = 0; r < dr; r++) acc += (double)q[dn + r] * (double)ce[kvr + r];
-                sc[s] = (float)(acc * scale);
-            }
-            ms_softmax_inplace(sc, n_pos);
-            /* ol[i] = sum over positions s ascending of p[s] * c_kv[s][i], in
-             * double; positions outermost, as for the absorb above */
-            for (int64_t i0 = 0; i0 < kvr; i0 += MLA_CHUNK) {
-                const int64_t ni = kvr - i0 < MLA_CHUNK ? kvr - i0 : MLA_CHUNK;
-                double acc[MLA_CHUNK] = { 0 };
-                for (int64_t s = 0; s < n_pos; s++) {
-                    const double p = (double)sc[s];
-                    const float *cr = j->cache + s * pw + i0;
-                    if (ni == MLA_CHUNK)
-                        for (int64_t i = 0; i < MLA_CHUNK; i++) acc[i] += p * (double)cr[i];
-                    else
-                        for (int64_t i = 0; i < ni; i++) acc[i] += p * (double)cr[i];
-                }
-                for (int64_t i = 0; i < ni; i++) ol[i0 + i] = (float)acc[i];
-            }
+            /* the rope slots are scored UNROTATED against the one shared k_rope
+             * (trap: test trap_mla_rope_rotated) */
+            for (int64_t r = 0; r < dr; r++) qd[kvr + r] = (double)q[dn + r];
+        }
+        /* every head's scores: one dot product per position over [c_kv | k_rope],
+         * its terms in order (kernels.h, ms_mla_scores) */
+        j->k->mla_scores(sc0, lda, qd0, lda / 2, nq, j->cache, pw, n_pos, scale);
+        for (int64_t h = 0; h < nq; h++) ms_softmax_inplace(sc0 + h * lda, n_pos);
+        /* ol[i] = sum over positions ascending of p[s] * c_kv[s][i], in double */
+        j->k->mla_mix(ol0, lda, sc0, lda, nq, j->cache, pw, kvr, n_pos);
+        for (int64_t h = h0; h < h1; h++) {
+            float *ol = ol0 + (h - h0) * lda;
+            const uint16_t *wv = kvb + h * kvw * kvr + dn * kvr;   /* v rows [dvh, kvr] */
             float *o = f->mo + t * nh * dvh + h * dvh;
             j->k->matvec_bf16(o, wv, ol, 0, dvh, kvr);       /* W_UV after attention */
             const float *g = f->mg + t * nh * dvh + h * dvh;
@@ -533,7 +498,7 @@ static void mla_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *
     }
     mm_bf16(c, f->mg, nh * cf->v_head_dim, base, &L->g_proj, f->x, H, T);
     mla_job j = { cf, c->m->kern, f, base, L, cache, T, st->n_past };
-    ms_pool_for(c->pool, nh, 1, mla_heads, &j);
+    ms_pool_for(c->pool, nh, 8, mla_heads, &j);     /* 8 heads share each read of the cache */
     mm_bf16(c, f->a, H, base, &L->o_proj, f->mo, nh * cf->v_head_dim, T);
 }
 
@@ -868,8 +833,14 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
 #undef TI
 
 /* Attention scratch per head: qa [kvr], ol [kvr], scores [n_ctx]. */
+static int64_t att_stride_for(const ms_config *c, int64_t n_ctx) {
+    const int64_t pw = c->kv_lora_rank + c->qk_rope_head_dim;
+    const int64_t n = 2 * pw + c->kv_lora_rank + n_ctx;
+    return n + (n & 1);         /* even, so every head's q doubles stay 8-byte aligned */
+}
+
 static int64_t att_floats(const ms_config *c, int64_t n_ctx) {
-    return c->n_mla_layers ? c->num_attention_heads * (2 * c->kv_lora_rank + n_ctx) : 0;
+    return c->n_mla_layers ? c->num_attention_heads * att_stride_for(c, n_ctx) : 0;
 }
 
 int64_t ms_fwd_bytes(const ms_model *m, int64_t max_T, int64_t max_ctx) {
@@ -896,9 +867,9 @@ ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *er
 /* Attention scratch depends on the context length: [nh][2 kvr + max_ctx]. */
 static ms_status ensure_att(ms_fwd *f, const ms_config *c, int64_t n_ctx, ms_err *err) {
     if (c->n_mla_layers == 0) return MS_OK;
-    int64_t need = att_floats(c, n_ctx) / c->num_attention_heads;
+    int64_t need = att_stride_for(c, n_ctx);
     if (f->att && f->att_stride >= need) return MS_OK;
-    int64_t stride = need < 1024 ? 1024 : need;
+    int64_t stride = need < 1024 ? 1024 : need;      /* both even */
     float *p = realloc(f->att, (size_t)(stride * c->num_attention_heads) * sizeof(float));
     if (!p) return ms_err_set(err, MS_E_NOMEM, "attention scratch: out of memory");
     f->att = p;

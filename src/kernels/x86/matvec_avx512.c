@@ -494,4 +494,6 @@ const ms_kern ms_kern_avx512 = {
     .siluf_n = avx512_siluf_n,
     .situ_glu = avx512_situ_glu,
     .kda_update = avx512_kda_update,
+    .mla_scores = avx512_mla_scores,
+    .mla_mix = avx512_mla_mix,
 };

@@ -1,8 +1,9 @@
 /* kernels/x86/vmath_body.h - the transcendental functions of kernels/ref/math.c
- * on VM_W lanes, and the KDA state update (same bits as the scalar ones).
+ * on VM_W lanes, the KDA state update and the MLA attention sums (same bits as
+ * the scalar ones).
  *
- * Owns: the array forms expf_n, sigmoidf_n, siluf_n, situ_glu and kda_update
- *   of one ISA table. Included by kernels/x86/vmath_avx2.c and vmath_avx512.c, each
+ * Owns: expf_n, sigmoidf_n, siluf_n, situ_glu, kda_update, mla_scores and
+ *   mla_mix of one ISA table. Included by kernels/x86/vmath_avx2.c and vmath_avx512.c, each
  *   defining VM(name) (the table's name for each function) and VM_W (lanes:
  *   8 for AVX-512, one zmm of doubles; 4 for AVX2, one ymm) first; compiled
  *   only with that file's ISA flags.
@@ -245,3 +246,94 @@ static void VM(kda_update)(float *S, const float *alpha, const float *k, const f
     for (int64_t a = 0; a < dk; a++) qa[a] = q[a] * qscale;
     vm_kda_pass(S, k, d, qa, o, dk, dv, 1);                  /* write, o */
 }
+
+/* ---- MLA scores and value mix (kernels.h, ms_mla_scores / ms_mla_mix) ----
+ * Each product of two floats is exact in double, so a sum's bits depend only
+ * on the order of its adds, which is kept: one lane is one (head, position)
+ * sum in scores and one (head, column) sum in the mix, and its terms are added
+ * in the reference's order. Heads go 8 at a time, so each row of the cache
+ * read serves 8 heads (the reference reads the whole cache once per head).
+ * Scores: a block of VM_W positions is copied transposed, as doubles, into T
+ * [pw][VM_W] once for all heads; lane p of a head's accumulator is position
+ * s0 + p. Mix: 2 * VM_W columns per pair of accumulators; positions in blocks
+ * of VM_MLA_PB whose probabilities are widened once per block, the sums parked
+ * in acc between blocks. A group of fewer than 8 heads runs against zero rows
+ * whose results are dropped. Widths above VM_MLA_MAXW and the position /
+ * column tails use the reference itself. */
+enum { VM_MLA_MAXW = 1024, VM_MLA_PB = 256 };
+static const double vm_zero_row[VM_MLA_MAXW];
+
+#define VM_HEADS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+static void VM(mla_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
+                           const float *C, int64_t pw, int64_t n, double scale) {
+    if (pw > VM_MLA_MAXW) {
+        ms_mla_scores(S, lds, Q, ldq, nq, C, pw, n, scale);
+        return;
+    }
+    double T[VM_MLA_MAXW * VM_W];
+    int64_t s0 = 0;
+    for (; s0 + VM_W <= n; s0 += VM_W) {
+        for (int p = 0; p < VM_W; p++) {
+            const float *c = C + (s0 + p) * pw;
+            for (int64_t j = 0; j < pw; j++) T[j * VM_W + p] = (double)c[j];
+        }
+        for (int64_t h0 = 0; h0 < nq; h0 += 8) {
+#define VM_Q(k) const double *q##k = h0 + k < nq ? Q + (h0 + k) * ldq : vm_zero_row; \
+                vm_d8 a##k = vm_splat(0.0);
+            VM_HEADS8(VM_Q)
+#undef VM_Q
+            for (int64_t j = 0; j < pw; j++) {
+                vm_d8 x;
+                memcpy(&x, T + j * VM_W, sizeof x);
+#define VM_ACC(k) a##k = a##k + vm_splat(q##k[j]) * x;
+                VM_HEADS8(VM_ACC)
+#undef VM_ACC
+            }
+#define VM_OUT(k) if (h0 + k < nq) vm_store(S + (h0 + k) * lds + s0, vm_narrow(a##k * scale));
+            VM_HEADS8(VM_OUT)
+#undef VM_OUT
+        }
+    }
+    if (s0 < n) ms_mla_scores(S + s0, lds, Q, ldq, nq, C + s0 * pw, pw, n - s0, scale);
+}
+
+static void VM(mla_mix)(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
+                        const float *C, int64_t pw, int64_t width, int64_t n) {
+    const int64_t wv = width - width % (2 * VM_W);     /* columns in whole pairs of vectors */
+    if (width > VM_MLA_MAXW) {
+        ms_mla_mix(O, ldo, P, ldp, nq, C, pw, width, n);
+        return;
+    }
+    double acc[8][VM_MLA_MAXW], pd[8][VM_MLA_PB];
+    for (int64_t h0 = 0; h0 < nq; h0 += 8) {
+        for (int k = 0; k < 8; k++)
+            for (int64_t i = 0; i < wv; i++) acc[k][i] = 0.0;
+        for (int64_t sb = 0; sb < n; sb += VM_MLA_PB) {
+            const int64_t nb = n - sb < VM_MLA_PB ? n - sb : VM_MLA_PB;
+            for (int k = 0; k < 8; k++)
+                for (int64_t s = 0; s < nb; s++)
+                    pd[k][s] = h0 + k < nq ? (double)P[(h0 + k) * ldp + sb + s] : 0.0;
+            for (int64_t i0 = 0; i0 < wv; i0 += 2 * VM_W) {
+#define VM_LD(k) vm_d8 a##k##l, a##k##h; memcpy(&a##k##l, acc[k] + i0, sizeof a##k##l); \
+                 memcpy(&a##k##h, acc[k] + i0 + VM_W, sizeof a##k##h);
+                VM_HEADS8(VM_LD)
+#undef VM_LD
+                for (int64_t s = 0; s < nb; s++) {
+                    const float *c = C + (sb + s) * pw + i0;
+                    const vm_d8 cl = vm_wide(vm_load(c)), ch = vm_wide(vm_load(c + VM_W));
+#define VM_ACC(k) { const vm_d8 p = vm_splat(pd[k][s]); a##k##l = a##k##l + p * cl; a##k##h = a##k##h + p * ch; }
+                    VM_HEADS8(VM_ACC)
+#undef VM_ACC
+                }
+#define VM_ST(k) memcpy(acc[k] + i0, &a##k##l, sizeof a##k##l); memcpy(acc[k] + i0 + VM_W, &a##k##h, sizeof a##k##h);
+                VM_HEADS8(VM_ST)
+#undef VM_ST
+            }
+        }
+        for (int k = 0; k < 8 && h0 + k < nq; k++)
+            for (int64_t i = 0; i < wv; i++) O[(h0 + k) * ldo + i] = (float)acc[k][i];
+    }
+    if (wv < width) ms_mla_mix(O + wv, ldo, P, ldp, nq, C + wv, pw, width - wv, n);
+}
+#undef VM_HEADS8
