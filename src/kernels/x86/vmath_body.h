@@ -48,12 +48,12 @@ static const double VM_INV_LN2 = 1.44269504088896338700e+00;
 static const double VM_ROUND_MAGIC = 6755399441055744.0;
 
 VM_INLINE vm_d8 vm_splat(double v) {
-    vm_d8 r;
+    vm_d8 r = { 0 };             /* every lane is set below; the zeros keep -O1 quiet */
     for (int i = 0; i < VM_W; i++) r[i] = v;
     return r;
 }
 VM_INLINE vm_f8 vm_splatf(float v) {
-    vm_f8 r;
+    vm_f8 r = { 0 };             /* every lane is set below; the zeros keep -O1 quiet */
     for (int i = 0; i < VM_W; i++) r[i] = v;
     return r;
 }
@@ -188,7 +188,7 @@ enum { VM_FW = 2 * VM_W, VM_KB = 4 * VM_FW };
 VM_INLINE vm_fw vm_loadw(const float *p) { vm_fw v; memcpy(&v, p, sizeof v); return v; }
 VM_INLINE void vm_storew(float *p, vm_fw v) { memcpy(p, &v, sizeof v); }
 VM_INLINE vm_fw vm_splatw(float v) {
-    vm_fw r;
+    vm_fw r = { 0 };             /* every lane is set below; the zeros keep -O1 quiet */
     for (int i = 0; i < VM_FW; i++) r[i] = v;
     return r;
 }
