@@ -149,7 +149,7 @@ static int32_t pick_greedy(void *user, const float *logits, const int32_t *hist,
 static void print_usage(FILE *f) {
     fprintf(f, "usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]\n"
                "         [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]\n"
-               "         [--threads N] [--cache s3fifo|lru] [--no-readahead] [--speculate K]\n"
+               "         [--threads N] [--cache s3fifo|lru] [--no-readahead] [--speculate K] [--chunk N]\n"
                "         [--no-verify] [--pick-among N]   (--ram min: the smallest plan)\n");
 }
 
@@ -178,6 +178,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ram") && !strcmp(v, "min")) ep.ram_bytes = MS_RAM_MIN;
         else if (!strcmp(a, "--ram")) ep.ram_bytes = sz = parse_size(v);
         else if (!strcmp(a, "--speculate")) ep.max_draft = atoi(v);
+        else if (!strcmp(a, "--chunk")) ep.prefill_chunk = strtoll(v, NULL, 10);
         else if (!strcmp(a, "--pick-among")) pick_among = atoi(v);
         else if (!strcmp(a, "--trunk-ram")) ep.trunk_bytes = sz = parse_size(v);
         else if (!strcmp(a, "--expert-ram")) ep.expert_bytes = sz = parse_size(v);

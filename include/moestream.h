@@ -78,6 +78,14 @@ typedef struct ms_engine_params {
        session (~ n_kda_layers x (KDA state + (max_draft + 1) x (4P + nh) floats) +
        (max_draft + 1) logits rows) is counted in the plan. 0 = no speculation. */
     int max_draft;
+    /* prompt chunks: a feed of several tokens runs through the model prefill_chunk tokens
+       at a time, and each chunk is one pass over the weights: a streamed trunk, and the
+       experts the chunk's tokens use, are read once per chunk. A prompt of n tokens
+       therefore reads the streamed bytes ceil(n / prefill_chunk) times. The forward
+       scratch grows with the chunk and is counted in the plan. Output bits do not depend
+       on it. 0 = 32; otherwise in [1, 65536] and at least max_draft + 1 (a verify pass
+       is one chunk). */
+    int64_t prefill_chunk;
     /* fault injection, for tests: fail request #fault_at_read of the run */
     int fault_kind;             /* 0 none, 1 EIO, 2 transient, 3 short, 4 corrupt */
     int64_t fault_at_read;
@@ -307,11 +315,12 @@ ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int
 
 /* Describe how the model at `path` (a model directory or a config.json) would
  * use `ram_bytes` (0 = no limit) with one session of max_context positions
- * (0 = default) and max_draft (ms_engine_params): what is pinned, streamed, cached. Reads no weights. Writes a
- * human table into out. MS_E_BUDGET when it does not fit (the table says what
- * it needs), MS_E_MODEL for a bad config. */
+ * (0 = default), max_draft and prefill_chunk (0 = default; ms_engine_params):
+ * what is pinned, streamed, cached. Reads no weights. Writes a human table into
+ * out. MS_E_BUDGET when it does not fit (the table says what it needs),
+ * MS_E_MODEL for a bad config, MS_E_USAGE for a bad chunk. */
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
-                           int max_draft, char *out, size_t n);
+                           int max_draft, int64_t prefill_chunk, char *out, size_t n);
 
 /* ---- expert request traces (ms_engine_params.trace_path) ---- */
 

@@ -3,7 +3,7 @@
 # ~140 MB (real layout, hidden 1024, 32 experts/layer), runs at budgets below
 # the model's size report a peak RSS (VmHWM, from the kernel) within the
 # budget plus RSS_SLACK, and generate the same ids and logits bits as an
-# unlimited run. RSS_SLACK covers what the budget cannot see: allocator
+# unlimited run; so do --speculate 31 and --chunk 150 (their memory is planned). RSS_SLACK covers what the budget cannot see: allocator
 # rounding and the pages the kernel counts for shared libraries.
 set -u
 cd "$(dirname "$0")/.."
@@ -47,7 +47,32 @@ got=$(printf '%s' "$out" | grep -o '"generated_ids": \[[^]]*\]')
 cmp -s "$BUILD/rss_ref.f32" "$BUILD/rss_spec.f32" && ok || bad "--speculate 31: logits bits differ"
 peak=$(printf '%s' "$out" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
 [ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "--speculate 31: peak RSS $peak > budget $budget + slack $RSS_SLACK"
-a=$("$BIN" plan "$dir" --ram 120M | grep -o 'scratch): .*'); b=$("$BIN" plan "$dir" --ram 120M --speculate 31 | grep -o 'scratch): .*')
+a=$("$BIN" plan "$dir" --ram 120M | grep -o 'chunks): .*'); b=$("$BIN" plan "$dir" --ram 120M --speculate 31 | grep -o 'chunks): .*')
 [ -n "$a" ] && [ "$a" != "$b" ] && ok || bad "plan --speculate 31 does not count the speculation memory ($a vs $b)"
+# --chunk 150: a 150-token prompt in one pass over the weights instead of 5 (the default
+# chunk is 32): the same ids and bits, fewer bytes read, and the larger scratch planned
+# within the budget (peak RSS)
+long=$(/usr/bin/python3 -c "print(','.join(str((i * 7919 + 13) % 4000 + 1) for i in range(150)))")
+budget=$((150 * 1024 * 1024))
+o32=$("$BIN" run "$dir" --ids "$long" --gen 4 --json --quiet --ram 150M --dump-logits "$BUILD/rss_c32.f32"); rc1=$?
+o150=$("$BIN" run "$dir" --ids "$long" --gen 4 --json --quiet --ram 150M --chunk 150 --dump-logits "$BUILD/rss_c150.f32"); rc2=$?
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && ok || bad "--chunk runs exited $rc1 / $rc2"
+g32=$(printf '%s' "$o32" | grep -o '"generated_ids": \[[^]]*\]'); g150=$(printf '%s' "$o150" | grep -o '"generated_ids": \[[^]]*\]')
+[ -n "$g32" ] && [ "$g32" = "$g150" ] && ok || bad "--chunk 150: ids differ: $g150 vs $g32"
+cmp -s "$BUILD/rss_c32.f32" "$BUILD/rss_c150.f32" && ok || bad "--chunk 150: logits bits differ"
+# the prompt alone (--gen 1 feeds nothing after it): 5 passes against 1. The larger
+# scratch pins less of the trunk, so each pass (and each decode token) streams more.
+t32=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
+t150=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M --chunk 150 | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
+echo "t_rss: 150-token prompt at --ram 150M: trunk read $((${t32:-0} / 1048576)) MiB with --chunk 32, $((${t150:-0} / 1048576)) MiB with --chunk 150"
+[ -n "$t150" ] && [ -n "$t32" ] && [ "$t150" -gt 0 ] && [ $((t150 * 2)) -lt "$t32" ] && ok || bad "--chunk 150 read $t150 trunk bytes, --chunk 32 $t32: not fewer passes"
+peak=$(printf '%s' "$o150" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
+[ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "--chunk 150: peak RSS $peak > budget $budget + slack $RSS_SLACK"
+c=$("$BIN" plan "$dir" --ram 150M --chunk 150 | grep -o 'chunks): .*'); d=$("$BIN" plan "$dir" --ram 150M | grep -o 'chunks): .*')
+[ -n "$c" ] && [ "$c" != "$d" ] && ok || bad "plan --chunk 150 does not count the larger scratch ($c vs $d)"
+"$BIN" plan "$dir" --ram 150M --chunk 70000 > /dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok || bad "--chunk 70000 must be a usage error (exit $rc)"
+"$BIN" run "$dir" --ids 1,2 --gen 1 --quiet --speculate 8 --chunk 4 > /dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok || bad "--chunk 4 with --speculate 8 must be a usage error (exit $rc)"
 echo "t_rss: $pass passed, $fail failed"
 [ $fail -eq 0 ]

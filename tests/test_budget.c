@@ -87,6 +87,7 @@ typedef struct run_cfg {
     int predict;
     const char *sums;
     int64_t corrupt_begin, corrupt_end;
+    int64_t chunk;              /* prefill_chunk (0 = the default 32) */
 } run_cfg;
 
 /* Teacher-forced logits [n, V] under cfg; NULL when open or feed failed
@@ -107,6 +108,7 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     p.sums_path = rc->sums;
     p.fault_corrupt_begin = rc->corrupt_begin;
     p.fault_corrupt_end = rc->corrupt_end;
+    p.prefill_chunk = rc->chunk;
     ms_engine *e;
     *status = ms_engine_open(&p, &e, msg, msg_len);
     if (*status != MS_OK) return NULL;
@@ -187,7 +189,7 @@ static void corrupt_matrix(const char *dir, const char *name, const shape *sh, i
     for (int64_t at = 0; st == MS_OK && scale_rel > 0 && at < 400; at++) {
         const int w = (int)(at % 2);
         run_cfg rc = { sh->ring_floor, ef, "pread", "lru", 0, 4, at, 0, sums,
-                       w ? scale_rel : 0, w ? scale_rel + 64 : 64 };
+                       w ? scale_rel : 0, w ? scale_rel + 64 : 64, 0 };
         int64_t V2 = 0;
         ms_stats stt;
         memset(&stt, 0, sizeof stt);
@@ -219,7 +221,7 @@ static void ladder(const char *dir, const char *name) {
     int64_t V = 0;
     ms_status st;
     char msg[1024];
-    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, 0 };
+    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
     ms_stats rs;
     float *ref = run(dir, &base, IDS, N_IDS, &V, &st, msg, sizeof msg, &rs);
     CHECK(ref != NULL, "%s: resident run: %s", name, msg);
@@ -244,7 +246,7 @@ static void ladder(const char *dir, const char *name) {
             for (int pol = 0; pol < 2; pol++)
                 for (int ra = 0; ra < 2; ra++) {
                     /* io_uring runs also prefetch predicted experts: hints never change bits */
-                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0, io == 2, NULL, 0, 0 };
+                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0, io == 2, NULL, 0, 0, 0 };
                     int64_t V2 = 0;
                     ms_stats stt;
                     float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &stt);
@@ -263,13 +265,50 @@ static void ladder(const char *dir, const char *name) {
                 }
     CHECK(n_same == n_runs, "%s: %d of %d budget/backend/policy runs gave different bits", name, n_runs - n_same, n_runs);
 
+    /* prompt chunks at the floor: chunks of 7, 10 and 20 tokens are 3, 2 and 1 passes
+     * over the 20-token prompt (the default 32 is one). The same bits; and every pass
+     * streams the same trunk bytes (the last one also reads ahead for the next token),
+     * so 3 passes read exactly twice as much more than 1 as 2 passes do. */
+    {
+        const int64_t chunks[] = { 7, 10, 20 };
+        int64_t tb[3] = { 0, 0, 0 };
+        for (int ci = 0; ci < 3; ci++) {
+            run_cfg rc = { sh.ring_floor, ef, "pread", "lru", 0, 0, 0, 0, NULL, 0, 0, chunks[ci] };
+            int64_t V2 = 0;
+            ms_stats stc;
+            float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &stc);
+            CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
+                  "%s: prefill chunk %lld: %s", name, (long long)chunks[ci], lg ? "different bits" : msg);
+            tb[ci] = stc.trunk_bytes_read;
+            free(lg);
+        }
+        CHECK(tb[1] > tb[2] && tb[0] - tb[2] == 2 * (tb[1] - tb[2]),
+              "%s: trunk bytes with 3 / 2 / 1 passes: %lld / %lld / %lld (one pass each per chunk)", name,
+              (long long)tb[0], (long long)tb[1], (long long)tb[2]);
+        /* out of range: 0 is the default; at least max_draft + 1, at most 65536 */
+        const struct { int64_t chunk; int draft; ms_status want; } bad_chunks[] = {
+            { -1, 0, MS_E_USAGE }, { 65537, 0, MS_E_USAGE }, { 4, 8, MS_E_USAGE }, { 9, 8, MS_OK }, { 0, 31, MS_OK },
+        };
+        for (size_t bi = 0; bi < sizeof bad_chunks / sizeof bad_chunks[0]; bi++) {
+            ms_engine_params p = ms_engine_default_params();
+            p.model_dir = dir;
+            p.prefill_chunk = bad_chunks[bi].chunk;
+            p.max_draft = bad_chunks[bi].draft;
+            ms_engine *e = NULL;
+            ms_status so = ms_engine_open(&p, &e, msg, sizeof msg);
+            CHECK(so == bad_chunks[bi].want, "%s: prefill_chunk %lld with max_draft %d: status %d, want %d (%s)", name,
+                  (long long)bad_chunks[bi].chunk, bad_chunks[bi].draft, (int)so, (int)bad_chunks[bi].want, msg);
+            if (e) ms_engine_close(e);
+        }
+    }
+
     /* the next-layer predictor with the trunk pinned and room in the expert
      * cache: it must issue reads of its own (more prefetches than the same
      * token-at-a-time run without it) and change no bit */
     {
         ms_stats sp[2];
         for (int pr = 1; pr <= 2; pr++) {
-            run_cfg rc = { sh.trunk_all * 2, sh.expert_all / 2, "pread", "lru", 0, 0, 0, pr, NULL, 0, 0 };
+            run_cfg rc = { sh.trunk_all * 2, sh.expert_all / 2, "pread", "lru", 0, 0, 0, pr, NULL, 0, 0, 0 };
             int64_t V2 = 0;
             float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &sp[pr - 1]);
             CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
@@ -289,7 +328,7 @@ static void ladder(const char *dir, const char *name) {
     int n_ok = 0, n_unsound = 0, n_open_fail = 0, n_bad = 0;
     for (int kind = 1; kind <= 3; kind++)
         for (int64_t at = 0; at < 400; at++) {
-            run_cfg rc = { sh.ring_floor, ef, "pread", "lru", 0, kind, at, (int)(at % 2), NULL, 0, 0 };
+            run_cfg rc = { sh.ring_floor, ef, "pread", "lru", 0, kind, at, (int)(at % 2), NULL, 0, 0, 0 };
             int64_t V2 = 0;
             float *lg = run(dir, &rc, IDS, 6, &V2, &st, msg, sizeof msg, NULL);
             if (lg) {

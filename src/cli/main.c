@@ -59,6 +59,10 @@ static void usage(FILE *f) {
         "                       router (they are by default, while decoding)\n"
         "  --speculate K        decode: verify up to K tokens drafted by prompt lookup in one\n"
         "                       pass over the weights (0 = off, the default; same output bits)\n"
+        "  --chunk N            prompt tokens per pass over the weights (default 32): a streamed\n"
+        "                       model reads its weights once per chunk, so larger chunks read a\n"
+        "                       long prompt fewer times; the scratch they need is planned\n"
+        "                       within --ram (see 'plan'); same output bits\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
         "                       every weight byte read is verified   --no-verify  do not verify\n"
         "\n"
@@ -103,6 +107,14 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
             if (b <= 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
             if (!strcmp(a, "--trunk-ram")) o->trunk_bytes = b; else o->expert_bytes = b;
         }
+        return 1;
+    }
+    if (!strcmp(a, "--chunk")) {
+        char *end;
+        long long k = v ? strtoll(v, &end, 10) : -1;
+        if (!v || *end || k < 1 || k > 65536) { fprintf(stderr, "moestream: --chunk needs N in [1, 65536]\n"); return -1; }
+        (*i)++;
+        o->chunk = k;
         return 1;
     }
     if (!strcmp(a, "--speculate")) {
@@ -163,6 +175,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.sums_path = o->sums_path;
     ep.no_verify = o->no_verify;
     ep.max_draft = o->speculate;
+    ep.prefill_chunk = o->chunk;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = MS_LOG_WARN;
     char msg[1024];
@@ -666,7 +679,7 @@ static int cmd_plan(int argc, char **argv) {
     }
     if (!c.model_dir) { fprintf(stderr, "moestream: plan needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
     static char buf[1 << 16];
-    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, c.speculate, buf, sizeof buf);
+    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, c.speculate, c.chunk, buf, sizeof buf);
     fputs(buf, st == MS_OK ? stdout : stderr);
     if (st == MS_E_BUDGET) fputs(buf, stdout);
     return cli_exit_code(st);

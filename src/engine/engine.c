@@ -116,6 +116,14 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
         free(e);
         return MS_E_USAGE;
     }
+    e->p.prefill_chunk = ms_resolve_chunk(p->prefill_chunk, e->p.max_draft);
+    if (e->p.prefill_chunk < 0) {
+        if (errbuf && errbuf_len)
+            snprintf(errbuf, errbuf_len, "prefill chunk %lld is out of [%d, %d]", (long long)p->prefill_chunk,
+                     e->p.max_draft > 0 ? e->p.max_draft + 1 : 1, MS_MAX_CHUNK);
+        free(e);
+        return MS_E_USAGE;
+    }
     int n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     ms_status st = MS_OK;
@@ -153,7 +161,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     } else if (p->ram_bytes > 0) {
         ms_model dry;
         if ((st = ms_model_bind(&dry, &e->cfg, NULL, NULL, &err)) != MS_OK) { ms_model_free(&dry); goto fail; }
-        int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft);
+        int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk);
         ms_model_free(&dry);
         store_ram = ms_store_budget(p->ram_bytes, session, rss_bytes());
         if (store_ram < 0) {
@@ -311,7 +319,7 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
     s->e = e;
     ms_status st;
     if ((st = ms_state_init(&s->st, &e->model, e->p.max_context, &err)) != MS_OK) goto fail;
-    if ((st = ms_fwd_init(&s->fwd, &e->model, MS_CHUNK, &err)) != MS_OK) goto fail;
+    if ((st = ms_fwd_init(&s->fwd, &e->model, e->p.prefill_chunk, &err)) != MS_OK) goto fail;
     s->logits = malloc((size_t)e->cfg.vocab_size * sizeof(float));
     s->tokens = malloc((size_t)e->p.max_context * sizeof(int32_t));
     if (!s->logits || !s->tokens) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
@@ -392,7 +400,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
                      ids[i], (long long)i, (long long)V);
             return MS_E_USAGE;
         }
-    if (record && (s->max_draft == 0 || n > s->rb.max_T || n > MS_CHUNK)) {
+    if (record && (s->max_draft == 0 || n > s->rb.max_T || n > e->p.prefill_chunk)) {
         snprintf(s->error, sizeof s->error, "recorded feed of %lld tokens: the session records at most %lld",
                  (long long)n, (long long)(s->max_draft ? s->rb.max_T : 0));
         return MS_E_USAGE;
@@ -403,8 +411,9 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, record ? &s->rb : NULL };
     double t0 = now_s();
     ms_status st = MS_OK;
-    for (int64_t i = 0; i < n && st == MS_OK; i += MS_CHUNK) {
-        int64_t T = n - i < MS_CHUNK ? n - i : MS_CHUNK;
+    const int64_t chunk = e->p.prefill_chunk;
+    for (int64_t i = 0; i < n && st == MS_OK; i += chunk) {
+        int64_t T = n - i < chunk ? n - i : chunk;
         memcpy(s->tokens + s->st.n_past, ids + i, (size_t)T * sizeof *ids);
         float *out = all_logits ? all_logits + i * V : s->logits;
         st = ms_forward(&ctx, s->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);

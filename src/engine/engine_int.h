@@ -17,19 +17,26 @@
 #include "text/tokenizer.h"
 
 #define MS_DEFAULT_CONTEXT 4096
-#define MS_CHUNK 32
+/* Tokens per pass over the weights when a feed has several (ms_engine_params.prefill_chunk). */
+#define MS_DEFAULT_CHUNK 32
+#define MS_MAX_CHUNK 65536
 /* Memory the budget keeps free beyond what is counted: libc arenas, thread
  * stacks, page-table and allocator rounding (see engine/plan.c). */
 #define MS_SLACK_BYTES ((int64_t)48 << 20)
 /* A process's resident size before it loads anything (code, libraries). */
 #define MS_BASE_OVERHEAD ((int64_t)16 << 20)
 
-/* One session at max_ctx positions; max_draft > 0 adds what ms_session_decode
- * needs to verify up to max_draft drafted tokens per pass (the rollback
- * record, the verify pass's logits rows, the draft). */
-int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft);
-/* The largest ms_engine_params.max_draft: a verify pass is one chunk. */
-#define MS_MAX_DRAFT (MS_CHUNK - 1)
+/* One session at max_ctx positions with forward scratch for chunks of `chunk`
+ * tokens; max_draft > 0 adds what ms_session_decode needs to verify up to
+ * max_draft drafted tokens per pass (the rollback record, the verify pass's
+ * logits rows, the draft). */
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk);
+/* The largest ms_engine_params.max_draft (a verify pass is one chunk, so the
+ * chunk must be at least max_draft + 1). */
+#define MS_MAX_DRAFT (MS_DEFAULT_CHUNK - 1)
+/* The chunk ms_engine_params asks for: 0 -> MS_DEFAULT_CHUNK; -1 when out of
+ * [max(1, max_draft + 1), MS_MAX_CHUNK]. */
+int64_t ms_resolve_chunk(int64_t chunk, int max_draft);
 /* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 

@@ -3,7 +3,7 @@
  * --ram is a ceiling on the whole process. It is split, before any weight is
  * read, into:
  *   session   one session's state (KDA S + conv history, the latent MLA cache
- *             at max_context) + forward scratch for a 32-token chunk + logits
+ *             at max_context) + forward scratch for one prompt chunk + logits
  *             (+ with max_draft > 0 the rollback record and verify rows that
  *             speculative decoding uses, ms_session_bytes);
  *   overhead  what the process holds before the store allocates (code, libs,
@@ -24,13 +24,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft) {
+int64_t ms_resolve_chunk(int64_t chunk, int max_draft) {
+    if (chunk == 0) chunk = MS_DEFAULT_CHUNK;
+    const int64_t lo = max_draft > 0 ? max_draft + 1 : 1;
+    return chunk >= lo && chunk <= MS_MAX_CHUNK ? chunk : -1;
+}
+
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk) {
     const ms_config *c = &m->cfg;
     int64_t spec = 0;
     if (max_draft > 0)
         spec = ms_rollback_bytes(c, max_draft + 1) +
                (max_draft + 1) * (c->vocab_size * (int64_t)sizeof(float) + (int64_t)sizeof(int32_t));
-    return ms_state_bytes(c, max_ctx) + ms_fwd_bytes(m, MS_CHUNK, max_ctx) +
+    return ms_state_bytes(c, max_ctx) + ms_fwd_bytes(m, chunk, max_ctx) +
            c->vocab_size * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t) + spec;
 }
 
@@ -43,9 +49,15 @@ int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead) {
 static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
 
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
-                           int max_draft, char *out, size_t n) {
+                           int max_draft, int64_t prefill_chunk, char *out, size_t n) {
     ms_err err;
     ms_err_clear(&err);
+    const int64_t chunk = ms_resolve_chunk(prefill_chunk, max_draft < 0 ? 0 : max_draft);
+    if (chunk < 0) {
+        snprintf(out, n, "prefill chunk %lld is out of [%d, %d]", (long long)prefill_chunk,
+                 max_draft > 0 ? max_draft + 1 : 1, MS_MAX_CHUNK);
+        return MS_E_USAGE;
+    }
     char cfg_path[4200];
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path);
@@ -57,7 +69,7 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     ms_model m;
     st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
-    const int64_t session = ms_session_bytes(&m, max_context, max_draft < 0 ? 0 : max_draft);
+    const int64_t session = ms_session_bytes(&m, max_context, max_draft < 0 ? 0 : max_draft, chunk);
     /* the name table: ~ 200 bytes per tensor (info + name + hash slot) */
     int64_t n_tensors = 0;
     for (int i = 0; i < m.n_plan_regions; i++) n_tensors += m.plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;
@@ -80,12 +92,12 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                            "model: %s: %lld layers, hidden %lld, %lld experts x %lld layers, vocab %lld\n"
                            "budget: %s\n"
-                           "  session (KDA state, latent MLA cache at %lld positions, scratch): %s\n"
+                           "  session (KDA state, latent MLA cache at %lld positions, scratch for %lld-token chunks): %s\n"
                            "  process overhead + slack: %s\n",
                            cfg_path, (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
                            (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
                            (long long)cfg.vocab_size, ram_bytes > 0 ? c : "none (everything resident)",
-                           (long long)max_context, a, b);
+                           (long long)max_context, (long long)chunk, a, b);
     if (st == MS_OK || st == MS_E_BUDGET) {
         if (st == MS_OK || plan.floor_bytes > 0) {
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "store:\n");

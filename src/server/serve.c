@@ -55,6 +55,8 @@ static void usage(FILE *f) {
         "  --max-queue N          most requests waiting for the engine; more get 429 (default 64)\n"
         "  --max-connections N    most open connections (default 128)\n"
         "  --prefill-chunk N      prompt tokens per engine call (default 256)\n"
+        "  --chunk N              prompt tokens per pass over the weights (default 32; a streamed\n"
+        "                         model reads its weights once per chunk; planned within --ram)\n"
         "  --speculate K          decode: verify up to K prompt-lookup drafted tokens per pass\n"
         "                         over the weights (default 0 = off; same output bits)\n"
         "  --shutdown-timeout S   on SIGTERM wait this long for in-flight requests (default 30)\n"
@@ -156,6 +158,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
         else if (!strcmp(a, "--max-connections")) bad = parse_int(v, 1, 65536, &o->max_connections);
         else if (!strcmp(a, "--prefill-chunk")) bad = parse_int(v, 1, 1 << 20, &o->prefill_chunk);
         else if (!strcmp(a, "--speculate")) { bad = parse_int(v, 0, 31, &x); o->speculate = (int)x; }
+        else if (!strcmp(a, "--chunk")) bad = parse_int(v, 1, 65536, &o->chunk);
         else if (!strcmp(a, "--shutdown-timeout")) { bad = parse_int(v, 0, 86400, &x); o->shutdown_s = (double)x; }
         else if (!strcmp(a, "--idle-timeout")) { bad = parse_int(v, 1, 86400, &x); o->idle_timeout_s = (int)x; }
         else { fprintf(stderr, "moestream serve: unknown option '%s' (see --help)\n", a); return -1; }
@@ -246,6 +249,7 @@ int ms_serve_main(int argc, char **argv) {
     ep.ram_bytes = s->o.ram;
     ep.max_context = s->o.max_context;
     ep.max_draft = s->o.speculate;
+    ep.prefill_chunk = s->o.chunk;
     ep.log = engine_log;
     ep.log_level = s->o.quiet ? MS_LOG_WARN : MS_LOG_INFO;
     char errbuf[512];

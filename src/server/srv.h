@@ -64,6 +64,7 @@ typedef struct srv_opts {
     int64_t max_connections;
     int64_t prefill_chunk;      /* tokens per feed while reading a prompt */
     int speculate;              /* draft up to this many tokens per decode pass (0 = off) */
+    int64_t chunk;              /* prompt tokens per pass over the weights (0 = the engine's 32) */
     int thinking;               /* default of "thinking" when a request does not say */
     double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
     int idle_timeout_s;         /* close idle keep-alive connections after this */
