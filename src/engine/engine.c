@@ -116,11 +116,8 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
         free(e);
         return MS_E_USAGE;
     }
-    e->p.prefill_chunk = ms_resolve_chunk(p->prefill_chunk, e->p.max_draft);
+    e->p.prefill_chunk = ms_resolve_chunk(p->prefill_chunk, e->p.max_draft, errbuf, errbuf_len);
     if (e->p.prefill_chunk < 0) {
-        if (errbuf && errbuf_len)
-            snprintf(errbuf, errbuf_len, "prefill chunk %lld is out of [%d, %d]", (long long)p->prefill_chunk,
-                     e->p.max_draft > 0 ? e->p.max_draft + 1 : 1, MS_MAX_CHUNK);
         free(e);
         return MS_E_USAGE;
     }

@@ -34,9 +34,9 @@ int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, 
 /* The largest ms_engine_params.max_draft (a verify pass is one chunk, so the
  * chunk must be at least max_draft + 1). */
 #define MS_MAX_DRAFT (MS_DEFAULT_CHUNK - 1)
-/* The chunk ms_engine_params asks for: 0 -> MS_DEFAULT_CHUNK; -1 when out of
- * [max(1, max_draft + 1), MS_MAX_CHUNK]. */
-int64_t ms_resolve_chunk(int64_t chunk, int max_draft);
+/* The chunk ms_engine_params asks for: 0 -> MS_DEFAULT_CHUNK; -1, with the
+ * reason in msg, when out of [max(1, max_draft + 1), MS_MAX_CHUNK]. */
+int64_t ms_resolve_chunk(int64_t chunk, int max_draft, char *msg, size_t msg_len);
 /* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 

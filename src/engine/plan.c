@@ -24,10 +24,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int64_t ms_resolve_chunk(int64_t chunk, int max_draft) {
-    if (chunk == 0) chunk = MS_DEFAULT_CHUNK;
-    const int64_t lo = max_draft > 0 ? max_draft + 1 : 1;
-    return chunk >= lo && chunk <= MS_MAX_CHUNK ? chunk : -1;
+int64_t ms_resolve_chunk(int64_t chunk, int max_draft, char *msg, size_t msg_len) {
+    const int64_t want = chunk == 0 ? MS_DEFAULT_CHUNK : chunk;
+    const int lo = max_draft > 0 ? max_draft + 1 : 1;
+    if (want >= lo && want <= MS_MAX_CHUNK) return want;
+    if (msg && msg_len) snprintf(msg, msg_len, "prefill chunk %lld is out of [%d, %d]", (long long)chunk, lo, MS_MAX_CHUNK);
+    return -1;
 }
 
 int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk) {
@@ -52,12 +54,9 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
                            int max_draft, int64_t prefill_chunk, char *out, size_t n) {
     ms_err err;
     ms_err_clear(&err);
-    const int64_t chunk = ms_resolve_chunk(prefill_chunk, max_draft < 0 ? 0 : max_draft);
-    if (chunk < 0) {
-        snprintf(out, n, "prefill chunk %lld is out of [%d, %d]", (long long)prefill_chunk,
-                 max_draft > 0 ? max_draft + 1 : 1, MS_MAX_CHUNK);
-        return MS_E_USAGE;
-    }
+    if (max_draft < 0) max_draft = 0;
+    const int64_t chunk = ms_resolve_chunk(prefill_chunk, max_draft, out, n);
+    if (chunk < 0) return MS_E_USAGE;
     char cfg_path[4200];
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path);
@@ -69,7 +68,7 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     ms_model m;
     st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
-    const int64_t session = ms_session_bytes(&m, max_context, max_draft < 0 ? 0 : max_draft, chunk);
+    const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk);
     /* the name table: ~ 200 bytes per tensor (info + name + hash slot) */
     int64_t n_tensors = 0;
     for (int i = 0; i < m.n_plan_regions; i++) n_tensors += m.plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;

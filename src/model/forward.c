@@ -263,10 +263,10 @@ static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
                      qscale, o);
             /* RMSNorm FIRST, then the sigmoid gate (trap: test trap_kda_gate_then_norm) */
             float *y = f->ky + t * P + h * dv;
-            const float *gt = f->kg + t * P + h * dv;
+            float *gt = f->kg + t * P + h * dv;              /* read only here: gated in place */
             ms_rmsnorm(y, o, onw, dv, eps);
-            j->k->sigmoidf_n(o, gt, dv);                     /* o is free again */
-            for (int64_t b = 0; b < dv; b++) y[b] = y[b] * o[b];
+            j->k->sigmoidf_n(gt, gt, dv);
+            for (int64_t b = 0; b < dv; b++) y[b] = y[b] * gt[b];
         }
     }
 }
@@ -467,12 +467,9 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
             const uint16_t *wv = kvb + h * kvw * kvr + dn * kvr;   /* v rows [dvh, kvr] */
             float *o = f->mo + t * nh * dvh + h * dvh;
             j->k->matvec_bf16(o, wv, ol, 0, dvh, kvr);       /* W_UV after attention */
-            const float *g = f->mg + t * nh * dvh + h * dvh;
-            for (int64_t b0 = 0; b0 < dvh; b0 += kvr) {     /* gate before o_proj; ol is free again */
-                const int64_t nb = dvh - b0 < kvr ? dvh - b0 : kvr;
-                j->k->sigmoidf_n(ol, g + b0, nb);
-                for (int64_t b = 0; b < nb; b++) o[b0 + b] = o[b0 + b] * ol[b];
-            }
+            float *g = f->mg + t * nh * dvh + h * dvh;      /* read only here: gated in place */
+            j->k->sigmoidf_n(g, g, dvh);                     /* gate before o_proj */
+            for (int64_t b = 0; b < dvh; b++) o[b] = o[b] * g[b];
         }
     }
 }
