@@ -199,7 +199,9 @@ await step('abort mid-stream', async () => {
     } catch (e) {
         aborted = e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError';
     }
-    check(aborted || n === 3, 'the client aborted the stream', n);
+    // chunks already read from the socket may still come out after abort() (CI once saw
+    // a 4th, then the stream ended without an error); unaborted, it would run to 30000
+    check(aborted || (n >= 3 && n < 100), 'the client aborted the stream', n);
     const r = await client.chat.completions.create({ model, messages: [user('Still there?')], max_tokens: 4, temperature: 0 });
     check(r.choices[0].message.content !== undefined, 'served after an abort');
 });
