@@ -25,6 +25,7 @@
 #include "moestream.h"
 
 #include "check.h"
+#include "engine/engine_int.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "format/sums.h"
@@ -351,6 +352,73 @@ static void ladder(const char *dir, const char *name) {
     free(ref);
 }
 
+/* After a prompt pass, the experts of its last token are still in the cache
+ * (S3-FIFO, the default), even where the pass used far more experts than
+ * the cache holds: moe_forward marks them used as they come in, so the later
+ * layers' experts of the same pass do not evict them (keep_last_experts).
+ * Which experts the last token used is read from the expert trace of a run
+ * that feeds the prompt one token at a time (the routing is the same: same
+ * bits at every chunk); its last n_moe * k requests are that token's.
+ * `slots` leaves every layer a share of at least k beside one layer's
+ * working set (all its experts). */
+static void keep_last(const char *dir, const char *name, int slots) {
+    shape sh;
+    if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
+    char path[4200], tmp[] = "/tmp/ms_test_keep_XXXXXX";
+    if (!mkdtemp(tmp)) { CHECK(0, "mkdtemp"); return; }
+    snprintf(path, sizeof path, "%s/trace", tmp);
+    ms_config cfg;
+    ms_err err;
+    ms_err_clear(&err);
+    char cpath[4200];
+    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+    if (ms_config_load(cpath, &cfg, &err) != MS_OK) { CHECK(0, "%s", err.msg); return; }
+    const int64_t n_moe = cfg.num_hidden_layers - cfg.first_k_dense_replace, k = cfg.num_experts_per_token;
+    CHECK((slots - cfg.num_experts) / n_moe >= k && slots < n_moe * cfg.num_experts, "%s: %d slots", name, slots);
+    int last[512];
+    int n_last = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        ms_engine_params p = ms_engine_default_params();
+        p.model_dir = dir;
+        p.n_threads = 2;
+        p.expert_bytes = slots * sh.expert_slot;
+        p.prefill_chunk = pass == 0 ? 1 : N_IDS;
+        p.trace_path = pass == 0 ? path : NULL;
+        ms_engine *e;
+        char msg[512];
+        if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK) { CHECK(0, "%s: %s", name, msg); break; }
+        CHECK(ms_store_expert_capacity(e->store) == slots, "%s: %d slots", name, ms_store_expert_capacity(e->store));
+        ms_session *ss;
+        if (ms_session_open(e, &ss) == MS_OK) {
+            CHECK(ms_session_feed(ss, IDS, N_IDS, NULL) == MS_OK, "%s: feed: %s", name, ms_session_error(ss));
+            ms_session_close(ss);
+        }
+        if (pass == 1) {
+            int kept = 0;
+            for (int i = 0; i < n_last; i++) kept += ms_store_expert_state(e->store, last[i]) == MS_EXPERT_READY;
+            CHECK(n_last == n_moe * k && kept == n_last,
+                  "%s, %d slots: %d of the last prompt token's %d experts are cached after one %lld-token pass",
+                  name, slots, kept, n_last, (long long)N_IDS);
+        }
+        ms_engine_close(e);
+        if (pass == 0) {            /* the last token's requests: the trace's last n_moe * k lines */
+            FILE *f = fopen(path, "r");
+            if (!f) { CHECK(0, "%s: no trace", name); break; }
+            int ring[512], n = 0;
+            long long b;
+            int r;
+            char line[256];
+            while (fgets(line, sizeof line, f))
+                if (line[0] != '#' && sscanf(line, "%lld %d", &b, &r) == 2) ring[n++ % 512] = r;
+            fclose(f);
+            CHECK(n == N_IDS * n_moe * k && n_moe * k <= 512, "%s: %d requests traced", name, n);
+            for (int64_t i = n - n_moe * k; i < n && i >= 0; i++) last[n_last++] = ring[i % 512];
+        }
+    }
+    unlink(path);
+    rmdir(tmp);
+}
+
 int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_budget"); }
@@ -359,6 +427,7 @@ int main(void) {
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
         ladder(path, models[i]);
+        keep_last(path, models[i], 40);
     }
     return CHECK_DONE("test_budget");
 }

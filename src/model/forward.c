@@ -59,12 +59,14 @@ struct ms_fwd {
     int *estate, *eorder;       /* [E] ms_store_expert_state of eregion[], the compute order */
     int32_t *tsel;              /* the last LAST_TOKENS tokens' selections of a chunk, per
                                    layer [n_layer][LAST_TOKENS][k] (keep_last_experts) */
+    int32_t *tkeep;             /* per layer: how many of those keep their experts [n_layer] */
+    int32_t *emark;             /* kept_tokens' marks, [num_experts] */
     int *tregion;               /* their regions, [n_layer * LAST_TOKENS * k] */
     float *y;                   /* final [T, H] */
 };
 
 /* Chunk tokens whose experts keep_last_experts marks as just used. */
-enum { LAST_TOKENS = 4 };
+enum { LAST_TOKENS = 8 };
 
 /* ------------------------------------------------------------------------ */
 /* threaded matrix products                                                  */
@@ -584,6 +586,37 @@ static const ms_layer *streamed_moe(const ms_fwd_ctx *c, int il) {
     return N;
 }
 
+/* How many of a chunk's last tokens keep this layer's experts in the cache
+ * (keep_last_experts): the most whose distinct experts here fit in this
+ * layer's share of the slots the chunk's working set leaves free (the cache
+ * less this layer's n_used experts, in equal shares over the layers that
+ * stream experts), at most LAST_TOKENS; 0 for one token, or when nothing
+ * streams. Sized so, the kept experts of every layer and one layer's working
+ * set fit together: none of them has to evict another (test_budget
+ * keep_last). Counting distinct experts rather than tokens x k keeps more
+ * tokens where neighbours share experts. */
+static int64_t kept_tokens(const ms_fwd_ctx *c, ms_fwd *f, int64_t T, int n_used) {
+    const ms_model *m = c->m;
+    const int64_t E = m->cfg.num_experts, k = m->cfg.num_experts_per_token;
+    const int cap = ms_store_expert_capacity(c->store);
+    if (T <= 1 || k <= 0 || cap <= 0) return 0;
+    int n_moe = 0;
+    for (int il = 0; il < m->n_layer; il++) n_moe += streamed_moe(c, il) != NULL;
+    if (n_moe == 0) return 0;
+    const int64_t share = (cap - n_used) / n_moe;
+    if (share <= 0) return 0;
+    memset(f->emark, 0, (size_t)E * sizeof *f->emark);
+    int64_t kept = 0, distinct = 0;
+    while (kept < T && kept < LAST_TOKENS) {
+        const int32_t *sel = f->sel + (T - 1 - kept) * k;
+        for (int64_t j = 0; j < k; j++)
+            if (!f->emark[sel[j]]) { f->emark[sel[j]] = 1; distinct++; }
+        if (distinct > share) break;
+        kept++;
+    }
+    return kept;
+}
+
 /* The layer after layer il when it is worth guessing (streamed_moe), else NULL. */
 static const ms_layer *next_to_guess(const ms_fwd_ctx *c, int il) { return streamed_moe(c, il + 1); }
 
@@ -661,7 +694,8 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
             w[j] = w[j] * rsf;
         }
     }
-    if (T > 1) {                        /* for keep_last_experts */
+    int64_t m_keep = 0;                 /* for keep_last_experts */
+    if (T > 1) {
         const int64_t m_last = T < LAST_TOKENS ? T : LAST_TOKENS;
         memcpy(f->tsel + (int64_t)L->index * LAST_TOKENS * k, f->sel + (T - m_last) * k,
                (size_t)(m_last * k) * sizeof *f->sel);
@@ -673,6 +707,10 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     for (int64_t i = 0; i < T * k; i++) f->ecount[f->sel[i]]++;
     for (int64_t e = 0; e < E; e++)
         if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
+    if (T > 1) {
+        m_keep = kept_tokens(c, f, T, n_used);
+        f->tkeep[L->index] = (int32_t)m_keep;
+    }
     /* the wanted set of this step: guesses among them become demand reads,
      * the other guesses still queued are cancelled */
     ms_store_confirm(c->store, f->eregion, n_used);
@@ -725,6 +763,11 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
                     memcpy(f->zg + n * lat, f->z + t * lat, (size_t)lat * sizeof(float));
                     n++;
                 }
+        /* an expert of the chunk's last tokens is marked used as soon as it
+         * is in memory, before the later layers' experts of this chunk come
+         * in: S3-FIFO then moves it to its main queue instead of evicting it
+         * (keep_last_experts, after the chunk, only reaches the survivors) */
+        if (n > 0 && f->etok[n - 1] >= T - m_keep) ms_store_touch(c->store, f->eregion + iu, 1);
         mm_mxfp4(c, f->fg, Im, eb + off[MS_EXP_W1P], eb + off[MS_EXP_W1S], Im, lat, f->zg, lat, n);
         mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
         situ_rows(c, f->fg, f->fg, f->fu, n * Im);
@@ -824,6 +867,7 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
         f->prl = TF(E); f->psel = TI(k); f->pregion = TI(k);
         f->estate = TI(E); f->eorder = TI(E);
         f->tsel = TI(m->n_layer * LAST_TOKENS * k); f->tregion = TI(m->n_layer * LAST_TOKENS * k);
+        f->tkeep = TI(m->n_layer); f->emark = TI(E);
     }
 }
 #undef TF
@@ -883,41 +927,36 @@ void ms_fwd_free(ms_fwd *f) {
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) free(fl[i]);
     free(f->sel); free(f->etok); free(f->eslot); free(f->ecount); free(f->eregion);
     free(f->psel); free(f->pregion); free(f->estate); free(f->eorder);
-    free(f->tsel); free(f->tregion);
+    free(f->tsel); free(f->tregion); free(f->tkeep); free(f->emark);
     free((void *)f->eptr);
     free(f);
 }
 
 /* After a chunk of T > 1 tokens (a prompt, a verify pass): mark the experts
  * of its last tokens as just used in the expert cache, oldest token first,
- * as many tokens as the cache can hold in full (at most LAST_TOKENS). A chunk
- * uses nearly every expert of every layer in layer order, which leaves the
- * cache holding the LAST layers' experts: the next decode token then misses
- * most of its early layers, and each miss evicts an expert of a later layer
- * it is about to use. The next token shares experts with the last ones far
- * more than with the rest of the chunk (bench checkpoint: 37% of a token's
- * experts were used by the token before, 59% by one of the two before,
- * against 25% at random), so those are the ones to keep. Changes no bit:
- * only which experts stay cached. */
+ * in each layer as many tokens as kept_tokens chose there. A chunk uses
+ * nearly every expert of every layer in layer order, which leaves the cache
+ * holding the LAST layers' experts: the next decode token then misses most
+ * of its early layers, and each miss evicts an expert of a later layer it is
+ * about to use. The next token shares experts with the last ones far more
+ * than with the rest of the chunk (bench checkpoint: 37% of a token's experts
+ * were used by the token before, 59% by one of the two before, against 25% at
+ * random), so those are the ones to keep. moe_forward already marked them
+ * while the chunk ran, which is what keeps them under S3-FIFO; this pass
+ * orders them for LRU. Changes no bit: only which experts stay cached. */
 static void keep_last_experts(ms_fwd_ctx *c, ms_fwd *f, int64_t T) {
     const ms_model *m = c->m;
     const int64_t k = m->cfg.num_experts_per_token;
-    int n_moe = 0;
-    for (int il = 0; il < m->n_layer; il++) n_moe += streamed_moe(c, il) != NULL;
-    const int cap = ms_store_expert_capacity(c->store);
-    if (n_moe == 0 || k <= 0 || cap <= 0) return;
     const int64_t m_last = T < LAST_TOKENS ? T : LAST_TOKENS;     /* rows recorded per layer */
-    int64_t m_keep = cap / (n_moe * k);
-    if (m_keep > m_last) m_keep = m_last;
     int n = 0;
-    for (int64_t tt = m_last - m_keep; tt < m_last; tt++)
+    for (int64_t back = m_last - 1; back >= 0; back--)          /* oldest token first */
         for (int il = 0; il < m->n_layer; il++) {
             const ms_layer *N = streamed_moe(c, il);
-            if (!N) continue;
-            const int32_t *sel = f->tsel + ((int64_t)il * LAST_TOKENS + tt) * k;
+            if (!N || f->tkeep[il] <= back) continue;
+            const int32_t *sel = f->tsel + ((int64_t)il * LAST_TOKENS + m_last - 1 - back) * k;
             for (int64_t j = 0; j < k; j++) f->tregion[n++] = N->expert_region0 + sel[j];
         }
-    ms_store_touch(c->store, f->tregion, n);
+    if (n > 0) ms_store_touch(c->store, f->tregion, n);
 }
 
 ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
