@@ -96,20 +96,36 @@ static void mm_part(void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
+/* Tokens per pass of the pool over a matrix's rows. A chunk's matrix products
+ * run in tiles of this many tokens, so each tile's inputs stay in the core's
+ * L2 while every row block meets them (rows outer, tokens inner: the kernels
+ * read a tile's X once per row block). Longer chunks would re-read their X
+ * from memory per row block; a resident matrix is re-read once per tile
+ * instead. Every output is its own dot product: tiles change no bit. */
+#ifndef MS_MM_TILE
+#define MS_MM_TILE 32
+#endif
+
 /* Y[t][r] = W[r,:] . X[t,:] for a BF16 matrix W [rows, cols]. */
 static void mm_bf16(ms_fwd_ctx *c, float *Y, int64_t ldy, const uint8_t *base, const ms_wt *w,
                     const float *X, int64_t ldx, int64_t T) {
     MS_ASSERT(w->dtype == MS_DT_BF16);
-    mm_job j = { c->m->kern, Y, ldy, base + w->off, NULL, X, ldx, T, w->cols, 0, 0 };
-    ms_pool_for(c->pool, w->rows, 16, mm_part, &j);
+    for (int64_t t0 = 0; t0 < T; t0 += MS_MM_TILE) {
+        const int64_t nt = T - t0 < MS_MM_TILE ? T - t0 : MS_MM_TILE;
+        mm_job j = { c->m->kern, Y + t0 * ldy, ldy, base + w->off, NULL, X + t0 * ldx, ldx, nt, w->cols, 0, 0 };
+        ms_pool_for(c->pool, w->rows, 16, mm_part, &j);
+    }
 }
 
 static void mm_mxfp4(ms_fwd_ctx *c, float *Y, int64_t ldy, const uint8_t *packed,
                      const uint8_t *scales, int64_t rows, int64_t cols, const float *X,
                      int64_t ldx, int64_t T) {
-    mm_job j = { c->m->kern, Y, ldy, packed, scales, X, ldx, T, cols, 1, 0 };
-    ms_pool_for(c->pool, rows, 16, mm_part, &j);
-    c->scale255 += j.n255;
+    for (int64_t t0 = 0; t0 < T; t0 += MS_MM_TILE) {
+        const int64_t nt = T - t0 < MS_MM_TILE ? T - t0 : MS_MM_TILE;
+        mm_job j = { c->m->kern, Y + t0 * ldy, ldy, packed, scales, X + t0 * ldx, ldx, nt, cols, 1, 0 };
+        ms_pool_for(c->pool, rows, 16, mm_part, &j);
+        if (t0 == 0) c->scale255 += j.n255;     /* once per scale byte, whatever T */
+    }
 }
 
 /* Prefix the recorded error with what the model was reading, so a failed read
