@@ -83,8 +83,11 @@ typedef struct ms_engine_params {
        experts the chunk's tokens use, are read once per chunk. A prompt of n tokens
        therefore reads the streamed bytes ceil(n / prefill_chunk) times. The forward
        scratch grows with the chunk and is counted in the plan. Output bits do not depend
-       on it. 0 = 32; otherwise in [1, 65536] and at least max_draft + 1 (a verify pass
-       is one chunk). */
+       on it. 0 = automatic: with a ram_bytes budget, the largest power of two from 32 to
+       1024 whose scratch costs a decode token at most 1/16 more expected reads (see
+       docs/ARCHITECTURE.md, "Prompt chunks"); 32 without a budget. Otherwise in
+       [1, 65536] and at least max_draft + 1 (a verify pass is one chunk);
+       ms_engine_info tells the chunk in use. */
     int64_t prefill_chunk;
     /* fault injection, for tests: fail request #fault_at_read of the run */
     int fault_kind;             /* 0 none, 1 EIO, 2 transient, 3 short, 4 corrupt */
@@ -113,6 +116,8 @@ typedef struct ms_model_info {
     int64_t n_expert_used;
     int64_t bos_id, eos_id, pad_id;
     int64_t max_context;
+    int64_t prefill_chunk;      /* tokens per pass over the weights (the automatic choice
+                                   when ms_engine_params.prefill_chunk was 0) */
 } ms_model_info;
 
 void ms_engine_info(const ms_engine *e, ms_model_info *info);

@@ -84,6 +84,11 @@ PYEOF
 cfg=tests/data/format/kimi-k3-config.json
 "$BIN" plan "$cfg" --ram 8G > "$tmp/plan8.txt" 2>&1 && grep -q "total planned" "$tmp/plan8.txt" && ok || bad "the released model's plan at 8G does not fit: $(cat "$tmp/plan8.txt")"
 expect_rc 2 "$BIN" plan "$cfg" --ram 2G
+# the chunk chosen for the budget: at 8G the released model streams ~100 GiB of trunk per
+# token, so 1024-token chunks cost a decode token ~2%; without --ram, 32; --chunk overrides
+grep -q "scratch for 1024-token chunks, chosen for the budget" "$tmp/plan8.txt" && ok || bad "plan at 8G: $(grep -o 'scratch for[^:]*' "$tmp/plan8.txt")"
+"$BIN" plan "$cfg" | grep -q "scratch for 32-token chunks)" && ok || bad "plan without --ram: not 32-token chunks"
+"$BIN" plan "$cfg" --ram 8G --chunk 64 | grep -q "scratch for 64-token chunks)" && ok || bad "plan --chunk 64 at 8G"
 "$BIN" plan "$cfg" --ram 2G 2>/dev/null | grep -q "DOES NOT FIT" && ok || bad "plan at 2G does not say it does not fit"
 echo "t_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

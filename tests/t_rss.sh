@@ -3,7 +3,8 @@
 # ~140 MB (real layout, hidden 1024, 32 experts/layer), runs at budgets below
 # the model's size report a peak RSS (VmHWM, from the kernel) within the
 # budget plus RSS_SLACK, and generate the same ids and logits bits as an
-# unlimited run; so do --speculate 31 and --chunk 150 (their memory is planned). RSS_SLACK covers what the budget cannot see: allocator
+# unlimited run; so do --speculate 31, --chunk 150 and the chunk chosen for the budget
+# (their memory is planned). RSS_SLACK covers what the budget cannot see: allocator
 # rounding and the pages the kernel counts for shared libraries.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,7 +20,19 @@ if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"
     /usr/bin/python3 tools/msgen.py "$dir" --preset wide --layers 4 --hidden 1024 --experts 32 --topk 4 \
         --vocab 4096 --kda-heads 8 --kda-dim 128 --mla-heads 8 --q-lora 256 --kv-lora 128 --inter 4096 \
-        --moe-inter 512 --latent 512 --seed 5 2>/dev/null || { bad "generation"; echo "t_rss: $pass passed, $fail failed"; exit 1; }
+        --moe-inter 512 --latent 512 --seed 5 2>/dev/null || { bad "generation"; # the chunk chosen for the budget never refuses a budget that fits 32-token chunks
+seen=""
+for ram in 118 122 126 130 135 140 150 165 180 200; do
+    out=$("$BIN" run "$dir" --ids 1,2,3 --gen 2 --json --quiet --ram ${ram}M 2>/dev/null); rc=$?
+    if [ $rc -ne 0 ]; then
+        "$BIN" run "$dir" --ids 1,2,3 --gen 2 --quiet --ram ${ram}M --chunk 32 > /dev/null 2>&1 && bad "--ram ${ram}M fits --chunk 32 but not the chosen chunk (exit $rc)" || ok
+        seen="$seen ${ram}M:-"
+    else
+        ok; seen="$seen ${ram}M:$(printf '%s' "$out" | grep -o '"prefill_chunk": [0-9]*' | grep -o '[0-9]*$')"
+    fi
+done
+echo "t_rss: chunks chosen for the budget:$seen"
+echo "t_rss: $pass passed, $fail failed"; exit 1; }
     echo "$stamp" > "$dir/.stamp"
 fi
 ids=1,17,300,2048,5,99,1000,7
@@ -47,14 +60,14 @@ got=$(printf '%s' "$out" | grep -o '"generated_ids": \[[^]]*\]')
 cmp -s "$BUILD/rss_ref.f32" "$BUILD/rss_spec.f32" && ok || bad "--speculate 31: logits bits differ"
 peak=$(printf '%s' "$out" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
 [ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "--speculate 31: peak RSS $peak > budget $budget + slack $RSS_SLACK"
-a=$("$BIN" plan "$dir" --ram 120M | grep -o 'chunks): .*'); b=$("$BIN" plan "$dir" --ram 120M --speculate 31 | grep -o 'chunks): .*')
+a=$("$BIN" plan "$dir" --ram 120M | grep -o 'chunks[^:]*: .*'); b=$("$BIN" plan "$dir" --ram 120M --speculate 31 | grep -o 'chunks[^:]*: .*')
 [ -n "$a" ] && [ "$a" != "$b" ] && ok || bad "plan --speculate 31 does not count the speculation memory ($a vs $b)"
-# --chunk 150: a 150-token prompt in one pass over the weights instead of 5 (the default
-# chunk is 32): the same ids and bits, fewer bytes read, and the larger scratch planned
-# within the budget (peak RSS)
+# --chunk 150: a 150-token prompt in one pass over the weights instead of 5 (--chunk 32):
+# the same ids and bits, fewer bytes read, and the larger scratch planned within the
+# budget (peak RSS)
 long=$(/usr/bin/python3 -c "print(','.join(str((i * 7919 + 13) % 4000 + 1) for i in range(150)))")
 budget=$((150 * 1024 * 1024))
-o32=$("$BIN" run "$dir" --ids "$long" --gen 4 --json --quiet --ram 150M --dump-logits "$BUILD/rss_c32.f32"); rc1=$?
+o32=$("$BIN" run "$dir" --ids "$long" --gen 4 --json --quiet --ram 150M --chunk 32 --dump-logits "$BUILD/rss_c32.f32"); rc1=$?
 o150=$("$BIN" run "$dir" --ids "$long" --gen 4 --json --quiet --ram 150M --chunk 150 --dump-logits "$BUILD/rss_c150.f32"); rc2=$?
 [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && ok || bad "--chunk runs exited $rc1 / $rc2"
 g32=$(printf '%s' "$o32" | grep -o '"generated_ids": \[[^]]*\]'); g150=$(printf '%s' "$o150" | grep -o '"generated_ids": \[[^]]*\]')
@@ -62,17 +75,44 @@ g32=$(printf '%s' "$o32" | grep -o '"generated_ids": \[[^]]*\]'); g150=$(printf 
 cmp -s "$BUILD/rss_c32.f32" "$BUILD/rss_c150.f32" && ok || bad "--chunk 150: logits bits differ"
 # the prompt alone (--gen 1 feeds nothing after it): 5 passes against 1. The larger
 # scratch pins less of the trunk, so each pass (and each decode token) streams more.
-t32=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
+t32=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M --chunk 32 | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
 t150=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M --chunk 150 | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
 echo "t_rss: 150-token prompt at --ram 150M: trunk read $((${t32:-0} / 1048576)) MiB with --chunk 32, $((${t150:-0} / 1048576)) MiB with --chunk 150"
 [ -n "$t150" ] && [ -n "$t32" ] && [ "$t150" -gt 0 ] && [ $((t150 * 2)) -lt "$t32" ] && ok || bad "--chunk 150 read $t150 trunk bytes, --chunk 32 $t32: not fewer passes"
 peak=$(printf '%s' "$o150" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
 [ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "--chunk 150: peak RSS $peak > budget $budget + slack $RSS_SLACK"
-c=$("$BIN" plan "$dir" --ram 150M --chunk 150 | grep -o 'chunks): .*'); d=$("$BIN" plan "$dir" --ram 150M | grep -o 'chunks): .*')
+c=$("$BIN" plan "$dir" --ram 150M --chunk 150 | grep -o 'chunks[^:]*: .*'); d=$("$BIN" plan "$dir" --ram 150M --chunk 32 | grep -o 'chunks[^:]*: .*')
 [ -n "$c" ] && [ "$c" != "$d" ] && ok || bad "plan --chunk 150 does not count the larger scratch ($c vs $d)"
+# the default chunk with --ram is chosen for the budget (a power of two from 32 to 1024):
+# the same ids and bits, peak RSS within the budget, and no more trunk bytes for the prompt
+# than --chunk 32 (fewer when it chose more than 32)
+oa=$("$BIN" run "$dir" --ids "$long" --gen 4 --json --quiet --ram 150M --dump-logits "$BUILD/rss_auto.f32"); rc=$?
+ca=$(printf '%s' "$oa" | grep -o '"prefill_chunk": [0-9]*' | grep -o '[0-9]*$')
+ta=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
+echo "t_rss: --ram 150M chose $ca-token chunks: the 150-token prompt read $((${ta:-0} / 1048576)) MiB of trunk"
+[ $rc -eq 0 ] && [ "$(printf '%s' "$oa" | grep -o '"generated_ids": \[[^]]*\]')" = "$g32" ] && ok || bad "default chunk: ids differ or exit $rc"
+cmp -s "$BUILD/rss_c32.f32" "$BUILD/rss_auto.f32" && ok || bad "default chunk: logits bits differ"
+case "$ca" in 32|64|128|256|512|1024) ok ;; *) bad "default chunk at --ram 150M: '$ca'" ;; esac
+[ -n "$ta" ] && [ "$ta" -le "$t32" ] && { [ "${ca:-32}" -eq 32 ] || [ "$ta" -lt "$t32" ]; } && ok || bad "default chunk $ca read $ta trunk bytes, --chunk 32 $t32"
+peak=$(printf '%s' "$oa" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
+[ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "default chunk: peak RSS $peak > budget $budget + slack $RSS_SLACK"
+"$BIN" plan "$dir" --ram 150M | grep -q 'chunks, chosen for the budget' && ok || bad "plan --ram 150M does not say its chunk was chosen for the budget"
+"$BIN" plan "$dir" | grep -q 'scratch for 32-token chunks)' && ok || bad "plan without --ram: the chunk is not 32"
 "$BIN" plan "$dir" --ram 150M --chunk 70000 > /dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] && ok || bad "--chunk 70000 must be a usage error (exit $rc)"
 "$BIN" run "$dir" --ids 1,2 --gen 1 --quiet --speculate 8 --chunk 4 > /dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] && ok || bad "--chunk 4 with --speculate 8 must be a usage error (exit $rc)"
+# the chunk chosen for the budget never refuses a budget that fits 32-token chunks
+seen=""
+for ram in 118 122 126 130 135 140 150 165 180 200; do
+    out=$("$BIN" run "$dir" --ids 1,2,3 --gen 2 --json --quiet --ram ${ram}M 2>/dev/null); rc=$?
+    if [ $rc -ne 0 ]; then
+        "$BIN" run "$dir" --ids 1,2,3 --gen 2 --quiet --ram ${ram}M --chunk 32 > /dev/null 2>&1 && bad "--ram ${ram}M fits --chunk 32 but not the chosen chunk (exit $rc)" || ok
+        seen="$seen ${ram}M:-"
+    else
+        ok; seen="$seen ${ram}M:$(printf '%s' "$out" | grep -o '"prefill_chunk": [0-9]*' | grep -o '[0-9]*$')"
+    fi
+done
+echo "t_rss: chunks chosen for the budget:$seen"
 echo "t_rss: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -59,10 +59,12 @@ static void usage(FILE *f) {
         "                       router (they are by default, while decoding)\n"
         "  --speculate K        decode: verify up to K tokens drafted by prompt lookup in one\n"
         "                       pass over the weights (0 = off, the default; same output bits)\n"
-        "  --chunk N            prompt tokens per pass over the weights (default 32): a streamed\n"
-        "                       model reads its weights once per chunk, so larger chunks read a\n"
-        "                       long prompt fewer times; the scratch they need is planned\n"
-        "                       within --ram (see 'plan'); same output bits\n"
+        "  --chunk N            prompt tokens per pass over the weights: a streamed model reads\n"
+        "                       its weights once per chunk, so larger chunks read a long prompt\n"
+        "                       fewer times; the scratch they need is planned within --ram (see\n"
+        "                       'plan'); same output bits. Default: with --ram, the largest power\n"
+        "                       of two from 32 to 1024 that costs a decode token at most 1/16\n"
+        "                       more reads; 32 without --ram\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
         "                       every weight byte read is verified   --no-verify  do not verify\n"
         "\n"
@@ -481,7 +483,10 @@ static int cmd_run(int argc, char **argv) {
             printf(", \"text\": ");
             cli_json_string(stdout, out.all ? out.all : "", out.n);
         }
-        printf(", \"status\": \"%s\", \"stats\": ", ms_status_name(st));
+        ms_model_info mi;
+        ms_engine_info(e, &mi);
+        printf(", \"status\": \"%s\", \"prefill_chunk\": %lld, \"stats\": ", ms_status_name(st),
+               (long long)mi.prefill_chunk);
         cli_print_stats_json(stdout, &stt);
         printf("}\n");
     } else if (!text_mode) {

@@ -158,12 +158,18 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     } else if (p->ram_bytes > 0) {
         ms_model dry;
         if ((st = ms_model_bind(&dry, &e->cfg, NULL, NULL, &err)) != MS_OK) { ms_model_free(&dry); goto fail; }
+        const int64_t rss = rss_bytes();    /* once: the choice below plans with what the store gets */
+        if (p->prefill_chunk == 0) {
+            const ms_chunk_budget b = { p->ram_bytes, rss, e->p.max_context, e->p.max_draft,
+                                        p->trunk_bytes, p->expert_bytes };
+            e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
+        }
         int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk);
         ms_model_free(&dry);
-        store_ram = ms_store_budget(p->ram_bytes, session, rss_bytes());
+        store_ram = ms_store_budget(p->ram_bytes, session, rss);
         if (store_ram < 0) {
             st = ms_err_set(&err, MS_E_BUDGET, "budget %lld bytes is below what one session (%lld bytes) and the process (%lld bytes + %lld slack) need",
-                            (long long)p->ram_bytes, (long long)session, (long long)rss_bytes(), (long long)MS_SLACK_BYTES);
+                            (long long)p->ram_bytes, (long long)session, (long long)rss, (long long)MS_SLACK_BYTES);
             goto fail;
         }
     }
@@ -239,6 +245,8 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
            (long long)e->cfg.n_kda_layers, (long long)e->cfg.hidden_size,
            (long long)e->cfg.num_experts, (long long)e->cfg.num_experts_per_token,
            (long long)e->cfg.vocab_size, e->model.kern->name, n_threads);
+    ms_log(&e->log, MS_LOG_INFO, "prompt chunks of %lld tokens%s", (long long)e->p.prefill_chunk,
+           p->prefill_chunk == 0 ? (p->ram_bytes > 0 ? " (chosen for the budget)" : " (no budget: the default)") : "");
     *out = e;
     return MS_OK;
 fail:
@@ -272,6 +280,7 @@ void ms_engine_info(const ms_engine *e, ms_model_info *info) {
     info->eos_id = e->cfg.eos_token_id;
     info->pad_id = e->cfg.pad_token_id;
     info->max_context = e->p.max_context;
+    info->prefill_chunk = e->p.prefill_chunk;
 }
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st) {

@@ -17,7 +17,9 @@
 #include "text/tokenizer.h"
 
 #define MS_DEFAULT_CONTEXT 4096
-/* Tokens per pass over the weights when a feed has several (ms_engine_params.prefill_chunk). */
+/* Tokens per pass over the weights when a feed has several
+ * (ms_engine_params.prefill_chunk): the automatic choice's smallest and its
+ * value without a budget (ms_auto_chunk). */
 #define MS_DEFAULT_CHUNK 32
 #define MS_MAX_CHUNK 65536
 /* Memory the budget keeps free beyond what is counted: libc arenas, thread
@@ -37,6 +39,23 @@ int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, 
 /* The chunk ms_engine_params asks for: 0 -> MS_DEFAULT_CHUNK; -1, with the
  * reason in msg, when out of [max(1, max_draft + 1), MS_MAX_CHUNK]. */
 int64_t ms_resolve_chunk(int64_t chunk, int max_draft, char *msg, size_t msg_len);
+/* The automatic chunk (ms_engine_params.prefill_chunk 0). A larger chunk reads
+ * a long prompt's streamed weights fewer times, but its scratch comes out of
+ * the budget: it pins less of the trunk or caches fewer experts, so every
+ * decode token may read more. The automatic chunk is the largest power of two
+ * up to MS_AUTO_CHUNK_MAX (and max_ctx) whose plan fits and whose expected
+ * decode reads (streamed trunk + uncached share of a token's experts) exceed
+ * those of the 32-token chunk's plan by at most 1 / MS_AUTO_CHUNK_COST;
+ * MS_DEFAULT_CHUNK with no budget, or when a decode token reads nothing. */
+#define MS_AUTO_CHUNK_MAX 1024
+#define MS_AUTO_CHUNK_COST 16
+typedef struct ms_chunk_budget {
+    int64_t ram, overhead;              /* --ram (0 = none) and the process overhead */
+    int64_t max_ctx;
+    int max_draft;
+    int64_t trunk_bytes, expert_bytes;  /* the store's ceilings (0 = auto) */
+} ms_chunk_budget;
+int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b);
 /* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 

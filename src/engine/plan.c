@@ -48,6 +48,54 @@ int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead) {
     return left > 0 ? left : -1;
 }
 
+/* Bytes a decode token is expected to read under plan p: the streamed trunk
+ * once, plus, of its k experts in each MoE layer, the share the cache does
+ * not hold (as if it held a random subset of them). */
+static int64_t decode_reads(const ms_plan *p, int64_t n_expert, int64_t k) {
+    int64_t r = p->streamed_region_bytes;
+    if (!p->experts_resident && p->n_expert_regions > 0 && n_expert > 0) {
+        const double miss = 1.0 - (double)p->n_expert_slots / (double)p->n_expert_regions;
+        if (miss > 0)
+            r += (int64_t)(miss * (double)(k * (p->n_expert_regions / n_expert)) * (double)p->expert_slot_bytes);
+    }
+    return r;
+}
+
+/* The plan of the store's share of `ram` with chunks of `chunk` tokens;
+ * MS_OK when it fits. */
+static ms_status chunk_plan(const ms_model *dry, const ms_chunk_budget *b, int64_t chunk, ms_plan *out) {
+    const int64_t session = ms_session_bytes(dry, b->max_ctx, b->max_draft, chunk);
+    const int64_t store_ram = ms_store_budget(b->ram, session, b->overhead);
+    if (store_ram < 0) return MS_E_BUDGET;
+    ms_plan_input in;
+    memset(&in, 0, sizeof in);
+    in.regions = dry->plan_regions;
+    in.n_regions = dry->n_plan_regions;
+    in.ram_bytes = store_ram;
+    in.trunk_bytes = b->trunk_bytes;
+    in.expert_bytes = b->expert_bytes;
+    in.min_expert_slots = (int)dry->cfg.num_experts_per_token;
+    ms_err err;
+    ms_err_clear(&err);
+    memset(out, 0, sizeof *out);
+    return ms_plan_compute(&in, out, NULL, &err);
+}
+
+int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
+    if (b->ram <= 0) return MS_DEFAULT_CHUNK;
+    ms_plan p32, pc;
+    if (chunk_plan(dry, b, MS_DEFAULT_CHUNK, &p32) != MS_OK) return MS_DEFAULT_CHUNK;
+    const int64_t E = dry->cfg.num_experts, k = dry->cfg.num_experts_per_token;
+    const int64_t base = decode_reads(&p32, E, k);
+    if (base <= 0) return MS_DEFAULT_CHUNK;
+    for (int64_t c = MS_AUTO_CHUNK_MAX; c > MS_DEFAULT_CHUNK; c /= 2) {
+        if (c > b->max_ctx) continue;
+        if (chunk_plan(dry, b, c, &pc) != MS_OK) continue;
+        if (decode_reads(&pc, E, k) - base <= base / MS_AUTO_CHUNK_COST) return c;
+    }
+    return MS_DEFAULT_CHUNK;
+}
+
 static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
 
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
@@ -55,7 +103,7 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     ms_err err;
     ms_err_clear(&err);
     if (max_draft < 0) max_draft = 0;
-    const int64_t chunk = ms_resolve_chunk(prefill_chunk, max_draft, out, n);
+    int64_t chunk = ms_resolve_chunk(prefill_chunk, max_draft, out, n);
     if (chunk < 0) return MS_E_USAGE;
     char cfg_path[4200];
     struct stat sb;
@@ -68,11 +116,15 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     ms_model m;
     st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
-    const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk);
     /* the name table: ~ 200 bytes per tensor (info + name + hash slot) */
     int64_t n_tensors = 0;
     for (int i = 0; i < m.n_plan_regions; i++) n_tensors += m.plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;
     const int64_t overhead = MS_BASE_OVERHEAD + 200 * n_tensors;
+    if (prefill_chunk == 0) {
+        const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, 0, 0 };
+        chunk = ms_auto_chunk(&m, &cb);
+    }
+    const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk);
     const int64_t store_ram = ms_store_budget(ram_bytes, session, overhead);
     ms_plan plan;
     memset(&plan, 0, sizeof plan);
@@ -91,12 +143,13 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                            "model: %s: %lld layers, hidden %lld, %lld experts x %lld layers, vocab %lld\n"
                            "budget: %s\n"
-                           "  session (KDA state, latent MLA cache at %lld positions, scratch for %lld-token chunks): %s\n"
+                           "  session (KDA state, latent MLA cache at %lld positions, scratch for %lld-token chunks%s): %s\n"
                            "  process overhead + slack: %s\n",
                            cfg_path, (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
                            (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
                            (long long)cfg.vocab_size, ram_bytes > 0 ? c : "none (everything resident)",
-                           (long long)max_context, (long long)chunk, a, b);
+                           (long long)max_context, (long long)chunk,
+                           prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
     if (st == MS_OK || st == MS_E_BUDGET) {
         if (st == MS_OK || plan.floor_bytes > 0) {
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "store:\n");

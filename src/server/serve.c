@@ -54,9 +54,11 @@ static void usage(FILE *f) {
         "  --max-messages N       most messages in one chat request (default 1024)\n"
         "  --max-queue N          most requests waiting for the engine; more get 429 (default 64)\n"
         "  --max-connections N    most open connections (default 128)\n"
-        "  --prefill-chunk N      prompt tokens per engine call (default 256)\n"
-        "  --chunk N              prompt tokens per pass over the weights (default 32; a streamed\n"
-        "                         model reads its weights once per chunk; planned within --ram)\n"
+        "  --prefill-chunk N      prompt tokens per engine call; a cancel is seen between calls\n"
+        "                         (default: the engine's chunk, one pass over the weights per call)\n"
+        "  --chunk N              prompt tokens per pass over the weights (default: chosen for\n"
+        "                         --ram, 32 to 1024; 32 without --ram; a streamed model reads its\n"
+        "                         weights once per chunk; planned within --ram)\n"
         "  --speculate K          decode: verify up to K prompt-lookup drafted tokens per pass\n"
         "                         over the weights (default 0 = off; same output bits)\n"
         "  --shutdown-timeout S   on SIGTERM wait this long for in-flight requests (default 30)\n"
@@ -121,7 +123,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
     o->default_max_tokens = 1024;
     o->max_queue = 64;
     o->max_connections = 128;
-    o->prefill_chunk = 256;
+    o->prefill_chunk = 0;                   /* 0: the engine's chunk (set after open) */
     o->shutdown_s = 30;
     o->idle_timeout_s = 60;
     for (int i = 0; i < argc; i++) {
@@ -264,6 +266,9 @@ int ms_serve_main(int argc, char **argv) {
         return EXIT_USAGE_;
     }
     ms_engine_info(s->e, &s->info);
+    /* one engine call per pass over the weights: a call shorter than the engine's chunk
+       would make its own pass and read a streamed model once more */
+    if (s->o.prefill_chunk == 0) s->o.prefill_chunk = s->info.prefill_chunk;
     const int32_t cand[3] = { (int32_t)s->info.eos_id, ms_special_id(s->e, "<|end_of_msg|>"), ms_special_id(s->e, "[EOS]") };
     for (int i = 0; i < 3; i++) {
         int dup = cand[i] < 0 || cand[i] >= s->info.n_vocab;
