@@ -84,7 +84,7 @@ typedef struct ms_engine_params {
        therefore reads the streamed bytes ceil(n / prefill_chunk) times. The forward
        scratch grows with the chunk and is counted in the plan. Output bits do not depend
        on it. 0 = automatic: with a ram_bytes budget, the largest power of two from 32 to
-       1024 whose scratch costs a decode token at most 1/16 more expected reads (see
+       1024 whose scratch costs a decode token at most 1/32 more expected reads (see
        docs/ARCHITECTURE.md, "Prompt chunks"); 32 without a budget. Otherwise in
        [1, 65536] and at least max_draft + 1 (a verify pass is one chunk);
        ms_engine_info tells the chunk in use. */

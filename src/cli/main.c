@@ -63,7 +63,7 @@ static void usage(FILE *f) {
         "                       its weights once per chunk, so larger chunks read a long prompt\n"
         "                       fewer times; the scratch they need is planned within --ram (see\n"
         "                       'plan'); same output bits. Default: with --ram, the largest power\n"
-        "                       of two from 32 to 1024 that costs a decode token at most 1/16\n"
+        "                       of two from 32 to 1024 that costs a decode token at most 1/32\n"
         "                       more reads; 32 without --ram\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
         "                       every weight byte read is verified   --no-verify  do not verify\n"

@@ -48,7 +48,7 @@ int64_t ms_resolve_chunk(int64_t chunk, int max_draft, char *msg, size_t msg_len
  * those of the 32-token chunk's plan by at most 1 / MS_AUTO_CHUNK_COST;
  * MS_DEFAULT_CHUNK with no budget, or when a decode token reads nothing. */
 #define MS_AUTO_CHUNK_MAX 1024
-#define MS_AUTO_CHUNK_COST 16
+#define MS_AUTO_CHUNK_COST 32
 typedef struct ms_chunk_budget {
     int64_t ram, overhead;              /* --ram (0 = none) and the process overhead */
     int64_t max_ctx;
