@@ -59,7 +59,7 @@ struct ms_fwd {
     int *estate, *eorder;       /* [E] ms_store_expert_state of eregion[], the compute order */
     int32_t *tsel;              /* the last LAST_TOKENS tokens' selections of a chunk, per
                                    layer [n_layer][LAST_TOKENS][k] (keep_last_experts) */
-    int32_t *tkeep;             /* per layer: how many of those keep their experts [n_layer] */
+    int32_t *tkeep;             /* per layer: how many of those keep_last_experts marks [n_layer] */
     int32_t *emark;             /* kept_tokens' marks, [num_experts] */
     int *tregion;               /* their regions, [n_layer * LAST_TOKENS * k] */
     float *y;                   /* final [T, H] */
@@ -604,14 +604,16 @@ static const ms_layer *streamed_moe(const ms_fwd_ctx *c, int il) {
 
 /* How many of a chunk's last tokens keep this layer's experts in the cache
  * (keep_last_experts): the most whose distinct experts here fit in this
- * layer's share of the slots the chunk's working set leaves free (the cache
- * less this layer's n_used experts, in equal shares over the layers that
- * stream experts), at most LAST_TOKENS; 0 for one token, or when nothing
- * streams. Sized so, the kept experts of every layer and one layer's working
- * set fit together: none of them has to evict another (test_budget
- * keep_last). Counting distinct experts rather than tokens x k keeps more
- * tokens where neighbours share experts. */
-static int64_t kept_tokens(const ms_fwd_ctx *c, ms_fwd *f, int64_t T, int n_used) {
+ * layer's share of the slots, the cache less `working` (equal shares over
+ * the layers that stream experts), at most LAST_TOKENS; 0 for one token, or
+ * when nothing streams. Marked while the chunk runs, with working = this
+ * layer's n_used experts: the kept experts of every layer and one layer's
+ * working set then fit together, and none has to evict another (test_budget
+ * keep_last). Marked after the chunk (only those still cached), with
+ * working = 0: more tokens, and no eviction either way. Counting distinct
+ * experts rather than tokens x k keeps more tokens where neighbours share
+ * experts. */
+static int64_t kept_tokens(const ms_fwd_ctx *c, ms_fwd *f, int64_t T, int working) {
     const ms_model *m = c->m;
     const int64_t E = m->cfg.num_experts, k = m->cfg.num_experts_per_token;
     const int cap = ms_store_expert_capacity(c->store);
@@ -619,7 +621,7 @@ static int64_t kept_tokens(const ms_fwd_ctx *c, ms_fwd *f, int64_t T, int n_used
     int n_moe = 0;
     for (int il = 0; il < m->n_layer; il++) n_moe += streamed_moe(c, il) != NULL;
     if (n_moe == 0) return 0;
-    const int64_t share = (cap - n_used) / n_moe;
+    const int64_t share = (cap - working) / n_moe;
     if (share <= 0) return 0;
     memset(f->emark, 0, (size_t)E * sizeof *f->emark);
     int64_t kept = 0, distinct = 0;
@@ -725,7 +727,7 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
         if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
     if (T > 1) {
         m_keep = kept_tokens(c, f, T, n_used);
-        f->tkeep[L->index] = (int32_t)m_keep;
+        f->tkeep[L->index] = (int32_t)kept_tokens(c, f, T, 0);
     }
     /* the wanted set of this step: guesses among them become demand reads,
      * the other guesses still queued are cancelled */
@@ -959,7 +961,8 @@ void ms_fwd_free(ms_fwd *f) {
  * were used by the token before, 59% by one of the two before, against 25% at
  * random), so those are the ones to keep. moe_forward already marked them
  * while the chunk ran, which is what keeps them under S3-FIFO; this pass
- * orders them for LRU. Changes no bit: only which experts stay cached. */
+ * orders them for LRU, and reaches a few more tokens (kept_tokens). Changes
+ * no bit: only which experts stay cached. */
 static void keep_last_experts(ms_fwd_ctx *c, ms_fwd *f, int64_t T) {
     const ms_model *m = c->m;
     const int64_t k = m->cfg.num_experts_per_token;
