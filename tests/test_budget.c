@@ -352,59 +352,53 @@ static void ladder(const char *dir, const char *name) {
     free(ref);
 }
 
-/* The automatic chunk (prefill_chunk 0): 32 without a budget; with --ram, a
- * power of two from 32 to 1024 (ms_engine_info says which), and never a
- * budget refused that fits 32-token chunks: from the smallest budget that
- * opens with chunk 32 up, every budget opens with the automatic one. (These
- * tiny models keep 32: any larger scratch costs them more than 1/16 of a
- * decode token's reads; t_rss and t_cli see larger choices.) */
+/* The automatic chunk (prefill_chunk 0): 32 without a budget, and with a
+ * budget that holds everything; with --ram, a power of two from 32 to 1024,
+ * and never a budget refused that fits 32-token chunks. The ladder runs on
+ * ms_plan_describe, which makes the same choice (ms_auto_chunk) from an
+ * estimated process size instead of the measured one, so it repeats exactly
+ * (under sanitizers too; t_rss checks the engine's choice in fresh
+ * processes). These tiny models keep 32 (any larger scratch costs them more
+ * than 1/32 of a decode token's reads); t_rss and t_cli see larger choices. */
 static void auto_chunk(const char *dir, const char *name) {
     char msg[512];
     ms_engine *e;
     ms_model_info info;
     ms_engine_params p = ms_engine_default_params();
     p.model_dir = dir;
-    if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK) { CHECK(0, "%s: %s", name, msg); return; }
-    ms_engine_info(e, &info);
-    CHECK(info.prefill_chunk == 32, "%s: no budget: chunk %lld", name, (long long)info.prefill_chunk);
-    ms_engine_close(e);
-    /* the smallest budget that opens with 32-token chunks */
+    for (int pass = 0; pass < 2; pass++) {
+        p.ram_bytes = pass == 0 ? 0 : (int64_t)16 << 30;
+        if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK) { CHECK(0, "%s: %s", name, msg); return; }
+        ms_engine_info(e, &info);
+        CHECK(info.prefill_chunk == 32, "%s: %s: chunk %lld", name, pass == 0 ? "no budget" : "everything resident",
+              (long long)info.prefill_chunk);
+        ms_engine_close(e);
+    }
+    static char out[16384];
+    /* the smallest budget whose plan fits 32-token chunks */
     int64_t lo = 1, hi = (int64_t)4 << 30;
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
-        p.ram_bytes = mid;
-        p.prefill_chunk = 32;
-        if (ms_engine_open(&p, &e, msg, sizeof msg) == MS_OK) { ms_engine_close(e); hi = mid; } else lo = mid + 1;
+        if (ms_plan_describe(dir, mid, 0, 0, 32, out, sizeof out) == MS_OK) hi = mid; else lo = mid + 1;
     }
     shape sh;
     if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
-    int n_open = 0;
+    int n_ok = 0;
     char seen[256] = "";
     for (int step = 0; step <= 12; step++) {       /* past everything resident */
-        p.ram_bytes = lo + (sh.trunk_all + sh.expert_all) * step / 8;
-        p.prefill_chunk = 0;
-        const ms_status st = ms_engine_open(&p, &e, msg, sizeof msg);
-        if (st != MS_OK) {
-            /* the process only grows, so 32-token chunks opened after it see no less of
-             * it: if they fit, the automatic choice refused a budget that fits */
-            ms_engine *e32;
-            char msg32[512];
-            p.prefill_chunk = 32;
-            const int fits32 = ms_engine_open(&p, &e32, msg32, sizeof msg32) == MS_OK;
-            if (fits32) ms_engine_close(e32);
-            CHECK(!fits32 && step == 0, "%s: --ram %lld fits 32-token chunks but not the automatic chunk: %s", name,
-                  (long long)p.ram_bytes, msg);
-            continue;
-        }
-        n_open++;
-        ms_engine_info(e, &info);
-        const int64_t c = info.prefill_chunk;
-        CHECK(c >= 32 && c <= 1024 && (c & (c - 1)) == 0, "%s: --ram %lld: chunk %lld", name, (long long)p.ram_bytes, (long long)c);
-        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), " %lld", (long long)c);
-        ms_engine_close(e);
+        const int64_t ram = lo + (sh.trunk_all + sh.expert_all) * step / 8;
+        const ms_status st = ms_plan_describe(dir, ram, 0, 0, 0, out, sizeof out);
+        const char *at = strstr(out, "scratch for ");
+        long long c = at ? atoll(at + strlen("scratch for ")) : -1;
+        CHECK(st == MS_OK, "%s: --ram %lld fits 32-token chunks but not the chosen chunk (%lld): %s", name,
+              (long long)ram, c, out);
+        CHECK(c >= 32 && c <= 1024 && (c & (c - 1)) == 0 && strstr(out, "chunks, chosen for the budget"),
+              "%s: --ram %lld: chunk %lld", name, (long long)ram, c);
+        n_ok += st == MS_OK;
+        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), " %lld", c);
     }
-    printf("%s: automatic chunks from the 32-token floor (%lld bytes) up:%s\n", name, (long long)lo, seen);
-    CHECK(n_open >= 12, "%s: %d of 13 budgets opened", name, n_open);
+    printf("%s: chunks chosen from the 32-token floor (%lld bytes) up:%s\n", name, (long long)lo, seen);
+    CHECK(n_ok == 13, "%s: %d of 13 budgets fit", name, n_ok);
 }
 
 /* After a prompt pass, the experts of its last token are still in the cache
