@@ -20,7 +20,8 @@ typedef struct cli_opts {
     const char *sums_path;      /* --sums PATH */
     int no_verify;              /* --no-verify */
     int speculate;              /* --speculate K: draft up to K tokens per decode pass */
-    int64_t chunk;              /* --chunk N: prompt tokens per pass over the weights (0 = 32) */
+    int64_t chunk;              /* --chunk N: prompt tokens per pass over the weights (0 = the
+                                   engine's choice: for --ram, else 32) */
 } cli_opts;
 
 /* Consume argv[*i] (and its value) if it is a common option or MODEL_DIR:

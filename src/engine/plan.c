@@ -61,24 +61,32 @@ static int64_t decode_reads(const ms_plan *p, int64_t n_expert, int64_t k) {
     return r;
 }
 
+/* The store's plan for its share store_ram (-1: nothing left, MS_E_BUDGET
+ * with *out zeroed) of a model bound without a store, as ms_store_start will
+ * make it; trunk / expert are the store's ceilings (0 = auto). */
+static ms_status store_plan(const ms_model *m, int64_t store_ram, int64_t trunk, int64_t expert,
+                            ms_plan *out, ms_err *err) {
+    memset(out, 0, sizeof *out);
+    if (store_ram < 0) return MS_E_BUDGET;
+    ms_plan_input in;
+    memset(&in, 0, sizeof in);
+    in.regions = m->plan_regions;
+    in.n_regions = m->n_plan_regions;
+    in.ram_bytes = store_ram;
+    in.trunk_bytes = trunk;
+    in.expert_bytes = expert;
+    in.min_expert_slots = (int)m->cfg.num_experts_per_token;
+    return ms_plan_compute(&in, out, NULL, err);
+}
+
 /* The plan of the store's share of `ram` with chunks of `chunk` tokens;
  * MS_OK when it fits. */
 static ms_status chunk_plan(const ms_model *dry, const ms_chunk_budget *b, int64_t chunk, ms_plan *out) {
     const int64_t session = ms_session_bytes(dry, b->max_ctx, b->max_draft, chunk);
-    const int64_t store_ram = ms_store_budget(b->ram, session, b->overhead);
-    if (store_ram < 0) return MS_E_BUDGET;
-    ms_plan_input in;
-    memset(&in, 0, sizeof in);
-    in.regions = dry->plan_regions;
-    in.n_regions = dry->n_plan_regions;
-    in.ram_bytes = store_ram;
-    in.trunk_bytes = b->trunk_bytes;
-    in.expert_bytes = b->expert_bytes;
-    in.min_expert_slots = (int)dry->cfg.num_experts_per_token;
     ms_err err;
     ms_err_clear(&err);
-    memset(out, 0, sizeof *out);
-    return ms_plan_compute(&in, out, NULL, &err);
+    return store_plan(dry, ms_store_budget(b->ram, session, b->overhead), b->trunk_bytes,
+                      b->expert_bytes, out, &err);
 }
 
 int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
@@ -127,14 +135,7 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk);
     const int64_t store_ram = ms_store_budget(ram_bytes, session, overhead);
     ms_plan plan;
-    memset(&plan, 0, sizeof plan);
-    ms_plan_input in;
-    memset(&in, 0, sizeof in);
-    in.regions = m.plan_regions;
-    in.n_regions = m.n_plan_regions;
-    in.ram_bytes = store_ram < 0 ? 1 : store_ram;
-    in.min_expert_slots = (int)cfg.num_experts_per_token;
-    st = store_ram < 0 ? MS_E_BUDGET : ms_plan_compute(&in, &plan, NULL, &err);
+    st = store_plan(&m, store_ram, 0, 0, &plan, &err);
     char a[32], b[32], c[32], d[32];
     human(session, a, sizeof a);
     human(overhead + MS_SLACK_BYTES, b, sizeof b);

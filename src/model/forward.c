@@ -891,7 +891,7 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
 #undef TF
 #undef TI
 
-/* Attention scratch per head: qa [kvr], ol [kvr], scores [n_ctx]. */
+/* Attention scratch per head: q [pw doubles = 2 pw floats], ol [kvr], scores [n_ctx]. */
 static int64_t att_stride_for(const ms_config *c, int64_t n_ctx) {
     const int64_t pw = c->kv_lora_rank + c->qk_rope_head_dim;
     const int64_t n = 2 * pw + c->kv_lora_rank + n_ctx;
@@ -923,7 +923,7 @@ ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *er
     return MS_OK;
 }
 
-/* Attention scratch depends on the context length: [nh][2 kvr + max_ctx]. */
+/* Attention scratch depends on the context length: [nh][att_stride_for(n_ctx)]. */
 static ms_status ensure_att(ms_fwd *f, const ms_config *c, int64_t n_ctx, ms_err *err) {
     if (c->n_mla_layers == 0) return MS_OK;
     int64_t need = att_stride_for(c, n_ctx);
