@@ -171,6 +171,21 @@ const char *ms_session_error(const ms_session *s);
 ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n,
                           float *all_logits);
 
+/* Feed n >= 1 tokens as ms_session_feed does (one pass over the weights per
+ * chunk) and score them: logprob[i] = log p(ids[i] | everything before it),
+ * natural log, for i in [0, n); logprob[0] is NAN when the session holds no
+ * logits yet (nothing fed). The engine reduces each row of logits as the
+ * lm_head makes it, a tile of the vocabulary at a time, so no [n, n_vocab]
+ * array is held (K3: 671 MB for 1024 tokens). Bits: those of ms_logprob on
+ * the rows ms_session_feed's all_logits would hold, whatever the budget,
+ * chunk, thread count or how the text is split across calls. Afterwards
+ * ms_session_logits() holds the logits after the last token. */
+ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double *logprob);
+
+/* log p(id) under logits[0, n): log-softmax in double, one pass in index
+ * order (a running maximum and a sum rescaled when it grows). */
+double ms_logprob(const float *logits, int64_t n, int32_t id);
+
 /* ---- decoding (plain or speculative) ---- */
 
 /* Chooses the next token from logits [n_vocab]; history = the n_history ids

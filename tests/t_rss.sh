@@ -4,8 +4,9 @@
 # the model's size report a peak RSS (VmHWM, from the kernel) within the
 # budget plus RSS_SLACK, and generate the same ids and logits bits as an
 # unlimited run; so do --speculate 31, --chunk 150 and the chunk chosen for the budget
-# (their memory is planned). RSS_SLACK covers what the budget cannot see: allocator
-# rounding and the pages the kernel counts for shared libraries.
+# (their memory is planned), and perplexity gives the same nll with one pass per chunk.
+# RSS_SLACK covers what the budget cannot see: allocator rounding and the pages the
+# kernel counts for shared libraries.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${MS_BUILD:-build}
@@ -76,14 +77,39 @@ c=$("$BIN" plan "$dir" --ram 150M --chunk 150 | grep -o 'chunks[^:]*: .*'); d=$(
 # than --chunk 32 (fewer when it chose more than 32)
 oa=$("$BIN" run "$dir" --ids "$long" --gen 4 --json --quiet --ram 150M --dump-logits "$BUILD/rss_auto.f32"); rc=$?
 ca=$(printf '%s' "$oa" | grep -o '"prefill_chunk": [0-9]*' | grep -o '[0-9]*$')
-ta=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
-echo "t_rss: --ram 150M chose $ca-token chunks: the 150-token prompt read $((${ta:-0} / 1048576)) MiB of trunk"
+# (the chunk from the same run as the bytes: the choice measures the process's RSS, which
+# moves between runs, and 150M sits near a boundary between 32 and 64 on this model)
+ot=$("$BIN" run "$dir" --ids "$long" --gen 1 --json --quiet --ram 150M)
+ta=$(printf '%s' "$ot" | grep -o '"trunk_bytes_read": [0-9]*' | grep -o '[0-9]*$')
+cta=$(printf '%s' "$ot" | grep -o '"prefill_chunk": [0-9]*' | grep -o '[0-9]*$')
+echo "t_rss: --ram 150M chose $ca-token chunks (then $cta): the 150-token prompt read $((${ta:-0} / 1048576)) MiB of trunk"
 [ $rc -eq 0 ] && [ "$(printf '%s' "$oa" | grep -o '"generated_ids": \[[^]]*\]')" = "$g32" ] && ok || bad "default chunk: ids differ or exit $rc"
 cmp -s "$BUILD/rss_c32.f32" "$BUILD/rss_auto.f32" && ok || bad "default chunk: logits bits differ"
 case "$ca" in 32|64|128|256|512|1024) ok ;; *) bad "default chunk at --ram 150M: '$ca'" ;; esac
-[ -n "$ta" ] && [ "$ta" -le "$t32" ] && { [ "${ca:-32}" -eq 32 ] || [ "$ta" -lt "$t32" ]; } && ok || bad "default chunk $ca read $ta trunk bytes, --chunk 32 $t32"
+[ -n "$ta" ] && [ "$ta" -le "$t32" ] && { [ "${cta:-32}" -eq 32 ] || [ "$ta" -lt "$t32" ]; } && ok || bad "default chunk $cta read $ta trunk bytes, --chunk 32 $t32"
 peak=$(printf '%s' "$oa" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
 [ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "default chunk: peak RSS $peak > budget $budget + slack $RSS_SLACK"
+# perplexity scores the prompt in one ms_session_score call, in the engine's chunks, with
+# no [n, vocab] logits held: the same nll unlimited and at 150M with 32-token, 150-token
+# and the chosen chunks; one pass over the weights per chunk (--chunk 150 reads under half
+# the trunk bytes of --chunk 32; the chosen chunk no more); peak RSS within the budget
+field() { printf '%s' "$1" | grep -o "\"$2\": [-0-9.e+]*" | grep -o '[-0-9.e+]*$'; }
+pu=$("$BIN" perplexity "$dir" --ids "$long" --quiet)
+p32=$("$BIN" perplexity "$dir" --ids "$long" --quiet --ram 150M --chunk 32)
+p150=$("$BIN" perplexity "$dir" --ids "$long" --quiet --ram 150M --chunk 150)
+pa=$("$BIN" perplexity "$dir" --ids "$long" --quiet --ram 150M)
+nu=$(field "$pu" nll)
+[ -n "$nu" ] && [ "$nu" = "$(field "$p32" nll)" ] && [ "$nu" = "$(field "$p150" nll)" ] && [ "$nu" = "$(field "$pa" nll)" ] \
+    && ok || bad "perplexity: nll differs: unlimited '$pu', 32 '$p32', 150 '$p150', chosen '$pa'"
+s32=$(field "$p32" trunk_bytes_read); s150=$(field "$p150" trunk_bytes_read); sa=$(field "$pa" trunk_bytes_read)
+ca=$(field "$pa" prefill_chunk)
+echo "t_rss: perplexity of 150 tokens at --ram 150M: nll $nu; trunk read $((${s32:-0} / 1048576)) MiB with --chunk 32, $((${s150:-0} / 1048576)) MiB with --chunk 150, $((${sa:-0} / 1048576)) MiB with the chosen $ca"
+[ -n "$s150" ] && [ -n "$s32" ] && [ "$s150" -gt 0 ] && [ $((s150 * 2)) -lt "$s32" ] && ok || bad "perplexity --chunk 150 read $s150 trunk bytes, --chunk 32 $s32: not fewer passes"
+[ -n "$sa" ] && [ "$sa" -le "$s32" ] && { [ "${ca:-32}" -eq 32 ] || [ "$sa" -lt "$s32" ]; } && ok || bad "perplexity: chosen chunk $ca read $sa trunk bytes, --chunk 32 $s32"
+for o in "$p150" "$pa"; do
+    peak=$(field "$o" peak_rss_bytes)
+    [ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "perplexity: peak RSS $peak > budget $budget + slack $RSS_SLACK ($o)"
+done
 "$BIN" plan "$dir" --ram 150M | grep -q 'chunks, chosen for the budget' && ok || bad "plan --ram 150M does not say its chunk was chosen for the budget"
 "$BIN" plan "$dir" | grep -q 'scratch for 32-token chunks)' && ok || bad "plan without --ram: the chunk is not 32"
 "$BIN" plan "$dir" --ram 150M --chunk 70000 > /dev/null 2>&1; rc=$?

@@ -9,6 +9,9 @@
  *     on and off, expert prediction on (io_uring runs): teacher-forced logits of every position BIT-identical to the
  *     everything-resident run; byte counters consistent with the plan (0 trunk
  *     bytes when resident, > 0 when streamed);
+ *   - scoring (ms_session_score) at every rung: log-probability bits equal to
+ *     ms_logprob on the resident logits, in one call or two, any chunk and
+ *     thread count; ms_logprob against a two-pass log-softmax (score_ladder);
  *   - faults: for every read index of a short streamed run, an injected EIO,
  *     short read and transient failure: the run either completes with the
  *     same bits or fails with MS_E_UNSOUND and a message naming the layer
@@ -32,6 +35,7 @@
 #include "model/model.h"
 #include "store/plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -91,13 +95,11 @@ typedef struct run_cfg {
     int64_t chunk;              /* prefill_chunk (0 = the default 32) */
 } run_cfg;
 
-/* Teacher-forced logits [n, V] under cfg; NULL when open or feed failed
- * (status and message returned). */
-static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_t n, int64_t *V,
-                  ms_status *status, char *msg, size_t msg_len, ms_stats *stats) {
+static ms_status open_cfg(const char *dir, const run_cfg *rc, int n_threads, ms_engine **e,
+                          char *msg, size_t msg_len) {
     ms_engine_params p = ms_engine_default_params();
     p.model_dir = dir;
-    p.n_threads = 2;
+    p.n_threads = n_threads;
     p.trunk_bytes = rc->trunk;
     p.expert_bytes = rc->expert;
     p.io_backend = rc->io;
@@ -110,8 +112,15 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     p.fault_corrupt_begin = rc->corrupt_begin;
     p.fault_corrupt_end = rc->corrupt_end;
     p.prefill_chunk = rc->chunk;
+    return ms_engine_open(&p, e, msg, msg_len);
+}
+
+/* Teacher-forced logits [n, V] under cfg; NULL when open or feed failed
+ * (status and message returned). */
+static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_t n, int64_t *V,
+                  ms_status *status, char *msg, size_t msg_len, ms_stats *stats) {
     ms_engine *e;
-    *status = ms_engine_open(&p, &e, msg, msg_len);
+    *status = open_cfg(dir, rc, 2, &e, msg, msg_len);
     if (*status != MS_OK) return NULL;
     ms_model_info info;
     ms_engine_info(e, &info);
@@ -140,6 +149,28 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     if (stats) ms_engine_stats(e, stats);
     ms_engine_close(e);
     return lg;
+}
+
+/* ms_session_score of ids under cfg into lp [n]: in one call, or (split > 0)
+ * in two, ids[0..split) then the rest. The session's logits afterwards go to
+ * last [V]. Status and message returned. */
+static ms_status score(const char *dir, const run_cfg *rc, int n_threads, int64_t split, const int32_t *ids,
+                       int64_t n, double *lp, float *last, int64_t V, char *msg, size_t msg_len,
+                       ms_stats *stats) {
+    ms_engine *e;
+    ms_status st = open_cfg(dir, rc, n_threads, &e, msg, msg_len);
+    if (st != MS_OK) return st;
+    ms_session *s;
+    if ((st = ms_session_open(e, &s)) == MS_OK) {
+        st = split > 0 ? ms_session_score(s, ids, split, lp) : ms_session_score(s, ids, n, lp);
+        if (st == MS_OK && split > 0) st = ms_session_score(s, ids + split, n - split, lp + split);
+        if (st == MS_OK) memcpy(last, ms_session_logits(s), (size_t)V * sizeof *last);
+        else snprintf(msg, msg_len, "%s", ms_session_error(s));
+        ms_session_close(s);
+    }
+    if (stats) ms_engine_stats(e, stats);
+    ms_engine_close(e);
+    return st;
 }
 
 static const int32_t IDS[] = { 3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28, 84, 19 };
@@ -216,6 +247,83 @@ static void corrupt_matrix(const char *dir, const char *name, const shape *sh, i
     rmdir(tmp);
 }
 
+/* Scoring (ms_session_score) at every rung of the ladder: log-probabilities
+ * bit-identical to ms_logprob on the everything-resident logits ref [N_IDS, V]
+ * - in one call with the default chunk on 2 threads, and in two calls (7 +
+ * 13 tokens, the second call's first token scored from the session's logits)
+ * with 3-token chunks on 1 thread; logprob[0] NAN (nothing fed before); the
+ * session's logits afterwards those of the last row. ms_logprob itself is
+ * checked against a two-pass log-softmax in long double. At the floor a
+ * score reads exactly the trunk bytes of a feed of the same chunks (all
+ * logits kept), and 3-token chunks (3 + 3 + 1, then 3 x 4 + 1: 8 passes)
+ * read far more than one chunk. */
+static void score_ladder(const char *dir, const char *name, const float *ref, int64_t V,
+                         const int64_t (*rungs)[2], int n_rungs) {
+    double want[N_IDS];
+    want[0] = NAN;
+    int n_far = 0;
+    for (int64_t i = 1; i < N_IDS; i++) {
+        const float *row = ref + (i - 1) * V;
+        want[i] = ms_logprob(row, V, IDS[i]);
+        long double mx = row[0], z = 0.0L;
+        for (int64_t v = 1; v < V; v++) if (row[v] > mx) mx = row[v];
+        for (int64_t v = 0; v < V; v++) z += expl((long double)row[v] - mx);
+        const long double two_pass = ((long double)row[IDS[i]] - mx) - logl(z);
+        n_far += !(fabsl((long double)want[i] - two_pass) <= 1e-12L * (1.0L + fabsl(two_pass)));
+    }
+    CHECK(n_far == 0, "%s: ms_logprob differs from a two-pass log-softmax at %d of %lld rows", name, n_far,
+          (long long)N_IDS - 1);
+    double lp[N_IDS];
+    float *last = malloc((size_t)V * sizeof *last);
+    char msg[1024];
+    int64_t tb[2] = { 0, 0 };
+    for (int r = 0; r < n_rungs; r++)
+        for (int var = 0; var < 2; var++) {
+            run_cfg rc = { rungs[r][0], rungs[r][1], "uring", "s3fifo", 0, 0, 0, 0, NULL, 0, 0, var ? 3 : 0 };
+            ms_stats sst;
+            for (int64_t i = 0; i < N_IDS; i++) lp[i] = 0.0;
+            ms_status st = score(dir, &rc, var ? 1 : 2, var ? 7 : 0, IDS, N_IDS, lp, last, V, msg, sizeof msg, &sst);
+            CHECK(st == MS_OK, "%s: score at rung %d variant %d: %s", name, r, var, msg);
+            if (st != MS_OK) continue;
+            CHECK(isnan(lp[0]) && memcmp(lp + 1, want + 1, (size_t)(N_IDS - 1) * sizeof *lp) == 0,
+                  "%s: score at rung %d variant %d: log-probabilities differ from the resident logits'", name, r, var);
+            CHECK(memcmp(last, ref + (N_IDS - 1) * V, (size_t)V * sizeof *last) == 0,
+                  "%s: score at rung %d variant %d: the session's logits are not the last row's", name, r, var);
+            if (r == 0) tb[var] = sst.trunk_bytes_read;
+        }
+    {
+        run_cfg rc = { rungs[0][0], rungs[0][1], "uring", "s3fifo", 0, 0, 0, 0, NULL, 0, 0, 0 };
+        int64_t V2;
+        ms_status st;
+        ms_stats fst;
+        float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &fst);
+        CHECK(lg && tb[0] > 0 && fst.trunk_bytes_read == tb[0] && tb[1] > 5 * tb[0],
+              "%s: at the floor scoring read %lld trunk bytes in one chunk (a feed %lld), %lld in 8", name,
+              (long long)tb[0], (long long)fst.trunk_bytes_read, (long long)tb[1]);
+        free(lg);
+    }
+    printf("%s: scoring: %d rungs x 2 ways, same log-probability bits; trunk bytes at the floor %lld "
+           "(1 chunk, as a feed) vs %lld (8)\n", name, n_rungs, (long long)tb[0], (long long)tb[1]);
+    /* usage errors leave the session usable */
+    run_cfg rc = { rungs[n_rungs - 1][0], rungs[n_rungs - 1][1], NULL, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
+    ms_engine *e;
+    if (open_cfg(dir, &rc, 2, &e, msg, sizeof msg) == MS_OK) {
+        ms_session *s;
+        if (ms_session_open(e, &s) == MS_OK) {
+            const int32_t bad_id[] = { 1, (int32_t)V };
+            CHECK(ms_session_score(s, IDS, 0, lp) == MS_E_USAGE, "%s: score of 0 tokens", name);
+            CHECK(ms_session_score(s, IDS, 2, NULL) == MS_E_USAGE, "%s: score without an output", name);
+            CHECK(ms_session_score(s, bad_id, 2, lp) == MS_E_USAGE, "%s: score of an id out of range", name);
+            CHECK(ms_session_score(s, IDS, 1, lp) == MS_OK && isnan(lp[0]), "%s: score of 1 token", name);
+            CHECK(ms_session_score(s, IDS + 1, 1, lp) == MS_OK && lp[0] == want[1],
+                  "%s: score after a feed: %.17g, want %.17g", name, lp[0], want[1]);
+            ms_session_close(s);
+        }
+        ms_engine_close(e);
+    }
+    free(last);
+}
+
 static void ladder(const char *dir, const char *name) {
     shape sh;
     if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
@@ -265,6 +373,7 @@ static void ladder(const char *dir, const char *name) {
                     free(lg);
                 }
     CHECK(n_same == n_runs, "%s: %d of %d budget/backend/policy runs gave different bits", name, n_runs - n_same, n_runs);
+    score_ladder(dir, name, ref, V, rungs, (int)(sizeof rungs / sizeof rungs[0]));
 
     /* prompt chunks at the floor: chunks of 7, 10 and 20 tokens are 3, 2 and 1 passes
      * over the 20-token prompt (the default 32 is one). The same bits; and every pass

@@ -39,7 +39,9 @@ static void usage(FILE *f) {
         "  serve MODEL_DIR      OpenAI-compatible HTTP server [--host 127.0.0.1] [--port 8080]\n"
         "                       [--api-key KEY] (see docs/SERVER.md)\n"
         "  tokenize MODEL_DIR   text on stdin -> JSON array of ids (--decode: ids -> text)\n"
-        "  perplexity MODEL_DIR --file PATH [--max-tokens N]   JSON {n_tokens, nll, perplexity}\n"
+        "  perplexity MODEL_DIR --file PATH | --ids LIST [--max-tokens N]   JSON {n_tokens, nll,\n"
+        "                       perplexity, prefill_chunk, seconds, bytes read, peak RSS}: one\n"
+        "                       pass over the weights per prompt chunk (text: stdin without --file)\n"
         "  plan MODEL_DIR|config.json --ram SIZE   the memory plan, without reading weights\n"
         "  trace TRACE_FILE --capacity N [--policy lru|s3fifo|belady|all]   replay an expert trace\n"
         "  verify MODEL_DIR [--sums PATH] [--write]   checksum sidecar: without one (or with\n"
@@ -549,64 +551,73 @@ static int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
+/* perplexity: the text (or --ids) scored in one ms_session_score call, so
+ * the engine takes it in its own prompt chunks (chosen for the budget), one
+ * pass over the weights per chunk, and never holds [n, n_vocab] logits. */
 static int cmd_perplexity(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
-    const char *file = NULL;
+    const char *file = NULL, *id_list = NULL;
     int64_t max_tokens = 0;
     for (int i = 0; i < argc; i++) {
         int r = cli_parse_common(&c, argc, argv, &i);
         if (r < 0) return EXIT_USAGE;
         if (r > 0) continue;
         if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(argv[i], "--ids") && i + 1 < argc) id_list = argv[++i];
         else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc) max_tokens = strtoll(argv[++i], NULL, 10);
         else { fprintf(stderr, "moestream: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
     }
-    FILE *f = file ? fopen(file, "rb") : stdin;
-    size_t len;
-    char *in = f ? cli_read_all(f, &len) : NULL;
-    if (f && f != stdin) fclose(f);
-    if (!in) { fprintf(stderr, "moestream: cannot read %s\n", file ? file : "stdin"); return EXIT_USAGE; }
-    ms_engine *e;
+    if (file && id_list) { fprintf(stderr, "moestream: give --file or --ids, not both\n"); return EXIT_USAGE; }
     int32_t *ids = NULL;
     int64_t n = 0;
+    char *in = NULL;
+    size_t len = 0;
+    if (id_list) {
+        if ((n = cli_parse_ids(id_list, &ids)) < 2) {
+            fprintf(stderr, "moestream: --ids needs at least 2 comma-separated token ids\n");
+            free(ids);
+            return EXIT_USAGE;
+        }
+    } else {
+        FILE *f = file ? fopen(file, "rb") : stdin;
+        in = f ? cli_read_all(f, &len) : NULL;
+        if (f && f != stdin) fclose(f);
+        if (!in) { fprintf(stderr, "moestream: cannot read %s\n", file ? file : "stdin"); return EXIT_USAGE; }
+    }
+    ms_engine *e;
     ms_status st = cli_open(&c, &e);
-    if (st != MS_OK) { free(in); return cli_exit_code(st); }
-    if (!ms_engine_has_tokenizer(e) || ms_tokenize(e, in, len, &ids, &n) != MS_OK || n < 2) {
+    if (st != MS_OK) { free(in); free(ids); return cli_exit_code(st); }
+    if (!id_list && (!ms_engine_has_tokenizer(e) || ms_tokenize(e, in, len, &ids, &n) != MS_OK || n < 2)) {
         fprintf(stderr, "moestream: need a tokenizer and at least 2 tokens of text\n");
         free(in); free(ids); ms_engine_close(e);
         return EXIT_USAGE;
     }
     free(in);
     if (max_tokens > 1 && n > max_tokens) n = max_tokens;
-    ms_model_info info;
-    ms_engine_info(e, &info);
-    const int64_t V = info.n_vocab, chunk = 32;
-    float *lg = malloc((size_t)(chunk * V) * sizeof *lg);
-    ms_session *s;
+    double *lp = malloc((size_t)n * sizeof *lp);
+    ms_session *s = NULL;
     int rc = EXIT_OK;
-    double nll = 0.0;
-    if ((st = ms_session_open(e, &s)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_engine_error(e)); rc = cli_exit_code(st); }
+    ms_engine_stats_reset(e);
+    if (!lp) { fprintf(stderr, "moestream: out of memory\n"); rc = EXIT_RUNTIME; }
+    else if ((st = ms_session_open(e, &s)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_engine_error(e)); rc = cli_exit_code(st); }
+    else if ((st = ms_session_score(s, ids, n, lp)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_session_error(s)); rc = cli_exit_code(st); }
     else {
-        for (int64_t i = 0; i < n - 1 && st == MS_OK; i += chunk) {
-            int64_t T = n - 1 - i < chunk ? n - 1 - i : chunk;
-            st = ms_session_feed(s, ids + i, T, lg);
-            for (int64_t t = 0; st == MS_OK && t < T; t++) {
-                const float *row = lg + t * V;
-                double m = row[0], z = 0.0;
-                for (int64_t v = 1; v < V; v++) if (row[v] > m) m = row[v];
-                for (int64_t v = 0; v < V; v++) z += exp((double)row[v] - m);
-                nll += -((double)row[ids[i + t + 1]] - m - log(z));
-            }
-        }
-        if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_session_error(s)); rc = cli_exit_code(st); }
-        else {
-            double mean = nll / (double)(n - 1);
-            printf("{\"n_tokens\": %lld, \"nll\": %.10f, \"perplexity\": %.10f}\n", (long long)n, mean, exp(mean));
-        }
-        ms_session_close(s);
+        double nll = 0.0;
+        for (int64_t i = 1; i < n; i++) nll -= lp[i];
+        const double mean = nll / (double)(n - 1);
+        ms_model_info info;
+        ms_stats sts;
+        ms_engine_info(e, &info);
+        ms_engine_stats(e, &sts);
+        printf("{\"n_tokens\": %lld, \"nll\": %.10f, \"perplexity\": %.10f, \"prefill_chunk\": %lld, "
+               "\"seconds\": %.3f, \"trunk_bytes_read\": %lld, \"expert_bytes_read\": %lld, "
+               "\"peak_rss_bytes\": %lld}\n",
+               (long long)n, mean, exp(mean), (long long)info.prefill_chunk, sts.prefill_s,
+               (long long)sts.trunk_bytes_read, (long long)sts.expert_bytes_read, (long long)sts.peak_rss_bytes);
     }
-    free(lg);
+    ms_session_close(s);
+    free(lp);
     free(ids);
     ms_engine_close(e);
     return rc;

@@ -387,7 +387,7 @@ static ms_status make_unsound(ms_session *s, const char *msg) {
  * decode counters (ms_session_decode counts its own). check: reject non-finite
  * final logits (a verify pass checks each row it uses instead). *dt: seconds. */
 static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
-                      int record, int count, int check, double *dt_out) {
+                      double *score, int record, int count, int check, double *dt_out) {
     if (s->sticky != MS_OK) return s->sticky;
     if (n < 1) {
         snprintf(s->error, sizeof s->error, "feed: no tokens");
@@ -412,9 +412,11 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         return MS_E_USAGE;
     }
     s->rb.n_rec = 0;                        /* any feed ends the previous record */
+    if (score) score[0] = s->has_logits ? ms_logprob(s->logits, V, ids[0]) : NAN;
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, record ? &s->rb : NULL };
+    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, record ? &s->rb : NULL,
+                       NULL, 0, NULL };
     double t0 = now_s();
     ms_status st = MS_OK;
     const int64_t chunk = e->p.prefill_chunk;
@@ -422,6 +424,11 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         int64_t T = n - i < chunk ? n - i : chunk;
         memcpy(s->tokens + s->st.n_past, ids + i, (size_t)T * sizeof *ids);
         float *out = all_logits ? all_logits + i * V : s->logits;
+        if (score) {
+            ctx.score_target = ids + i + 1;
+            ctx.score_n = n - i - 1 < T ? n - i - 1 : T;
+            ctx.score_lp = score + i + 1;
+        }
         st = ms_forward(&ctx, s->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
         if (st == MS_OK && all_logits)
             memcpy(s->logits, all_logits + (i + T - 1) * V, (size_t)V * sizeof(float));
@@ -437,18 +444,36 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     if (st == MS_OK && check && (bad = first_nonfinite(s->logits, V)) >= 0)
         st = ms_err_set(&err, MS_E_UNSOUND, "non-finite logit %lld after position %lld",
                         (long long)bad, (long long)s->st.n_past);
+    for (int64_t i = 1; st == MS_OK && score && i < n; i++)
+        if (!isfinite(score[i]))
+            st = ms_err_set(&err, MS_E_UNSOUND, "non-finite log-probability at position %lld",
+                            (long long)(s->st.n_past - n + i));
     if (st != MS_OK) return make_unsound(s, err.msg);
     s->has_logits = 1;
     return MS_OK;
 }
 
+ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double *logprob) {
+    if (!logprob) {
+        snprintf(s->error, sizeof s->error, "score: no output array");
+        return MS_E_USAGE;
+    }
+    return feed(s, ids, n, NULL, logprob, 0, 1, 1, NULL);
+}
+
+double ms_logprob(const float *logits, int64_t n, int32_t id) {
+    double m = -INFINITY, z = 0.0;
+    ms_lse_fold(&m, &z, logits, n);
+    return ((double)logits[id] - m) - log(z);
+}
+
 ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits) {
-    return feed(s, ids, n, all_logits, 0, 1, 1, NULL);
+    return feed(s, ids, n, all_logits, NULL, 0, 1, 1, NULL);
 }
 
 ms_status ms_session_feed_rec(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
                               int record) {
-    return feed(s, ids, n, all_logits, record, 1, 1, NULL);
+    return feed(s, ids, n, all_logits, NULL, record, 1, 1, NULL);
 }
 
 ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits) {
@@ -513,7 +538,7 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     double dt = 0.0;
     ms_status st;
     if (m == 0) {
-        st = feed(s, &pending, 1, NULL, 0, 0, 1, &dt);
+        st = feed(s, &pending, 1, NULL, NULL, 0, 0, 1, &dt);
         e->stats.decode_s += dt;
         if (st != MS_OK) return st;
         e->stats.spec_passes++;
@@ -524,7 +549,7 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     }
     /* verify: [pending, d1..dm] in one pass, every row's logits */
     s->ver_ids[0] = pending;
-    st = feed(s, s->ver_ids, m + 1, s->ver_logits, 1, 0, 0, &dt);
+    st = feed(s, s->ver_ids, m + 1, s->ver_logits, NULL, 1, 0, 0, &dt);
     e->stats.decode_s += dt;
     if (st != MS_OK) return st;
     const int64_t n0 = s->st.n_past - (m + 1);

@@ -63,10 +63,17 @@ struct ms_fwd {
     int32_t *emark;             /* kept_tokens' marks, [num_experts] */
     int *tregion;               /* their regions, [n_layer * LAST_TOKENS * k] */
     float *y;                   /* final [T, H] */
+    float *lt;                  /* scoring: logits of a vocabulary tile [T, SCORE_ROWS] */
+    double *sm, *sz, *sx;       /* scoring: per row the fold's max and sum, the target's logit */
 };
 
 /* Chunk tokens whose experts keep_last_experts marks as just used. */
 enum { LAST_TOKENS = 8 };
+
+/* Scoring: vocabulary rows per lm_head product (f->lt holds [T, SCORE_ROWS]:
+ * 2 MB for a 1024-token chunk, where all the logits of K3's 163,840-entry
+ * vocabulary would take 671 MB). */
+enum { SCORE_ROWS = 512 };
 
 /* ------------------------------------------------------------------------ */
 /* threaded matrix products                                                  */
@@ -887,6 +894,8 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
         f->tsel = TI(m->n_layer * LAST_TOKENS * k); f->tregion = TI(m->n_layer * LAST_TOKENS * k);
         f->tkeep = TI(m->n_layer); f->emark = TI(E);
     }
+    f->lt = TF(T * SCORE_ROWS);
+    f->sm = take(a, T, sizeof(double)); f->sz = take(a, T, sizeof(double)); f->sx = take(a, T, sizeof(double));
 }
 #undef TF
 #undef TI
@@ -946,6 +955,7 @@ void ms_fwd_free(ms_fwd *f) {
     free(f->sel); free(f->etok); free(f->eslot); free(f->ecount); free(f->eregion);
     free(f->psel); free(f->pregion); free(f->estate); free(f->eorder);
     free(f->tsel); free(f->tregion); free(f->tkeep); free(f->emark);
+    free(f->lt); free(f->sm); free(f->sz); free(f->sx);
     free((void *)f->eptr);
     free(f);
 }
@@ -978,6 +988,64 @@ static void keep_last_experts(ms_fwd_ctx *c, ms_fwd *f, int64_t T) {
     if (n > 0) ms_store_touch(c->store, f->tregion, n);
 }
 
+void ms_lse_fold(double *m, double *z, const float *x, int64_t n) {
+    double mm = *m, zz = *z;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = x[i];
+        if (v > mm) {
+            zz = zz * exp(mm - v) + 1.0;
+            mm = v;
+        } else {
+            zz += exp(v - mm);
+        }
+    }
+    *m = mm;
+    *z = zz;
+}
+
+typedef struct score_job {
+    const ms_fwd_ctx *c;
+    ms_fwd *f;
+    int64_t r0, nr;             /* the tile's vocabulary rows */
+} score_job;
+
+/* Rows [t0, t1): fold the tile into each row's sum; note the target's logit. */
+static void score_part(void *ctx, int64_t t0, int64_t t1) {
+    const score_job *j = ctx;
+    ms_fwd *f = j->f;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = f->lt + t * SCORE_ROWS;
+        ms_lse_fold(&f->sm[t], &f->sz[t], x, j->nr);
+        const int64_t d = (int64_t)j->c->score_target[t] - j->r0;
+        if (d >= 0 && d < j->nr) f->sx[t] = x[d];
+    }
+}
+
+/* Scoring: lm_head chunk ic (its region's bytes at lb) in tiles of SCORE_ROWS
+ * vocabulary rows; each tile's logits are folded into the rows' sums in
+ * vocabulary order (the chunks come in order) and the last row's are kept in
+ * `logits` [V]. The logits are the same products as the unscored path's. */
+static void score_rows(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int64_t T, float *logits) {
+    const ms_model *m = c->m;
+    const int64_t H = m->cfg.hidden_size;
+    if (ic == 0)
+        for (int64_t t = 0; t < c->score_n; t++) {
+            f->sm[t] = -INFINITY;
+            f->sz[t] = 0.0;
+            f->sx[t] = NAN;
+        }
+    for (int64_t r0 = m->lm_row0[ic]; r0 < m->lm_row0[ic + 1]; r0 += SCORE_ROWS) {
+        const int64_t nr = m->lm_row0[ic + 1] - r0 < SCORE_ROWS ? m->lm_row0[ic + 1] - r0 : SCORE_ROWS;
+        ms_wt part = m->lm_head;
+        part.off = m->lm_off[ic] + (r0 - m->lm_row0[ic]) * H * 2;
+        part.rows = nr;
+        mm_bf16(c, f->lt, SCORE_ROWS, lb, &part, f->y, H, T);
+        memcpy(logits + r0, f->lt + (T - 1) * SCORE_ROWS, (size_t)nr * sizeof(float));
+        score_job j = { c, f, r0, nr };
+        if (c->score_n > 0) ms_pool_for(c->pool, c->score_n, 1, score_part, &j);
+    }
+}
+
 ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
                      int64_t T, float *logits, int all_logits, ms_err *err) {
     const ms_model *m = c->m;
@@ -985,6 +1053,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     const int64_t H = cf->hidden_size, V = cf->vocab_size, B = cf->attn_res_block_size;
     const float eps = (float)cf->rms_norm_eps;
     MS_ASSERT(T >= 1 && T <= f->max_T);
+    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T));
     if (st->n_past + T > st->max_ctx)
         return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
                           (long long)st->n_past, (long long)T, (long long)st->max_ctx);
@@ -1061,13 +1130,23 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     const float *wn = vec(fb, &m->out_res_norm, f->vec0);
     const float *wp = vec(fb, &m->out_res_proj, f->vec1);
     const float *fn = vec(fb, &m->final_norm, f->vec2);
-    const int64_t t0 = all_logits ? 0 : T - 1;
+    const int64_t t0 = all_logits || c->score_lp ? 0 : T - 1;
     for (int64_t t = t0; t < T; t++) {
         res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
         ms_rmsnorm(f->y + (t - t0) * H, f->h + t * H, fn, H, eps);
     }
     ms_store_release(c->store, m->final_region);
-    for (int ic = 0; ic < m->n_lm_chunks; ic++) {
+    for (int ic = 0; ic < m->n_lm_chunks && c->score_lp; ic++) {
+        const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
+        if (!lb) return with_context(err, err->status, "after the last layer: lm_head rows %lld..%lld",
+                                     (long long)m->lm_row0[ic], (long long)m->lm_row0[ic + 1]);
+        score_rows(c, f, lb, ic, T, logits);
+        ms_store_release(c->store, m->lm_region[ic]);
+    }
+    if (c->score_lp)
+        for (int64_t t = 0; t < c->score_n; t++)
+            c->score_lp[t] = (f->sx[t] - f->sm[t]) - log(f->sz[t]);
+    for (int ic = 0; ic < m->n_lm_chunks && !c->score_lp; ic++) {
         const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
         if (!lb) return with_context(err, err->status, "after the last layer: lm_head rows %lld..%lld",
                                      (long long)m->lm_row0[ic], (long long)m->lm_row0[ic + 1]);

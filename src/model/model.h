@@ -154,6 +154,13 @@ typedef struct ms_fwd_ctx {
     int predict;                /* decode: prefetch the next layer's predicted experts */
     ms_rollback *rec;           /* not NULL: record this forward (T <= rec->max_T) so
                                    ms_state_rollback can keep a prefix of it */
+    /* Scoring (score_lp not NULL): rows t < score_n get score_lp[t] = the
+       log-probability of score_target[t] under row t's logits (ms_lse_fold),
+       computed a tile of vocabulary rows at a time: no [T, n_vocab] logits
+       are held. `logits` then receives the last row's logits only. */
+    const int32_t *score_target;
+    int64_t score_n;
+    double *score_lp;
 } ms_fwd_ctx;
 
 /* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.
@@ -162,6 +169,13 @@ typedef struct ms_fwd_ctx {
  * marks the session unsound). */
 ms_status ms_forward(ms_fwd_ctx *ctx, ms_fwd *f, ms_state *st, const int32_t *ids,
                      int64_t T, float *logits, int all_logits, ms_err *err);
+
+/* Log-softmax in one pass, in index order (scoring): for each x[i], in
+ * double, if x > *m then *z = *z * exp(*m - x) + 1 and *m = x, else
+ * *z += exp(x - *m). Start from *m = -INFINITY, *z = 0; the log-probability
+ * of logit xt is then (xt - m) - log(z). One sequential fold, so the result
+ * does not depend on how the row is cut into calls. */
+void ms_lse_fold(double *m, double *z, const float *x, int64_t n);
 
 /* Keep only the first n_keep (1 <= n_keep <= rb->n_rec) tokens of the last
  * recorded forward: afterwards st is bit for bit the state a forward over
