@@ -173,18 +173,29 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n,
 
 /* Feed n >= 1 tokens as ms_session_feed does (one pass over the weights per
  * chunk) and score them: logprob[i] = log p(ids[i] | everything before it),
- * natural log, for i in [0, n); logprob[0] is NAN when the session holds no
- * logits yet (nothing fed). The engine reduces each row of logits as the
- * lm_head makes it, a tile of the vocabulary at a time, so no [n, n_vocab]
- * array is held (K3: 671 MB for 1024 tokens). Bits: those of ms_logprob on
- * the rows ms_session_feed's all_logits would hold, whatever the budget,
- * chunk, thread count or how the text is split across calls. Afterwards
- * ms_session_logits() holds the logits after the last token. */
-ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double *logprob);
+ * natural log, for i in [0, n); with top_k > 0 (at most MS_TOP_MAX) also the
+ * top_k most likely ids at each position i and their log-probabilities,
+ * best first, ties to the lower id (top_ids / top_logprob [n * top_k]; -1 /
+ * NAN where the vocabulary is smaller). Position 0 is NAN (ids -1) when the
+ * session holds no logits yet (nothing fed). The engine reduces each row of
+ * logits as the lm_head makes it, a tile of the vocabulary at a time, so no
+ * [n, n_vocab] array is held (K3: 671 MB for 1024 tokens). Bits: those of
+ * ms_logprob / ms_logprob_top on the rows ms_session_feed's all_logits would
+ * hold, whatever the budget, chunk, thread count or how the text is split
+ * across calls. Afterwards ms_session_logits() holds the logits after the
+ * last token. */
+#define MS_TOP_MAX 20
+ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double *logprob, int top_k,
+                           int32_t *top_ids, double *top_logprob);
 
 /* log p(id) under logits[0, n): log-softmax in double, one pass in index
  * order (a running maximum and a sum rescaled when it grows). */
 double ms_logprob(const float *logits, int64_t n, int32_t id);
+
+/* The k (<= MS_TOP_MAX) most likely ids under logits[0, n), best first, ties
+ * to the lower id, with their log-probabilities (as ms_logprob). Returns how
+ * many were written: min(k, n). */
+int ms_logprob_top(const float *logits, int64_t n, int k, int32_t *ids, double *logprobs);
 
 /* ---- decoding (plain or speculative) ---- */
 

@@ -151,19 +151,23 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     return lg;
 }
 
-/* ms_session_score of ids under cfg into lp [n]: in one call, or (split > 0)
- * in two, ids[0..split) then the rest. The session's logits afterwards go to
- * last [V]. Status and message returned. */
+/* ms_session_score of ids under cfg into lp [n] and the top SCORE_K into
+ * tid / tlp [n * SCORE_K]: in one call, or (split > 0) in two, ids[0..split)
+ * then the rest. The session's logits afterwards go to last [V]. Status and
+ * message returned. */
+enum { SCORE_K = 5 };
 static ms_status score(const char *dir, const run_cfg *rc, int n_threads, int64_t split, const int32_t *ids,
-                       int64_t n, double *lp, float *last, int64_t V, char *msg, size_t msg_len,
-                       ms_stats *stats) {
+                       int64_t n, double *lp, int32_t *tid, double *tlp, float *last, int64_t V, char *msg,
+                       size_t msg_len, ms_stats *stats) {
     ms_engine *e;
     ms_status st = open_cfg(dir, rc, n_threads, &e, msg, msg_len);
     if (st != MS_OK) return st;
     ms_session *s;
     if ((st = ms_session_open(e, &s)) == MS_OK) {
-        st = split > 0 ? ms_session_score(s, ids, split, lp) : ms_session_score(s, ids, n, lp);
-        if (st == MS_OK && split > 0) st = ms_session_score(s, ids + split, n - split, lp + split);
+        st = ms_session_score(s, ids, split > 0 ? split : n, lp, SCORE_K, tid, tlp);
+        if (st == MS_OK && split > 0)
+            st = ms_session_score(s, ids + split, n - split, lp + split, SCORE_K, tid + split * SCORE_K,
+                                  tlp + split * SCORE_K);
         if (st == MS_OK) memcpy(last, ms_session_logits(s), (size_t)V * sizeof *last);
         else snprintf(msg, msg_len, "%s", ms_session_error(s));
         ms_session_close(s);
@@ -251,7 +255,9 @@ static void corrupt_matrix(const char *dir, const char *name, const shape *sh, i
  * bit-identical to ms_logprob on the everything-resident logits ref [N_IDS, V]
  * - in one call with the default chunk on 2 threads, and in two calls (7 +
  * 13 tokens, the second call's first token scored from the session's logits)
- * with 3-token chunks on 1 thread; logprob[0] NAN (nothing fed before); the
+ * with 3-token chunks on 1 thread, with the top 5 of each row equal to
+ * ms_logprob_top's (itself checked against a selection by hand); logprob[0]
+ * NAN (nothing fed before); the
  * session's logits afterwards those of the last row. ms_logprob itself is
  * checked against a two-pass log-softmax in long double. At the floor a
  * score reads exactly the trunk bytes of a feed of the same chunks (all
@@ -273,7 +279,30 @@ static void score_ladder(const char *dir, const char *name, const float *ref, in
     }
     CHECK(n_far == 0, "%s: ms_logprob differs from a two-pass log-softmax at %d of %lld rows", name, n_far,
           (long long)N_IDS - 1);
-    double lp[N_IDS];
+    /* the top SCORE_K per row: ms_logprob_top against a selection by hand
+     * (largest logit, ties to the lower id) and ms_logprob of each */
+    int32_t want_tid[N_IDS * SCORE_K];
+    double want_tlp[N_IDS * SCORE_K];
+    int n_top_bad = 0;
+    for (int j = 0; j < SCORE_K; j++) { want_tid[j] = -1; want_tlp[j] = NAN; }
+    for (int64_t i = 1; i < N_IDS; i++) {
+        const float *row = ref + (i - 1) * V;
+        int32_t *ti = want_tid + i * SCORE_K;
+        double *tl = want_tlp + i * SCORE_K;
+        n_top_bad += ms_logprob_top(row, V, SCORE_K, ti, tl) != SCORE_K;
+        for (int j = 0; j < SCORE_K; j++) {
+            int64_t best = -1;
+            for (int64_t v = 0; v < V; v++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++) taken |= ti[q] == v;
+                if (!taken && (best < 0 || row[v] > row[best])) best = v;
+            }
+            n_top_bad += ti[j] != best || tl[j] != ms_logprob(row, V, (int32_t)best);
+        }
+    }
+    CHECK(n_top_bad == 0, "%s: ms_logprob_top: %d wrong entries", name, n_top_bad);
+    double lp[N_IDS], tlp[N_IDS * SCORE_K];
+    int32_t tid[N_IDS * SCORE_K];
     float *last = malloc((size_t)V * sizeof *last);
     char msg[1024];
     int64_t tb[2] = { 0, 0 };
@@ -282,11 +311,17 @@ static void score_ladder(const char *dir, const char *name, const float *ref, in
             run_cfg rc = { rungs[r][0], rungs[r][1], "uring", "s3fifo", 0, 0, 0, 0, NULL, 0, 0, var ? 3 : 0 };
             ms_stats sst;
             for (int64_t i = 0; i < N_IDS; i++) lp[i] = 0.0;
-            ms_status st = score(dir, &rc, var ? 1 : 2, var ? 7 : 0, IDS, N_IDS, lp, last, V, msg, sizeof msg, &sst);
+            ms_status st = score(dir, &rc, var ? 1 : 2, var ? 7 : 0, IDS, N_IDS, lp, tid, tlp, last, V, msg,
+                                 sizeof msg, &sst);
             CHECK(st == MS_OK, "%s: score at rung %d variant %d: %s", name, r, var, msg);
             if (st != MS_OK) continue;
             CHECK(isnan(lp[0]) && memcmp(lp + 1, want + 1, (size_t)(N_IDS - 1) * sizeof *lp) == 0,
                   "%s: score at rung %d variant %d: log-probabilities differ from the resident logits'", name, r, var);
+            int top_same = memcmp(tid, want_tid, sizeof tid) == 0 &&
+                           memcmp(tlp + SCORE_K, want_tlp + SCORE_K, sizeof tlp - SCORE_K * sizeof *tlp) == 0;
+            for (int j = 0; j < SCORE_K; j++) top_same &= isnan(tlp[j]) != 0;
+            CHECK(top_same, "%s: score at rung %d variant %d: the top %d differ from ms_logprob_top's", name, r, var,
+                  SCORE_K);
             CHECK(memcmp(last, ref + (N_IDS - 1) * V, (size_t)V * sizeof *last) == 0,
                   "%s: score at rung %d variant %d: the session's logits are not the last row's", name, r, var);
             if (r == 0) tb[var] = sst.trunk_bytes_read;
@@ -311,11 +346,18 @@ static void score_ladder(const char *dir, const char *name, const float *ref, in
         ms_session *s;
         if (ms_session_open(e, &s) == MS_OK) {
             const int32_t bad_id[] = { 1, (int32_t)V };
-            CHECK(ms_session_score(s, IDS, 0, lp) == MS_E_USAGE, "%s: score of 0 tokens", name);
-            CHECK(ms_session_score(s, IDS, 2, NULL) == MS_E_USAGE, "%s: score without an output", name);
-            CHECK(ms_session_score(s, bad_id, 2, lp) == MS_E_USAGE, "%s: score of an id out of range", name);
-            CHECK(ms_session_score(s, IDS, 1, lp) == MS_OK && isnan(lp[0]), "%s: score of 1 token", name);
-            CHECK(ms_session_score(s, IDS + 1, 1, lp) == MS_OK && lp[0] == want[1],
+            CHECK(ms_session_score(s, IDS, 0, lp, 0, NULL, NULL) == MS_E_USAGE, "%s: score of 0 tokens", name);
+            CHECK(ms_session_score(s, IDS, 2, NULL, 0, NULL, NULL) == MS_E_USAGE, "%s: score without an output", name);
+            CHECK(ms_session_score(s, IDS, 2, lp, 3, NULL, NULL) == MS_E_USAGE, "%s: score without a top output", name);
+            CHECK(ms_session_score(s, IDS, 2, lp, MS_TOP_MAX + 1, tid, tlp) == MS_E_USAGE, "%s: score top_k too large",
+                  name);
+            CHECK(ms_session_score(s, bad_id, 2, lp, 0, NULL, NULL) == MS_E_USAGE, "%s: score of an id out of range",
+                  name);
+            CHECK(ms_session_score(s, IDS, 1, lp, 0, NULL, NULL) == MS_OK && isnan(lp[0]), "%s: score of 1 token",
+                  name);
+            CHECK(ms_session_score(s, IDS + 1, 1, lp, SCORE_K, tid, tlp) == MS_OK && lp[0] == want[1] &&
+                      memcmp(tid, want_tid + SCORE_K, SCORE_K * sizeof *tid) == 0 &&
+                      memcmp(tlp, want_tlp + SCORE_K, SCORE_K * sizeof *tlp) == 0,
                   "%s: score after a feed: %.17g, want %.17g", name, lp[0], want[1]);
             ms_session_close(s);
         }

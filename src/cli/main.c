@@ -601,7 +601,7 @@ static int cmd_perplexity(int argc, char **argv) {
     ms_engine_stats_reset(e);
     if (!lp) { fprintf(stderr, "moestream: out of memory\n"); rc = EXIT_RUNTIME; }
     else if ((st = ms_session_open(e, &s)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_engine_error(e)); rc = cli_exit_code(st); }
-    else if ((st = ms_session_score(s, ids, n, lp)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_session_error(s)); rc = cli_exit_code(st); }
+    else if ((st = ms_session_score(s, ids, n, lp, 0, NULL, NULL)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_session_error(s)); rc = cli_exit_code(st); }
     else {
         double nll = 0.0;
         for (int64_t i = 1; i < n; i++) nll -= lp[i];

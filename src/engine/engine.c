@@ -386,8 +386,29 @@ static ms_status make_unsound(ms_session *s, const char *msg) {
  * ms_session_rollback needs (one chunk). count: add the feed to the prefill /
  * decode counters (ms_session_decode counts its own). check: reject non-finite
  * final logits (a verify pass checks each row it uses instead). *dt: seconds. */
+_Static_assert(MS_TOP_MAX == MS_LSE_TOP_MAX, "the public and the fold's top-k bounds");
+
+typedef struct score_out {
+    double *lp;                 /* [n] */
+    int k;                      /* top entries per row */
+    int32_t *top_ids;           /* [n * k] */
+    double *top_lp;             /* [n * k] */
+} score_out;
+
+/* Row i of a score from a whole row of logits (the session's, before a feed). */
+static void score_row(const float *logits, int64_t V, int32_t id, const score_out *so, int64_t i) {
+    ms_lse l;
+    ms_lse_init(&l, so->k);
+    ms_lse_fold(&l, logits, V, 0);
+    so->lp[i] = ms_lse_logprob(&l, logits[id]);
+    for (int j = 0; j < so->k; j++) {
+        so->top_ids[i * so->k + j] = j < l.n_top ? l.top_id[j] : -1;
+        so->top_lp[i * so->k + j] = j < l.n_top ? ms_lse_logprob(&l, l.top_x[j]) : NAN;
+    }
+}
+
 static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
-                      double *score, int record, int count, int check, double *dt_out) {
+                      const score_out *score, int record, int count, int check, double *dt_out) {
     if (s->sticky != MS_OK) return s->sticky;
     if (n < 1) {
         snprintf(s->error, sizeof s->error, "feed: no tokens");
@@ -412,11 +433,15 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         return MS_E_USAGE;
     }
     s->rb.n_rec = 0;                        /* any feed ends the previous record */
-    if (score) score[0] = s->has_logits ? ms_logprob(s->logits, V, ids[0]) : NAN;
+    if (score && s->has_logits) score_row(s->logits, V, ids[0], score, 0);
+    else if (score) {
+        score->lp[0] = NAN;
+        for (int j = 0; j < score->k; j++) { score->top_ids[j] = -1; score->top_lp[j] = NAN; }
+    }
     ms_err err;
     ms_err_clear(&err);
     ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, record ? &s->rb : NULL,
-                       NULL, 0, NULL };
+                       NULL, 0, NULL, 0, NULL, NULL };
     double t0 = now_s();
     ms_status st = MS_OK;
     const int64_t chunk = e->p.prefill_chunk;
@@ -427,7 +452,10 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         if (score) {
             ctx.score_target = ids + i + 1;
             ctx.score_n = n - i - 1 < T ? n - i - 1 : T;
-            ctx.score_lp = score + i + 1;
+            ctx.score_lp = score->lp + i + 1;
+            ctx.score_k = score->k;
+            ctx.score_top_ids = score->top_ids ? score->top_ids + (i + 1) * score->k : NULL;
+            ctx.score_top_lp = score->top_lp ? score->top_lp + (i + 1) * score->k : NULL;
         }
         st = ms_forward(&ctx, s->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
         if (st == MS_OK && all_logits)
@@ -445,7 +473,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         st = ms_err_set(&err, MS_E_UNSOUND, "non-finite logit %lld after position %lld",
                         (long long)bad, (long long)s->st.n_past);
     for (int64_t i = 1; st == MS_OK && score && i < n; i++)
-        if (!isfinite(score[i]))
+        if (!isfinite(score->lp[i]))
             st = ms_err_set(&err, MS_E_UNSOUND, "non-finite log-probability at position %lld",
                             (long long)(s->st.n_past - n + i));
     if (st != MS_OK) return make_unsound(s, err.msg);
@@ -453,18 +481,32 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     return MS_OK;
 }
 
-ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double *logprob) {
-    if (!logprob) {
-        snprintf(s->error, sizeof s->error, "score: no output array");
+ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double *logprob, int top_k,
+                           int32_t *top_ids, double *top_logprob) {
+    if (!logprob || top_k < 0 || top_k > MS_TOP_MAX || (top_k > 0 && (!top_ids || !top_logprob))) {
+        snprintf(s->error, sizeof s->error, "score: no output array, or top_k %d outside [0, %d]", top_k, MS_TOP_MAX);
         return MS_E_USAGE;
     }
-    return feed(s, ids, n, NULL, logprob, 0, 1, 1, NULL);
+    const score_out so = { logprob, top_k, top_ids, top_logprob };
+    return feed(s, ids, n, NULL, &so, 0, 1, 1, NULL);
 }
 
 double ms_logprob(const float *logits, int64_t n, int32_t id) {
-    double m = -INFINITY, z = 0.0;
-    ms_lse_fold(&m, &z, logits, n);
-    return ((double)logits[id] - m) - log(z);
+    ms_lse l;
+    ms_lse_init(&l, 0);
+    ms_lse_fold(&l, logits, n, 0);
+    return ms_lse_logprob(&l, logits[id]);
+}
+
+int ms_logprob_top(const float *logits, int64_t n, int k, int32_t *ids, double *logprobs) {
+    ms_lse l;
+    ms_lse_init(&l, k);
+    ms_lse_fold(&l, logits, n, 0);
+    for (int j = 0; j < l.n_top; j++) {
+        ids[j] = l.top_id[j];
+        logprobs[j] = ms_lse_logprob(&l, l.top_x[j]);
+    }
+    return l.n_top;
 }
 
 ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits) {

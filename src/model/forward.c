@@ -64,7 +64,8 @@ struct ms_fwd {
     int *tregion;               /* their regions, [n_layer * LAST_TOKENS * k] */
     float *y;                   /* final [T, H] */
     float *lt;                  /* scoring: logits of a vocabulary tile [T, SCORE_ROWS] */
-    double *sm, *sz, *sx;       /* scoring: per row the fold's max and sum, the target's logit */
+    ms_lse *sl;                 /* scoring: per row the fold [T] */
+    float *sx;                  /* scoring: per row the target's logit [T] */
 };
 
 /* Chunk tokens whose experts keep_last_experts marks as just used. */
@@ -895,7 +896,7 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
         f->tkeep = TI(m->n_layer); f->emark = TI(E);
     }
     f->lt = TF(T * SCORE_ROWS);
-    f->sm = take(a, T, sizeof(double)); f->sz = take(a, T, sizeof(double)); f->sx = take(a, T, sizeof(double));
+    f->sl = take(a, T, sizeof(ms_lse)); f->sx = TF(T);
 }
 #undef TF
 #undef TI
@@ -955,7 +956,7 @@ void ms_fwd_free(ms_fwd *f) {
     free(f->sel); free(f->etok); free(f->eslot); free(f->ecount); free(f->eregion);
     free(f->psel); free(f->pregion); free(f->estate); free(f->eorder);
     free(f->tsel); free(f->tregion); free(f->tkeep); free(f->emark);
-    free(f->lt); free(f->sm); free(f->sz); free(f->sx);
+    free(f->lt); free(f->sl); free(f->sx);
     free((void *)f->eptr);
     free(f);
 }
@@ -988,8 +989,15 @@ static void keep_last_experts(ms_fwd_ctx *c, ms_fwd *f, int64_t T) {
     if (n > 0) ms_store_touch(c->store, f->tregion, n);
 }
 
-void ms_lse_fold(double *m, double *z, const float *x, int64_t n) {
-    double mm = *m, zz = *z;
+void ms_lse_init(ms_lse *s, int k) {
+    s->m = -INFINITY;
+    s->z = 0.0;
+    s->k = k < 0 ? 0 : k > MS_LSE_TOP_MAX ? MS_LSE_TOP_MAX : k;
+    s->n_top = 0;
+}
+
+void ms_lse_fold(ms_lse *s, const float *x, int64_t n, int64_t id0) {
+    double mm = s->m, zz = s->z;
     for (int64_t i = 0; i < n; i++) {
         const double v = x[i];
         if (v > mm) {
@@ -998,9 +1006,24 @@ void ms_lse_fold(double *m, double *z, const float *x, int64_t n) {
         } else {
             zz += exp(v - mm);
         }
+        /* top k: x enters when it beats the k-th (strictly: an equal later id
+           stays out), after every kept value >= it */
+        if (s->k > 0 && (s->n_top < s->k || x[i] > s->top_x[s->n_top - 1])) {
+            int j = s->n_top < s->k ? s->n_top++ : s->k - 1;
+            for (; j > 0 && !(s->top_x[j - 1] >= x[i]); j--) {
+                s->top_x[j] = s->top_x[j - 1];
+                s->top_id[j] = s->top_id[j - 1];
+            }
+            s->top_x[j] = x[i];
+            s->top_id[j] = (int32_t)(id0 + i);
+        }
     }
-    *m = mm;
-    *z = zz;
+    s->m = mm;
+    s->z = zz;
+}
+
+double ms_lse_logprob(const ms_lse *s, float x) {
+    return ((double)x - s->m) - log(s->z);
 }
 
 typedef struct score_job {
@@ -1015,7 +1038,7 @@ static void score_part(void *ctx, int64_t t0, int64_t t1) {
     ms_fwd *f = j->f;
     for (int64_t t = t0; t < t1; t++) {
         const float *x = f->lt + t * SCORE_ROWS;
-        ms_lse_fold(&f->sm[t], &f->sz[t], x, j->nr);
+        ms_lse_fold(&f->sl[t], x, j->nr, j->r0);
         const int64_t d = (int64_t)j->c->score_target[t] - j->r0;
         if (d >= 0 && d < j->nr) f->sx[t] = x[d];
     }
@@ -1030,8 +1053,7 @@ static void score_rows(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int6
     const int64_t H = m->cfg.hidden_size;
     if (ic == 0)
         for (int64_t t = 0; t < c->score_n; t++) {
-            f->sm[t] = -INFINITY;
-            f->sz[t] = 0.0;
+            ms_lse_init(&f->sl[t], c->score_k);
             f->sx[t] = NAN;
         }
     for (int64_t r0 = m->lm_row0[ic]; r0 < m->lm_row0[ic + 1]; r0 += SCORE_ROWS) {
@@ -1053,7 +1075,8 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
     const int64_t H = cf->hidden_size, V = cf->vocab_size, B = cf->attn_res_block_size;
     const float eps = (float)cf->rms_norm_eps;
     MS_ASSERT(T >= 1 && T <= f->max_T);
-    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T));
+    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
+                               c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
     if (st->n_past + T > st->max_ctx)
         return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
                           (long long)st->n_past, (long long)T, (long long)st->max_ctx);
@@ -1143,9 +1166,14 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         score_rows(c, f, lb, ic, T, logits);
         ms_store_release(c->store, m->lm_region[ic]);
     }
-    if (c->score_lp)
-        for (int64_t t = 0; t < c->score_n; t++)
-            c->score_lp[t] = (f->sx[t] - f->sm[t]) - log(f->sz[t]);
+    for (int64_t t = 0; c->score_lp && t < c->score_n; t++) {
+        const ms_lse *l = &f->sl[t];
+        c->score_lp[t] = ms_lse_logprob(l, f->sx[t]);
+        for (int i = 0; i < c->score_k; i++) {
+            c->score_top_ids[t * c->score_k + i] = i < l->n_top ? l->top_id[i] : -1;
+            c->score_top_lp[t * c->score_k + i] = i < l->n_top ? ms_lse_logprob(l, l->top_x[i]) : NAN;
+        }
+    }
     for (int ic = 0; ic < m->n_lm_chunks && !c->score_lp; ic++) {
         const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
         if (!lb) return with_context(err, err->status, "after the last layer: lm_head rows %lld..%lld",

@@ -155,12 +155,17 @@ typedef struct ms_fwd_ctx {
     ms_rollback *rec;           /* not NULL: record this forward (T <= rec->max_T) so
                                    ms_state_rollback can keep a prefix of it */
     /* Scoring (score_lp not NULL): rows t < score_n get score_lp[t] = the
-       log-probability of score_target[t] under row t's logits (ms_lse_fold),
-       computed a tile of vocabulary rows at a time: no [T, n_vocab] logits
-       are held. `logits` then receives the last row's logits only. */
+       log-probability of score_target[t] under row t's logits (ms_lse), and
+       with score_k > 0 their score_k most likely ids and log-probabilities
+       (score_top_ids / score_top_lp, [score_n * score_k]), computed a tile of
+       vocabulary rows at a time: no [T, n_vocab] logits are held. `logits`
+       then receives the last row's logits only. */
     const int32_t *score_target;
     int64_t score_n;
     double *score_lp;
+    int score_k;
+    int32_t *score_top_ids;
+    double *score_top_lp;
 } ms_fwd_ctx;
 
 /* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.
@@ -170,12 +175,23 @@ typedef struct ms_fwd_ctx {
 ms_status ms_forward(ms_fwd_ctx *ctx, ms_fwd *f, ms_state *st, const int32_t *ids,
                      int64_t T, float *logits, int all_logits, ms_err *err);
 
-/* Log-softmax in one pass, in index order (scoring): for each x[i], in
- * double, if x > *m then *z = *z * exp(*m - x) + 1 and *m = x, else
- * *z += exp(x - *m). Start from *m = -INFINITY, *z = 0; the log-probability
- * of logit xt is then (xt - m) - log(z). One sequential fold, so the result
- * does not depend on how the row is cut into calls. */
-void ms_lse_fold(double *m, double *z, const float *x, int64_t n);
+/* Log-softmax of a row of logits in one pass, in index order (scoring): for
+ * each x, in double, if x > m then z = z * exp(m - x) + 1 and m = x, else
+ * z += exp(x - m), from m = -INFINITY, z = 0; the log-probability of logit xt
+ * is then (xt - m) - log(z). Also keeps the k largest logits and their ids
+ * (ties: the lower id first). One sequential fold, so nothing depends on how
+ * the row is cut into calls. */
+#define MS_LSE_TOP_MAX 20
+typedef struct ms_lse {
+    double m, z;
+    int k, n_top;               /* kept: n_top <= k <= MS_LSE_TOP_MAX, largest first */
+    int32_t top_id[MS_LSE_TOP_MAX];
+    float top_x[MS_LSE_TOP_MAX];
+} ms_lse;
+void ms_lse_init(ms_lse *s, int k);
+/* Fold x[0, n), the logits of ids id0 .. id0 + n - 1. */
+void ms_lse_fold(ms_lse *s, const float *x, int64_t n, int64_t id0);
+double ms_lse_logprob(const ms_lse *s, float x);
 
 /* Keep only the first n_keep (1 <= n_keep <= rb->n_rec) tokens of the last
  * recorded forward: afterwards st is bit for bit the state a forward over
