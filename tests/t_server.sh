@@ -141,7 +141,10 @@ req 400 invalid_value POST $C "{$M,$HI,\"tool_choice\":\"required\"}"
 req 400 invalid_value POST $C "{$M,$HI,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}"
 req 400 invalid_value POST $C "{$M,$HI,\"reasoning_effort\":\"extreme\"}"
 req 400 invalid_type POST $C "{$M,$HI,\"thinking\":\"maybe\"}"
-req 400 unsupported_parameter POST $C "{$M,$HI,\"logprobs\":true}"
+req 400 invalid_type POST $C "{$M,$HI,\"logprobs\":1}"
+req 400 invalid_value POST $C "{$M,$HI,\"top_logprobs\":2}"
+req 400 invalid_value POST $C "{$M,$HI,\"logprobs\":true,\"top_logprobs\":21}"
+req 400 unsupported_parameter POST $C "{$M,$HI,\"logprobs\":true,\"stream\":true}"
 req 400 unsupported_parameter POST $C "{$M,$HI,\"frequency_penalty\":0.5}"
 req 400 unsupported_parameter POST $C "{$M,$HI,\"response_format\":{\"type\":\"json_object\"}}"
 # limits: messages, context, body, headers
@@ -172,6 +175,61 @@ req 400 invalid_value POST $L "{$M,\"prompt\":[1,-2]}"
 req 400 unsupported_parameter POST $L "{$M,\"prompt\":[\"a\",\"b\"]}"
 req 400 missing_required_parameter POST $L "{$M}"
 req 400 invalid_type POST $L "{$M,\"prompt\":{}}"
+req 400 invalid_value POST $L "{$M,\"prompt\":\"a\",\"logprobs\":21}"
+req 400 unsupported_parameter POST $L "{$M,\"prompt\":\"a\",\"logprobs\":1,\"stream\":true}"
+# logprobs. The echoed prompt is scored in the engine (ms_session_score), sampled tokens
+# from their decode logits (ms_logprob): (1) greedy with echo: the first token null, each
+# sampled token the best of its top 3, tokens joined = text, text_offset = their starts;
+# (2) that text as the prompt, echoed: the same tokens and the same log-probability bits
+# for every position of (1), sampled ones included; (3) its nll = `moestream
+# perplexity` on the same text, to every digit printed; (4) chat: one entry per content
+# token, the chosen one first of its top 2 (greedy), bytes = the token's UTF-8
+lpreq() { curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$1" -d "$2"; }
+lpreq $L "{$M,\"prompt\":\"The king said unto\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":3,\"echo\":true}" > "$tmp/lp1.json"
+$PY - "$tmp/lp1.json" > "$tmp/lp1.txt" <<'EOF' && ok || bad "completion logprobs (1): $(cat "$tmp/lp1.txt") $(head -c 600 "$tmp/lp1.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+lp = c["logprobs"]; t = lp["tokens"]; v = lp["token_logprobs"]; top = lp["top_logprobs"]
+assert len(t) == len(v) == len(top) == len(lp["text_offset"]) and len(t) > 6, lp
+assert v[0] is None and top[0] is None, (v[0], top[0])
+assert "".join(t) == c["text"], (t, c["text"])
+assert lp["text_offset"] == [len("".join(t[:i])) for i in range(len(t))], lp["text_offset"]
+for i in range(1, len(t)):
+    assert v[i] < 0 and 1 <= len(top[i]) <= 4 and top[i].get(t[i]) == v[i], (i, t[i], v[i], top[i])
+for i in range(len(t) - 6, len(t)):
+    assert v[i] == max(top[i].values()), (i, v[i], top[i])   # greedy: the best
+sys.stdout.write(c["text"])
+EOF
+text=$(cat "$tmp/lp1.txt")
+$PY -c 'import json,sys; print(json.dumps({"model":sys.argv[1],"prompt":sys.argv[2],"max_tokens":1,"temperature":0,"logprobs":3,"echo":True}))' "$NAME" "$text" > "$tmp/lp2req.json"
+lpreq $L @"$tmp/lp2req.json" > "$tmp/lp2.json"
+printf '%s' "$text" > "$tmp/lp.txt"
+"$BIN" perplexity "$MODEL" --file "$tmp/lp.txt" --quiet > "$tmp/ppl.json" 2>&1
+$PY - "$tmp/lp1.json" "$tmp/lp2.json" "$tmp/ppl.json" <<'EOF' && ok || bad "completion logprobs (2, 3): $(head -c 400 "$tmp/lp2.json") / $(cat "$tmp/ppl.json")"
+import json, sys
+a = json.load(open(sys.argv[1]))["choices"][0]["logprobs"]
+b = json.load(open(sys.argv[2]))["choices"][0]["logprobs"]
+n = len(a["tokens"])
+assert b["tokens"][:n] == a["tokens"], (a["tokens"], b["tokens"])
+assert b["token_logprobs"][:n] == a["token_logprobs"], (a["token_logprobs"], b["token_logprobs"])
+assert b["top_logprobs"][:n] == a["top_logprobs"]
+p = json.load(open(sys.argv[3]))
+v = b["token_logprobs"][1:n]
+nll = -sum(v) / len(v)
+assert p["n_tokens"] == n and "%.10f" % nll == "%.10f" % p["nll"], (nll, p)
+EOF
+lpreq $C "{$M,$HI,\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}" > "$tmp/lp3.json"
+$PY - "$tmp/lp3.json" <<'EOF' && ok || bad "chat logprobs: $(head -c 600 "$tmp/lp3.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+ents = c["logprobs"]["content"]
+assert c["logprobs"]["refusal"] is None and 1 <= len(ents) <= 4, c
+assert "".join(e["token"] for e in ents) == c["message"]["content"], (ents, c["message"])
+for e in ents:
+    assert bytes(e["bytes"]).decode("utf-8") == e["token"] and e["logprob"] < 0, e
+    assert len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["token"] == e["token"], e
+    assert e["top_logprobs"][0]["logprob"] == e["logprob"] >= e["top_logprobs"][1]["logprob"], e
+EOF
 # a streamed response is SSE and ends with [DONE]
 curl -sN -H "Authorization: Bearer $KEY" "$U$C" -d "{$M,$HI,\"max_tokens\":3,\"stream\":true,\"temperature\":0}" > "$tmp/sse"
 [ "$(grep -c '^data: ' "$tmp/sse")" -ge 3 ] && [ "$(grep '^data: ' "$tmp/sse" | tail -n 1)" = "data: [DONE]" ] && ok || bad "SSE shape: $(head -c 400 "$tmp/sse")"

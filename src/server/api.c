@@ -493,9 +493,15 @@ fail:
 int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (check_model(s, req, e) < 0) return -1;
     if (common_params(s, req, j, s->o.default_max_tokens, e) < 0) return -1;
-    const json_t *lp = member(req, "logprobs");
-    if (lp && !(json_is_boolean(lp) && !json_is_true(lp)))
-        return srv_err_set(e, 400, INVALID, "logprobs", "unsupported_parameter", "'logprobs' is not supported");
+    int want_lp = 0;
+    int64_t top = -1;
+    if (get_bool(req, "logprobs", &want_lp, e) < 0) return -1;
+    if (get_int(req, "top_logprobs", 0, MS_TOP_MAX, &top, e) < 0) return -1;
+    if (top >= 0 && !want_lp)
+        return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+    j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
+    if (j->logprobs >= 0 && j->stream)
+        return srv_err_set(e, 400, INVALID, "logprobs", "unsupported_parameter", "'logprobs' is not supported with 'stream'");
     const json_t *rf = member(req, "response_format");
     if (rf) {
         const json_t *ty = json_object_get(rf, "type");
@@ -612,7 +618,11 @@ int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (member(req, "suffix")) return srv_err_set(e, 400, INVALID, "suffix", "unsupported_parameter", "'suffix' is not supported");
     int64_t k;
     if (get_int(req, "best_of", 1, 1, &k, e) < 0) return -1;
-    if (get_int(req, "logprobs", 0, 0, &k, e) < 0) return -1;
+    k = -1;
+    if (get_int(req, "logprobs", 0, MS_TOP_MAX, &k, e) < 0) return -1;
+    j->logprobs = (int)k;
+    if (j->logprobs >= 0 && j->stream)
+        return srv_err_set(e, 400, INVALID, "logprobs", "unsupported_parameter", "'logprobs' is not supported with 'stream'");
     const json_t *p = json_object_get(req, "prompt");
     if (!p) return srv_err_set(e, 400, INVALID, "prompt", "missing_required_parameter", "'prompt' is required");
     if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
@@ -737,6 +747,84 @@ void srv_api_emit_call(srv *s, srv_job *j, int64_t i, const srv_call_out *c) {
     send_event(j, chunk(s, j, json_pack("{s:[o]}", "tool_calls", call_json(j, i, c, 1)), NULL));
 }
 
+/* A token as text: its bytes, cleaned to UTF-8 (a token that ends inside a
+ * character shows U+FFFD), into b (reset first). */
+static void token_text(srv *s, int32_t id, srv_buf *b) {
+    b->n = 0;
+    if (b->p) b->p[0] = '\0';
+    const char *t;
+    int64_t len = ms_token_bytes(s->e, id, &t);
+    if (len > 0) srv_utf8_clean(b, t, (size_t)len);
+    else srv_buf_add(b, "", 0);
+}
+
+static size_t utf8_chars(const char *p, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* {token, logprob, bytes} of chat logprobs; b: the token's cleaned text. */
+static json_t *chat_lp_entry(srv *s, int32_t id, double lp, srv_buf *b) {
+    token_text(s, id, b);
+    const char *t;
+    int64_t len = ms_token_bytes(s->e, id, &t);
+    json_t *bytes = json_array();
+    for (int64_t i = 0; i < len; i++) json_array_append_new(bytes, json_integer((unsigned char)t[i]));
+    return json_pack("{s:o, s:f, s:o}", "token", str_n(b->p ? b->p : "", b->n), "logprob", lp, "bytes", bytes);
+}
+
+/* OpenAI's chat logprobs: {content: [{token, logprob, bytes, top_logprobs:
+ * [{token, logprob, bytes}]}], refusal: null}, one entry per sampled token. */
+static json_t *chat_logprobs_json(srv *s, const srv_result *r) {
+    json_t *content = json_array();
+    srv_buf b = {0};
+    for (int64_t i = 0; i < r->n_lp; i++) {
+        const srv_lp *x = &r->lp[i];
+        json_t *tops = json_array();
+        for (int q = 0; q < x->n_top; q++) json_array_append_new(tops, chat_lp_entry(s, x->top_id[q], x->top_lp[q], &b));
+        json_t *o = chat_lp_entry(s, x->id, x->lp, &b);
+        json_object_set_new(o, "top_logprobs", tops);
+        json_array_append_new(content, o);
+    }
+    srv_buf_free(&b);
+    return json_pack("{s:o, s:n}", "content", content, "refusal");
+}
+
+/* OpenAI's completion logprobs: tokens, token_logprobs, top_logprobs (the
+ * top alternatives and the chosen token, by text; null for a first echoed
+ * token), text_offset (characters into the returned text). */
+static json_t *logprobs_json(srv *s, const srv_result *r) {
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    srv_buf b = {0}, b2 = {0};
+    size_t at = 0;
+    for (int64_t i = 0; i < r->n_lp; i++) {
+        const srv_lp *x = &r->lp[i];
+        token_text(s, x->id, &b);
+        json_array_append_new(tokens, str_n(b.p ? b.p : "", b.n));
+        json_array_append_new(offs, json_integer((json_int_t)at));
+        at += b.p ? utf8_chars(b.p, b.n) : 0;
+        if (isnan(x->lp)) {
+            json_array_append_new(lps, json_null());
+            json_array_append_new(tops, json_null());
+            continue;
+        }
+        json_array_append_new(lps, json_real(x->lp));
+        json_t *t = json_object();
+        for (int q = 0; q < x->n_top; q++) {
+            token_text(s, x->top_id[q], &b2);
+            const char *k = b2.p ? b2.p : "";
+            if (!json_object_get(t, k)) json_object_set_new(t, k, json_real(x->top_lp[q]));
+        }
+        if (!json_object_get(t, b.p ? b.p : "")) json_object_set_new(t, b.p ? b.p : "", json_real(x->lp));
+        json_array_append_new(tops, t);
+    }
+    srv_buf_free(&b);
+    srv_buf_free(&b2);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
 void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
     if (!r->finish) {
         srv_err e;
@@ -784,12 +872,14 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
             for (int64_t i = 0; i < r->n_calls; i++) json_array_append_new(calls, call_json(j, i, &r->calls[i], 0));
             json_object_set_new(msg, "tool_calls", calls);
         }
-        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", r->finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs",
+                           j->logprobs >= 0 ? chat_logprobs_json(s, r) : json_null(), "finish_reason", r->finish);
     } else {
         srv_buf t = {0};
         if (j->echo && j->echo_text) srv_utf8_clean(&t, j->echo_text, strlen(j->echo_text));
         srv_buf_adds(&t, r->content);
-        choice = json_pack("{s:s%, s:i, s:n, s:s}", "text", t.p ? t.p : "", t.n, "index", 0, "logprobs", "finish_reason", r->finish);
+        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", t.p ? t.p : "", t.n, "index", 0, "logprobs",
+                           j->logprobs >= 0 ? logprobs_json(s, r) : json_null(), "finish_reason", r->finish);
         srv_buf_free(&t);
     }
     char *body = NULL;

@@ -137,6 +137,8 @@ typedef struct srv_job {
     int thinking;               /* chat: which generation prompt was rendered */
     int ignore_eos;             /* do not stop at the stop token (benchmarks, tests) */
     char *echo_text;            /* completion with echo: the prompt text */
+    int logprobs;               /* -1: none; else the alternatives per token (0..MS_TOP_MAX):
+                                   completions' "logprobs", chat's "top_logprobs" */
 
     /* shared with the worker, under mu */
     pthread_mutex_t mu;
@@ -228,6 +230,16 @@ typedef struct srv_call_out {
     const char *arguments;      /* valid UTF-8 JSON text */
 } srv_call_out;
 
+/* One token's log-probability (natural log, the model's distribution before
+ * sampling) and its top alternatives; lp NAN: none (an echoed first token). */
+typedef struct srv_lp {
+    int32_t id;
+    int n_top;
+    double lp;
+    int32_t top_id[MS_TOP_MAX];
+    double top_lp[MS_TOP_MAX];
+} srv_lp;
+
 typedef struct srv_result {
     const char *finish;         /* "stop" | "length" | "tool_calls"; NULL = failed */
     int err_status;             /* failed: HTTP status and message */
@@ -238,6 +250,9 @@ typedef struct srv_result {
     const char *content;        /* chat: the answer; completion: the text */
     const srv_call_out *calls;  /* call i gets the id "call_<job id hex>_<i>" */
     int64_t n_calls;
+    const srv_lp *lp;           /* logprobs >= 0: the echoed prompt's tokens (completions
+                                   with echo), then every sampled token */
+    int64_t n_lp;
 } srv_result;
 
 /* Stream: the first chunk (role). */

@@ -134,6 +134,7 @@ srv_job *srv_job_new(void) {
     j->refs = 1;
     atomic_init(&j->cancel, 0);
     j->sp = ms_sample_default_params();
+    j->logprobs = -1;
     return j;
 }
 
