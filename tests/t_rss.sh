@@ -124,7 +124,11 @@ for ram in 118 122 126 130 135 140 150 165 180 200; do
         "$BIN" run "$dir" --ids 1,2,3 --gen 2 --quiet --ram ${ram}M --chunk 32 > /dev/null 2>&1 && bad "--ram ${ram}M fits --chunk 32 but not the chosen chunk (exit $rc)" || ok
         seen="$seen ${ram}M:-"
     else
-        ok; seen="$seen ${ram}M:$(printf '%s' "$out" | grep -o '"prefill_chunk": [0-9]*' | grep -o '[0-9]*$')"
+        ok; got=$(printf '%s' "$out" | grep -o '"prefill_chunk": [0-9]*' | grep -o '[0-9]*$'); seen="$seen ${ram}M:$got"
+        # the choice plans with the estimated process size, as `plan` does, and only
+        # steps down when the measured one does not fit it: never above plan's
+        pl=$("$BIN" plan "$dir" --ram ${ram}M | grep -o 'scratch for [0-9]*-token' | grep -o '[0-9]*')
+        [ -n "$got" ] && [ -n "$pl" ] && [ "$got" -le "$pl" ] && ok || bad "--ram ${ram}M: run chose $got-token chunks, plan $pl"
     fi
 done
 echo "t_rss: chunks chosen for the budget:$seen"

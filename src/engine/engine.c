@@ -158,10 +158,10 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     } else if (p->ram_bytes > 0) {
         ms_model dry;
         if ((st = ms_model_bind(&dry, &e->cfg, NULL, NULL, &err)) != MS_OK) { ms_model_free(&dry); goto fail; }
-        const int64_t rss = rss_bytes();    /* once: the choice below plans with what the store gets */
+        const int64_t rss = rss_bytes();    /* once: the choice checks its chunk against what the store gets */
         if (p->prefill_chunk == 0) {
-            const ms_chunk_budget b = { p->ram_bytes, rss, e->p.max_context, e->p.max_draft,
-                                        p->trunk_bytes, p->expert_bytes };
+            const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry), e->p.max_context, e->p.max_draft,
+                                        p->trunk_bytes, p->expert_bytes, rss };
             e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
         }
         int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk);

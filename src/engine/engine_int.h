@@ -50,12 +50,22 @@ int64_t ms_resolve_chunk(int64_t chunk, int max_draft, char *msg, size_t msg_len
 #define MS_AUTO_CHUNK_MAX 1024
 #define MS_AUTO_CHUNK_COST 32
 typedef struct ms_chunk_budget {
-    int64_t ram, overhead;              /* --ram (0 = none) and the process overhead */
+    int64_t ram, overhead;              /* --ram (0 = none) and the process overhead the
+                                           choice plans with (ms_overhead_estimate) */
     int64_t max_ctx;
     int max_draft;
     int64_t trunk_bytes, expert_bytes;  /* the store's ceilings (0 = auto) */
+    int64_t measured;                   /* > 0: the overhead the store will get (the
+                                           process's RSS): a chunk above 32 must fit it too */
 } ms_chunk_budget;
+/* The choice plans with the estimated overhead, not the measured RSS, so it
+ * is the same in every run of the same command (the RSS moves by a megabyte
+ * or so between runs, and a budget near a boundary flipped between two
+ * chunks) and `plan` shows what the engine does. */
 int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b);
+/* The process overhead `plan` and the chunk choice assume: MS_BASE_OVERHEAD
+ * plus ~200 bytes per tensor for the checkpoint's name table. */
+int64_t ms_overhead_estimate(const ms_model *dry);
 /* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 

@@ -89,6 +89,12 @@ static ms_status chunk_plan(const ms_model *dry, const ms_chunk_budget *b, int64
                       b->expert_bytes, out, &err);
 }
 
+int64_t ms_overhead_estimate(const ms_model *dry) {
+    int64_t n_tensors = 0;
+    for (int i = 0; i < dry->n_plan_regions; i++) n_tensors += dry->plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;
+    return MS_BASE_OVERHEAD + 200 * n_tensors;
+}
+
 int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
     if (b->ram <= 0) return MS_DEFAULT_CHUNK;
     ms_plan p32, pc;
@@ -96,10 +102,14 @@ int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
     const int64_t E = dry->cfg.num_experts, k = dry->cfg.num_experts_per_token;
     const int64_t base = decode_reads(&p32, E, k);
     if (base <= 0) return MS_DEFAULT_CHUNK;
+    ms_chunk_budget real = *b;
+    real.overhead = b->measured;
     for (int64_t c = MS_AUTO_CHUNK_MAX; c > MS_DEFAULT_CHUNK; c /= 2) {
         if (c > b->max_ctx) continue;
         if (chunk_plan(dry, b, c, &pc) != MS_OK) continue;
-        if (decode_reads(&pc, E, k) - base <= base / MS_AUTO_CHUNK_COST) return c;
+        if (decode_reads(&pc, E, k) - base > base / MS_AUTO_CHUNK_COST) continue;
+        if (b->measured > 0 && chunk_plan(dry, &real, c, &pc) != MS_OK) continue;
+        return c;
     }
     return MS_DEFAULT_CHUNK;
 }
@@ -124,12 +134,9 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     ms_model m;
     st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
-    /* the name table: ~ 200 bytes per tensor (info + name + hash slot) */
-    int64_t n_tensors = 0;
-    for (int i = 0; i < m.n_plan_regions; i++) n_tensors += m.plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;
-    const int64_t overhead = MS_BASE_OVERHEAD + 200 * n_tensors;
+    const int64_t overhead = ms_overhead_estimate(&m);
     if (prefill_chunk == 0) {
-        const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, 0, 0 };
+        const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, 0, 0, 0 };
         chunk = ms_auto_chunk(&m, &cb);
     }
     const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk);
