@@ -144,7 +144,6 @@ req 400 invalid_type POST $C "{$M,$HI,\"thinking\":\"maybe\"}"
 req 400 invalid_type POST $C "{$M,$HI,\"logprobs\":1}"
 req 400 invalid_value POST $C "{$M,$HI,\"top_logprobs\":2}"
 req 400 invalid_value POST $C "{$M,$HI,\"logprobs\":true,\"top_logprobs\":21}"
-req 400 unsupported_parameter POST $C "{$M,$HI,\"logprobs\":true,\"stream\":true}"
 req 400 unsupported_parameter POST $C "{$M,$HI,\"frequency_penalty\":0.5}"
 req 400 unsupported_parameter POST $C "{$M,$HI,\"response_format\":{\"type\":\"json_object\"}}"
 # limits: messages, context, body, headers
@@ -176,14 +175,13 @@ req 400 unsupported_parameter POST $L "{$M,\"prompt\":[\"a\",\"b\"]}"
 req 400 missing_required_parameter POST $L "{$M}"
 req 400 invalid_type POST $L "{$M,\"prompt\":{}}"
 req 400 invalid_value POST $L "{$M,\"prompt\":\"a\",\"logprobs\":21}"
-req 400 unsupported_parameter POST $L "{$M,\"prompt\":\"a\",\"logprobs\":1,\"stream\":true}"
 # logprobs. The echoed prompt is scored in the engine (ms_session_score), sampled tokens
 # from their decode logits (ms_logprob): (1) greedy with echo: the first token null, each
 # sampled token the best of its top 3, tokens joined = text, text_offset = their starts;
 # (2) that text as the prompt, echoed: the same tokens and the same log-probability bits
 # for every position of (1), sampled ones included; (3) its nll = `moestream
 # perplexity` on the same text, to every digit printed; (4) chat: one entry per content
-# token, the chosen one first of its top 2 (greedy), bytes = the token's UTF-8
+# token, the chosen one first of its top 2 (greedy), bytes = the token's UTF-8; (5) below
 lpreq() { curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$1" -d "$2"; }
 lpreq $L "{$M,\"prompt\":\"The king said unto\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":3,\"echo\":true}" > "$tmp/lp1.json"
 $PY - "$tmp/lp1.json" > "$tmp/lp1.txt" <<'EOF' && ok || bad "completion logprobs (1): $(cat "$tmp/lp1.txt") $(head -c 600 "$tmp/lp1.json")"
@@ -229,6 +227,36 @@ for e in ents:
     assert bytes(e["bytes"]).decode("utf-8") == e["token"] and e["logprob"] < 0, e
     assert len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["token"] == e["token"], e
     assert e["top_logprobs"][0]["logprob"] == e["logprob"] >= e["top_logprobs"][1]["logprob"], e
+EOF
+# (5) streamed: the chunks' logprobs, joined, are the non-streamed ones (completions with
+# echo: the prompt's come with the echoed text; chat: with the deltas)
+lpreq $L "{$M,\"prompt\":\"The king said unto\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":3,\"echo\":true,\"stream\":true}" > "$tmp/lp1s.sse"
+lpreq $C "{$M,$HI,\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2,\"stream\":true}" > "$tmp/lp3s.sse"
+$PY - "$tmp/lp1.json" "$tmp/lp1s.sse" "$tmp/lp3.json" "$tmp/lp3s.sse" <<'EOF' && ok || bad "streamed logprobs differ: $(head -c 400 "$tmp/lp1s.sse")"
+import json, sys
+def events(path):
+    out = []
+    for line in open(path):
+        if line.startswith("data: ") and line.strip() != "data: [DONE]":
+            out.append(json.loads(line[6:]))
+    return out
+a = json.load(open(sys.argv[1]))["choices"][0]
+got = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+text = ""
+for ev in events(sys.argv[2]):
+    ch = ev["choices"][0]
+    text += ch["text"]
+    if ch["logprobs"] is not None:
+        for k in got: got[k] += ch["logprobs"][k]
+assert text == a["text"] and got == a["logprobs"], (text, got, a)
+c = json.load(open(sys.argv[3]))["choices"][0]
+ents, content = [], ""
+for ev in events(sys.argv[4]):
+    ch = ev["choices"][0]
+    content += ch["delta"].get("content") or ""
+    if ch["logprobs"] is not None:
+        ents += ch["logprobs"]["content"]
+assert content == c["message"]["content"] and ents == c["logprobs"]["content"], (content, ents, c)
 EOF
 # a streamed response is SSE and ends with [DONE]
 curl -sN -H "Authorization: Bearer $KEY" "$U$C" -d "{$M,$HI,\"max_tokens\":3,\"stream\":true,\"temperature\":0}" > "$tmp/sse"

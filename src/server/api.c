@@ -500,8 +500,6 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (top >= 0 && !want_lp)
         return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
     j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
-    if (j->logprobs >= 0 && j->stream)
-        return srv_err_set(e, 400, INVALID, "logprobs", "unsupported_parameter", "'logprobs' is not supported with 'stream'");
     const json_t *rf = member(req, "response_format");
     if (rf) {
         const json_t *ty = json_object_get(rf, "type");
@@ -621,8 +619,6 @@ int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     k = -1;
     if (get_int(req, "logprobs", 0, MS_TOP_MAX, &k, e) < 0) return -1;
     j->logprobs = (int)k;
-    if (j->logprobs >= 0 && j->stream)
-        return srv_err_set(e, 400, INVALID, "logprobs", "unsupported_parameter", "'logprobs' is not supported with 'stream'");
     const json_t *p = json_object_get(req, "prompt");
     if (!p) return srv_err_set(e, 400, INVALID, "prompt", "missing_required_parameter", "'prompt' is required");
     if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
@@ -707,44 +703,47 @@ static void send_event(srv_job *j, json_t *o) {
     free(txt);
 }
 
-static json_t *chunk(srv *s, const srv_job *j, json_t *delta_or_text, const char *finish) {
+static json_t *lp_object(srv *s, srv_job *j, const srv_lp *lp, int64_t n);
+
+/* A stream chunk; logprobs: its choice's logprobs (NULL: null), consumed. */
+static json_t *chunk(srv *s, const srv_job *j, json_t *delta_or_text, const char *finish, json_t *logprobs) {
     json_t *o = envelope(s, j, j->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
-                               finish ? json_string(finish) : json_null());
+    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", logprobs ? logprobs : json_null(),
+                               "finish_reason", finish ? json_string(finish) : json_null());
     if (!o || !choice) { json_decref(o); json_decref(choice); json_decref(delta_or_text); return NULL; }
     json_object_set_new(choice, j->kind == SRV_CHAT ? "delta" : "text", delta_or_text);
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     return o;
 }
 
-void srv_api_emit_start(srv *s, srv_job *j) {
+void srv_api_emit_start(srv *s, srv_job *j, const srv_lp *lp, int64_t n_lp) {
     if (!j->stream) return;
     if (j->kind == SRV_CHAT)
-        send_event(j, chunk(s, j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
+        send_event(j, chunk(s, j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL));
     else if (j->echo && j->echo_text) {
         srv_buf b = {0};
         if (srv_utf8_clean(&b, j->echo_text, strlen(j->echo_text)) == 0)
-            send_event(j, chunk(s, j, str_n(b.p, b.n), NULL));
+            send_event(j, chunk(s, j, str_n(b.p, b.n), NULL, lp_object(s, j, lp, n_lp)));
         srv_buf_free(&b);
     }
 }
 
 void srv_api_emit_delta(srv *s, srv_job *j, const char *reasoning, size_t n_reasoning,
-                        const char *content, size_t n_content) {
+                        const char *content, size_t n_content, const srv_lp *lp, int64_t n_lp) {
     if (!j->stream || (n_reasoning == 0 && n_content == 0)) return;
     if (j->kind == SRV_COMPLETION) {
-        send_event(j, chunk(s, j, str_n(content, n_content), NULL));
+        send_event(j, chunk(s, j, str_n(content, n_content), NULL, lp_object(s, j, lp, n_lp)));
         return;
     }
     json_t *d = json_object();
     if (n_reasoning) json_object_set_new(d, "reasoning_content", str_n(reasoning, n_reasoning));
     if (n_content) json_object_set_new(d, "content", str_n(content, n_content));
-    send_event(j, chunk(s, j, d, NULL));
+    send_event(j, chunk(s, j, d, NULL, lp_object(s, j, lp, n_lp)));
 }
 
 void srv_api_emit_call(srv *s, srv_job *j, int64_t i, const srv_call_out *c) {
     if (!j->stream) return;
-    send_event(j, chunk(s, j, json_pack("{s:[o]}", "tool_calls", call_json(j, i, c, 1)), NULL));
+    send_event(j, chunk(s, j, json_pack("{s:[o]}", "tool_calls", call_json(j, i, c, 1)), NULL, NULL));
 }
 
 /* A token as text: its bytes, cleaned to UTF-8 (a token that ends inside a
@@ -776,11 +775,11 @@ static json_t *chat_lp_entry(srv *s, int32_t id, double lp, srv_buf *b) {
 
 /* OpenAI's chat logprobs: {content: [{token, logprob, bytes, top_logprobs:
  * [{token, logprob, bytes}]}], refusal: null}, one entry per sampled token. */
-static json_t *chat_logprobs_json(srv *s, const srv_result *r) {
+static json_t *chat_logprobs_json(srv *s, const srv_lp *lp, int64_t n) {
     json_t *content = json_array();
     srv_buf b = {0};
-    for (int64_t i = 0; i < r->n_lp; i++) {
-        const srv_lp *x = &r->lp[i];
+    for (int64_t i = 0; i < n; i++) {
+        const srv_lp *x = &lp[i];
         json_t *tops = json_array();
         for (int q = 0; q < x->n_top; q++) json_array_append_new(tops, chat_lp_entry(s, x->top_id[q], x->top_lp[q], &b));
         json_t *o = chat_lp_entry(s, x->id, x->lp, &b);
@@ -794,12 +793,12 @@ static json_t *chat_logprobs_json(srv *s, const srv_result *r) {
 /* OpenAI's completion logprobs: tokens, token_logprobs, top_logprobs (the
  * top alternatives and the chosen token, by text; null for a first echoed
  * token), text_offset (characters into the returned text). */
-static json_t *logprobs_json(srv *s, const srv_result *r) {
+static json_t *logprobs_json(srv *s, const srv_lp *lp, int64_t n, size_t *at_io) {
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     srv_buf b = {0}, b2 = {0};
-    size_t at = 0;
-    for (int64_t i = 0; i < r->n_lp; i++) {
-        const srv_lp *x = &r->lp[i];
+    size_t at = *at_io;
+    for (int64_t i = 0; i < n; i++) {
+        const srv_lp *x = &lp[i];
         token_text(s, x->id, &b);
         json_array_append_new(tokens, str_n(b.p ? b.p : "", b.n));
         json_array_append_new(offs, json_integer((json_int_t)at));
@@ -821,8 +820,16 @@ static json_t *logprobs_json(srv *s, const srv_result *r) {
     }
     srv_buf_free(&b);
     srv_buf_free(&b2);
+    *at_io = at;
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);
+}
+
+/* The job's logprobs object for entries lp[0, n) (null without logprobs);
+ * completions' text offsets continue from j->lp_offset. */
+static json_t *lp_object(srv *s, srv_job *j, const srv_lp *lp, int64_t n) {
+    if (j->logprobs < 0) return json_null();
+    return j->kind == SRV_CHAT ? chat_logprobs_json(s, lp, n) : logprobs_json(s, lp, n, &j->lp_offset);
 }
 
 void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
@@ -846,7 +853,9 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
         return;
     }
     if (j->stream) {
-        json_t *last = chunk(s, j, j->kind == SRV_CHAT ? json_object() : json_string(""), r->finish);
+        json_t *last = chunk(s, j, j->kind == SRV_CHAT ? json_object() : json_string(""), r->finish,
+                             r->n_lp > r->n_lp_sent ? lp_object(s, j, r->lp + r->n_lp_sent, r->n_lp - r->n_lp_sent)
+                                                    : NULL);
         if (last) json_object_set_new(last, "usage", usage_json(r));
         send_event(j, last);
         if (j->include_usage) {
@@ -873,13 +882,13 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
             json_object_set_new(msg, "tool_calls", calls);
         }
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs",
-                           j->logprobs >= 0 ? chat_logprobs_json(s, r) : json_null(), "finish_reason", r->finish);
+                           lp_object(s, j, r->lp, r->n_lp), "finish_reason", r->finish);
     } else {
         srv_buf t = {0};
         if (j->echo && j->echo_text) srv_utf8_clean(&t, j->echo_text, strlen(j->echo_text));
         srv_buf_adds(&t, r->content);
         choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", t.p ? t.p : "", t.n, "index", 0, "logprobs",
-                           j->logprobs >= 0 ? logprobs_json(s, r) : json_null(), "finish_reason", r->finish);
+                           lp_object(s, j, r->lp, r->n_lp), "finish_reason", r->finish);
         srv_buf_free(&t);
     }
     char *body = NULL;

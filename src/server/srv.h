@@ -139,6 +139,7 @@ typedef struct srv_job {
     char *echo_text;            /* completion with echo: the prompt text */
     int logprobs;               /* -1: none; else the alternatives per token (0..MS_TOP_MAX):
                                    completions' "logprobs", chat's "top_logprobs" */
+    size_t lp_offset;           /* stream (worker only): text_offset of the next entry */
 
     /* shared with the worker, under mu */
     pthread_mutex_t mu;
@@ -253,13 +254,16 @@ typedef struct srv_result {
     const srv_lp *lp;           /* logprobs >= 0: the echoed prompt's tokens (completions
                                    with echo), then every sampled token */
     int64_t n_lp;
+    int64_t n_lp_sent;          /* stream: entries already sent with earlier chunks */
 } srv_result;
 
-/* Stream: the first chunk (role). */
-void srv_api_emit_start(srv *s, srv_job *j);
-/* Stream: a piece of reasoning and/or content (valid UTF-8, may be empty). */
+/* Stream: the first chunk (chat: the role; completions with echo: the prompt,
+ * with its logprobs entries lp[0, n_lp) when asked for). */
+void srv_api_emit_start(srv *s, srv_job *j, const srv_lp *lp, int64_t n_lp);
+/* Stream: a piece of reasoning and/or content (valid UTF-8, may be empty) and
+ * the logprobs entries of the tokens sampled since the last piece. */
 void srv_api_emit_delta(srv *s, srv_job *j, const char *reasoning, size_t n_reasoning,
-                        const char *content, size_t n_content);
+                        const char *content, size_t n_content, const srv_lp *lp, int64_t n_lp);
 /* Stream: tool call number i, whole. */
 void srv_api_emit_call(srv *s, srv_job *j, int64_t i, const srv_call_out *c);
 /* The end: stream -> last chunk(s) + [DONE]; otherwise the whole response.

@@ -123,6 +123,7 @@ typedef struct gen {
     srv_buf scratch, scratch2;
     srv_lp *lp;                 /* logprobs: echoed prompt tokens, then sampled ones */
     int64_t n_lp, cap_lp;
+    int64_t lp_sent;            /* stream: entries sent with a chunk */
 } gen;
 
 static srv_lp *lp_next(gen *g) {
@@ -217,7 +218,13 @@ static void emit_text(srv *s, srv_job *j, gen *g, const char *r, size_t nr, cons
     if (to_c > g->sent_c) srv_utf8_clean(&g->scratch2, c + g->sent_c, to_c - g->sent_c);
     g->sent_r = to_r;
     g->sent_c = to_c;
-    srv_api_emit_delta(s, j, g->scratch.p, g->scratch.n, g->scratch2.p, g->scratch2.n);
+    /* the entries of the tokens sampled since the last piece go with the next
+       piece of text (held-back text holds them back too; the last chunk takes
+       what is left) */
+    if (g->scratch.n == 0 && g->scratch2.n == 0) return;
+    srv_api_emit_delta(s, j, g->scratch.p, g->scratch.n, g->scratch2.p, g->scratch2.n, g->lp + g->lp_sent,
+                       g->n_lp - g->lp_sent);
+    g->lp_sent = g->n_lp;
 }
 
 /* A tool call as sent: name and arguments cleaned (allocated into *buf). */
@@ -391,7 +398,8 @@ static void run_job(srv *s, ms_session **sesp, srv_job *j) {
         if (st != MS_OK) goto done;
         at += n;
     }
-    srv_api_emit_start(s, j);
+    srv_api_emit_start(s, j, g.lp, g.n_lp);
+    if (j->stream && j->kind == SRV_COMPLETION && j->echo && j->echo_text) g.lp_sent = g.n_lp;
     if (j->kind == SRV_CHAT && j->n_forced > 0) on_token(s, j, &g, j->forced[j->n_forced - 1]);
 
     /* decode, in steps of ms_session_decode (one token, or with --speculate a
@@ -441,6 +449,7 @@ static void run_job(srv *s, ms_session **sesp, srv_job *j) {
     res.finish = finish;
     res.lp = g.lp;
     res.n_lp = g.n_lp;
+    res.n_lp_sent = g.lp_sent;
     res.reasoning = clean_r.p ? clean_r.p : "";
     res.content = clean_c.p ? clean_c.p : "";
 
