@@ -1159,11 +1159,19 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         ms_rmsnorm(f->y + (t - t0) * H, f->h + t * H, fn, H, eps);
     }
     ms_store_release(c->store, m->final_region);
-    for (int ic = 0; ic < m->n_lm_chunks && c->score_lp; ic++) {
+    for (int ic = 0; ic < m->n_lm_chunks; ic++) {
         const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
         if (!lb) return with_context(err, err->status, "after the last layer: lm_head rows %lld..%lld",
                                      (long long)m->lm_row0[ic], (long long)m->lm_row0[ic + 1]);
-        score_rows(c, f, lb, ic, T, logits);
+        if (c->score_lp) {
+            score_rows(c, f, lb, ic, T, logits);
+        } else {
+            const int64_t r0 = m->lm_row0[ic];
+            ms_wt part = m->lm_head;
+            part.off = m->lm_off[ic];
+            part.rows = m->lm_row0[ic + 1] - r0;
+            mm_bf16(c, logits + r0, V, lb, &part, f->y, H, T - t0);
+        }
         ms_store_release(c->store, m->lm_region[ic]);
     }
     for (int64_t t = 0; c->score_lp && t < c->score_n; t++) {
@@ -1173,17 +1181,6 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
             c->score_top_ids[t * c->score_k + i] = i < l->n_top ? l->top_id[i] : -1;
             c->score_top_lp[t * c->score_k + i] = i < l->n_top ? ms_lse_logprob(l, l->top_x[i]) : NAN;
         }
-    }
-    for (int ic = 0; ic < m->n_lm_chunks && !c->score_lp; ic++) {
-        const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
-        if (!lb) return with_context(err, err->status, "after the last layer: lm_head rows %lld..%lld",
-                                     (long long)m->lm_row0[ic], (long long)m->lm_row0[ic + 1]);
-        const int64_t r0 = m->lm_row0[ic];
-        ms_wt part = m->lm_head;
-        part.off = m->lm_off[ic];
-        part.rows = m->lm_row0[ic + 1] - r0;
-        mm_bf16(c, logits + r0, V, lb, &part, f->y, H, T - t0);
-        ms_store_release(c->store, m->lm_region[ic]);
     }
     st->n_past += T;
     if (c->rec) c->rec->n_rec = T;

@@ -138,7 +138,8 @@ static srv_lp *lp_next(gen *g) {
 }
 
 /* Feed ids[0, n) scoring them (completions with echo and logprobs): one
- * entry per token. -1 when out of memory (nothing fed). */
+ * entry per token. -1 when out of memory (the session may have advanced;
+ * the job fails). */
 static int score_feed(const srv_job *j, gen *g, ms_session *ses, const int32_t *ids, int64_t n, ms_status *st) {
     const int k = j->logprobs;
     double *lp = malloc((size_t)n * sizeof *lp);
