@@ -180,8 +180,9 @@ req 400 invalid_value POST $L "{$M,\"prompt\":\"a\",\"logprobs\":21}"
 # sampled token the best of its top 3, tokens joined = text, text_offset = their starts;
 # (2) that text as the prompt, echoed: the same tokens and the same log-probability bits
 # for every position of (1), sampled ones included; (3) its nll = `moestream
-# perplexity` on the same text, to every digit printed; (4) chat: one entry per content
-# token, the chosen one first of its top 2 (greedy), bytes = the token's UTF-8; (5) below
+# perplexity` on the same text, to every digit printed; (4) chat: one entry per token of
+# the answer (none for reasoning), the chosen one first of its top 2 (greedy), bytes = the
+# token's UTF-8; (5) below
 lpreq() { curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$1" -d "$2"; }
 lpreq $L "{$M,\"prompt\":\"The king said unto\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":3,\"echo\":true}" > "$tmp/lp1.json"
 $PY - "$tmp/lp1.json" > "$tmp/lp1.txt" <<'EOF' && ok || bad "completion logprobs (1): $(cat "$tmp/lp1.txt") $(head -c 600 "$tmp/lp1.json")"
@@ -217,8 +218,13 @@ nll = -sum(v) / len(v)
 assert p["n_tokens"] == n and "%.10f" % nll == "%.10f" % p["nll"], (nll, p)
 EOF
 lpreq $C "{$M,$HI,\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}" > "$tmp/lp3.json"
-$PY - "$tmp/lp3.json" <<'EOF' && ok || bad "chat logprobs: $(head -c 600 "$tmp/lp3.json")"
+lpreq $C "{$M,$HI,\"max_tokens\":12,\"temperature\":0,\"logprobs\":true,\"thinking\":true}" > "$tmp/lp4.json"
+$PY - "$tmp/lp3.json" "$tmp/lp4.json" <<'EOF' && ok || bad "chat logprobs: $(head -c 600 "$tmp/lp3.json") / $(head -c 600 "$tmp/lp4.json")"
 import json, sys
+# thinking on: the entries are the answer's tokens only (k3-tiny reasons past 12 tokens)
+t = json.load(open(sys.argv[2]))["choices"][0]
+assert t["message"]["reasoning_content"], t
+assert "".join(e["token"] for e in t["logprobs"]["content"]) == t["message"]["content"], t
 c = json.load(open(sys.argv[1]))["choices"][0]
 ents = c["logprobs"]["content"]
 assert c["logprobs"]["refusal"] is None and 1 <= len(ents) <= 4, c

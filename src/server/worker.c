@@ -124,6 +124,8 @@ typedef struct gen {
     srv_lp *lp;                 /* logprobs: echoed prompt tokens, then sampled ones */
     int64_t n_lp, cap_lp;
     int64_t lp_sent;            /* stream: entries sent with a chunk */
+    int lp_pending;             /* chat: the last entry's token is not yet known to be content */
+    size_t content_len;         /* chat with logprobs: the answer's length after the last token */
 } gen;
 
 static srv_lp *lp_next(gen *g) {
@@ -258,10 +260,15 @@ static void on_token(srv *s, srv_job *j, gen *g, int32_t id) {
         if (j->stream) emit_text(s, j, g, NULL, 0, g->text.p, g->text.n, 0);
         return;
     }
-    if (!j->stream && j->n_stop == 0) return;          /* nothing to do per token */
+    if (!j->stream && j->n_stop == 0 && j->logprobs < 0) return;     /* nothing to do per token */
     ms_reply r;
     if (ms_chat_parse_reply(s->e, g->ids, g->n, j->thinking, &r) != MS_OK) return;
     size_t nc = strlen(r.content);
+    /* chat logprobs are the answer's (content's) tokens: a sampled token that
+       added nothing to it (reasoning, tool-call markup) loses its entry */
+    if (g->lp_pending && nc <= g->content_len) g->n_lp--;
+    g->lp_pending = 0;
+    if (nc > g->content_len) g->content_len = nc;
     find_stop(j, g, r.content, nc);
     if (j->stream) {
         emit_text(s, j, g, r.reasoning, strlen(r.reasoning), r.content, nc, 0);
@@ -312,10 +319,12 @@ static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, 
         e->id = id;
         e->lp = ms_logprob(logits, p->s->info.n_vocab, id);
         e->n_top = ms_logprob_top(logits, p->s->info.n_vocab, p->j->logprobs, e->top_id, e->top_lp);
+        p->g->lp_pending = p->j->kind == SRV_CHAT;
     }
     p->g->n_sampled++;
     if (!p->j->ignore_eos && is_stop_id(p->s, id)) {
         if (p->j->logprobs >= 0) p->g->n_lp--;      /* like the text: without the stop token */
+        p->g->lp_pending = 0;
         p->finish = "stop";
         return id;
     }
