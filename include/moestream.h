@@ -374,7 +374,13 @@ typedef struct ms_sample_params {
     float top_p;                /* 1 = off */
     float min_p;                /* 0 = off: drop tokens with p < min_p * p_max */
     float repeat_penalty;       /* 1 = off: logits of recent tokens / (or *) this */
-    int32_t repeat_last_n;      /* how many recent tokens the penalty looks at */
+    int32_t repeat_last_n;      /* how many recent tokens the penalties look at */
+    float frequency_penalty;    /* 0 = off: minus this x the id's count in the last
+                                   repeat_last_n tokens (OpenAI's, over that window) */
+    float presence_penalty;     /* 0 = off: minus this once if the id is among them */
+    const int32_t *bias_ids;    /* logit_bias: n_bias (id, bias) pairs added to the logits */
+    const float *bias;          /* (after the penalties); copied by ms_sampler_open */
+    int32_t n_bias;
     uint64_t seed;
 } ms_sample_params;
 

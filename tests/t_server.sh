@@ -144,7 +144,12 @@ req 400 invalid_type POST $C "{$M,$HI,\"thinking\":\"maybe\"}"
 req 400 invalid_type POST $C "{$M,$HI,\"logprobs\":1}"
 req 400 invalid_value POST $C "{$M,$HI,\"top_logprobs\":2}"
 req 400 invalid_value POST $C "{$M,$HI,\"logprobs\":true,\"top_logprobs\":21}"
-req 400 unsupported_parameter POST $C "{$M,$HI,\"frequency_penalty\":0.5}"
+req 200 - POST $C "{$M,$HI,\"max_tokens\":2,\"frequency_penalty\":0.5,\"presence_penalty\":-0.5}"
+req 400 invalid_value POST $C "{$M,$HI,\"frequency_penalty\":2.5}"
+req 400 invalid_type POST $C "{$M,$HI,\"logit_bias\":[1]}"
+req 400 invalid_value POST $C "{$M,$HI,\"logit_bias\":{\"abc\":1}}"
+req 400 invalid_value POST $C "{$M,$HI,\"logit_bias\":{\"5\":101}}"
+req 400 invalid_value POST $C "{$M,$HI,\"logit_bias\":{\"99999999\":1}}"
 req 400 unsupported_parameter POST $C "{$M,$HI,\"response_format\":{\"type\":\"json_object\"}}"
 # limits: messages, context, body, headers
 $PY -c "import json,sys; print(json.dumps({'model':sys.argv[1],'messages':[{'role':'user','content':'m'}]*65}))" "$NAME" > "$tmp/many.json"
@@ -175,6 +180,12 @@ req 400 unsupported_parameter POST $L "{$M,\"prompt\":[\"a\",\"b\"]}"
 req 400 missing_required_parameter POST $L "{$M}"
 req 400 invalid_type POST $L "{$M,\"prompt\":{}}"
 req 400 invalid_value POST $L "{$M,\"prompt\":\"a\",\"logprobs\":21}"
+# logit_bias +100 on the token " Moses" makes it every greedy pick
+mid=$(printf ' Moses' | "$BIN" tokenize "$MODEL" | tr -d '[] \n')
+got5=$(curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$L" \
+    -d "{$M,\"prompt\":\"The king\",\"max_tokens\":3,\"temperature\":0,\"logit_bias\":{\"$mid\":100}}" |
+    $PY -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"], end="")')
+case "$mid" in *,*|'') bad "' Moses' is not one token: '$mid'" ;; *) [ "$got5" = " Moses Moses Moses" ] && ok || bad "logit_bias +100 on $mid: '$got5'" ;; esac
 # logprobs. The echoed prompt is scored in the engine (ms_session_score), sampled tokens
 # from their decode logits (ms_logprob): (1) greedy with echo: the first token null, each
 # sampled token the best of its top 3, tokens joined = text, text_offset = their starts;

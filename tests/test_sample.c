@@ -1,5 +1,6 @@
-/* tests/test_sample.c - the samplers: greedy, top-k, top-p, min-p, repetition
- * penalty, seeds, and that sampling follows the softmax distribution. */
+/* tests/test_sample.c - the samplers: greedy, top-k, top-p, min-p, repetition,
+ * frequency and presence penalties, logit bias, seeds, and that sampling
+ * follows the softmax distribution. */
 #include "moestream.h"
 
 #include "check.h"
@@ -77,6 +78,55 @@ int main(void) {
     CHECK(ms_sampler_next(rp, lr, h, 2) == 1, "penalised token 0 loses to token 1");
     CHECK(ms_sampler_next(rp, lr, NULL, 0) == 0, "without history token 0 wins");
     ms_sampler_close(rp);
+    /* frequency / presence penalties: token 0 seen twice, token 1 once */
+    {
+        const float lf[3] = { 2.0f, 1.7f, 1.0f };
+        const int32_t hf[3] = { 0, 1, 0 };
+        ms_sample_params q = ms_sample_default_params();
+        q.frequency_penalty = 0.2f;     /* 0: 2.0 - 2 x 0.2 = 1.6, 1: 1.7 - 0.2 = 1.5 */
+        char m2[128];
+        ms_sampler *f = ms_sampler_open(&q, 3, m2, sizeof m2);
+        CHECK(f && ms_sampler_next(f, lf, hf, 3) == 0, "frequency 0.2: token 0 (1.6) still beats token 1 (1.5)");
+        ms_sampler_close(f);
+        q.frequency_penalty = 0.4f;     /* 0: 1.2, 1: 1.3, 2: 1.0 */
+        f = ms_sampler_open(&q, 3, m2, sizeof m2);
+        CHECK(f && ms_sampler_next(f, lf, hf, 3) == 1, "frequency 0.4: token 0 counted twice (1.2) loses to 1 (1.3)");
+        ms_sampler_close(f);
+        q.frequency_penalty = 0.0f;
+        q.presence_penalty = 0.8f;      /* once each: 0: 1.2, 1: 0.9, 2: 1.0 */
+        f = ms_sampler_open(&q, 3, m2, sizeof m2);
+        CHECK(f && ms_sampler_next(f, lf, hf, 3) == 0, "presence 0.8: once per id, token 0 (1.2) wins");
+        CHECK(f && ms_sampler_next(f, lf, hf + 1, 2) == 0, "presence: history {1, 0}: 0 (1.2) beats 2 (1.0)");
+        ms_sampler_close(f);
+        q.presence_penalty = 1.5f;      /* 0: 0.5, 1: 0.2, 2: 1.0 */
+        f = ms_sampler_open(&q, 3, m2, sizeof m2);
+        CHECK(f && ms_sampler_next(f, lf, hf, 3) == 2, "presence 1.5: the unseen token 2 wins");
+        ms_sampler_close(f);
+        q.repeat_last_n = 1;            /* window: the last token (0) only: 0: 0.5, 1: 1.7 */
+        f = ms_sampler_open(&q, 3, m2, sizeof m2);
+        CHECK(f && ms_sampler_next(f, lf, hf, 3) == 1, "presence with a 1-token window: only token 0 penalised");
+        ms_sampler_close(f);
+        /* logit bias: forces and bans, greedy and sampled */
+        const int32_t bid[2] = { 2, 0 };
+        const float bv[2] = { 100.0f, -100.0f };
+        q = ms_sample_default_params();
+        q.bias_ids = bid; q.bias = bv; q.n_bias = 1;
+        f = ms_sampler_open(&q, 3, m2, sizeof m2);
+        CHECK(f && ms_sampler_next(f, lf, NULL, 0) == 2, "logit bias +100 makes token 2 the greedy pick");
+        ms_sampler_close(f);
+        q.bias_ids = bid + 1; q.bias = bv + 1; q.temperature = 1.0f; q.seed = 3;
+        f = ms_sampler_open(&q, 3, m2, sizeof m2);
+        int banned = 0;
+        for (int i = 0; f && i < 200; i++) banned += ms_sampler_next(f, lf, NULL, 0) == 0;
+        CHECK(f && banned == 0, "logit bias -100 bans token 0 when sampling (%d of 200)", banned);
+        ms_sampler_close(f);
+        q.n_bias = 1; q.bias = bv;
+        const int32_t bad_id[1] = { 3 };
+        q.bias_ids = bad_id;
+        CHECK(ms_sampler_open(&q, 3, m2, sizeof m2) == NULL, "logit bias on an id out of range refused");
+        q = ms_sample_default_params(); q.presence_penalty = 2.5f;
+        CHECK(ms_sampler_open(&q, 3, m2, sizeof m2) == NULL, "presence penalty 2.5 refused");
+    }
     /* bad parameters are refused */
     ms_sample_params bad = ms_sample_default_params();
     bad.top_p = 0.0f;

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
         "      --max-tokens N       tokens to generate (alias --gen; default 64)\n"
         "      --ignore-eos         do not stop at <|end_of_msg|> (only text prompts stop there)\n"
         "      --temperature T --top-k K --top-p P --min-p P --repeat-penalty R --seed S\n"
+        "      --frequency-penalty F --presence-penalty P   (OpenAI's, over the last 64 tokens)\n"
         "                           sampling (default greedy)\n"
         "      --json               one JSON object on stdout (prompt_ids, generated_ids, text, stats)\n"
         "      --dump-logits PATH   write the first generated step's logits (float32 LE [vocab])\n"
@@ -238,6 +239,8 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--top-p")) FLT(top_p);
         else if (!strcmp(a, "--min-p")) FLT(min_p);
         else if (!strcmp(a, "--repeat-penalty")) FLT(repeat_penalty);
+        else if (!strcmp(a, "--frequency-penalty")) FLT(frequency_penalty);
+        else if (!strcmp(a, "--presence-penalty")) FLT(presence_penalty);
         else if (!strcmp(a, "--top-k") || !strcmp(a, "--seed")) {
             NEED();
             char *end;

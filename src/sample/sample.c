@@ -20,6 +20,8 @@ struct ms_sampler {
     uint64_t rng;
     cand *c;                    /* [n_vocab] */
     float *work;                /* [n_vocab] penalised logits */
+    int32_t *bias_ids;          /* [p.n_bias], copies */
+    float *bias;
 };
 
 ms_sample_params ms_sample_default_params(void) {
@@ -48,6 +50,12 @@ ms_sampler *ms_sampler_open(const ms_sample_params *p, int64_t n_vocab, char *er
     else if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) bad = "min_p must be in [0, 1]";
     else if (!(p->repeat_penalty > 0.0f) || p->repeat_penalty > 100.0f) bad = "repeat_penalty must be in (0, 100]";
     else if (p->repeat_last_n < 0) bad = "repeat_last_n must be >= 0";
+    else if (!(fabsf(p->frequency_penalty) <= 2.0f) || !(fabsf(p->presence_penalty) <= 2.0f))
+        bad = "frequency_penalty and presence_penalty must be in [-2, 2]";
+    else if (p->n_bias < 0 || (p->n_bias > 0 && (!p->bias_ids || !p->bias))) bad = "logit bias: no arrays";
+    for (int32_t i = 0; !bad && i < p->n_bias; i++)
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab || !(fabsf(p->bias[i]) <= 100.0f))
+            bad = "logit bias: ids must be token ids, biases in [-100, 100]";
     if (bad) {
         if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "sampling: %s", bad);
         return NULL;
@@ -59,7 +67,15 @@ ms_sampler *ms_sampler_open(const ms_sample_params *p, int64_t n_vocab, char *er
     s->rng = p->seed;
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
-    if (!s->c || !s->work) {
+    s->bias_ids = malloc((size_t)(p->n_bias + 1) * sizeof *s->bias_ids);
+    s->bias = malloc((size_t)(p->n_bias + 1) * sizeof *s->bias);
+    if (s->bias_ids && s->bias && p->n_bias > 0) {
+        memcpy(s->bias_ids, p->bias_ids, (size_t)p->n_bias * sizeof *s->bias_ids);
+        memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+    }
+    s->p.bias_ids = s->bias_ids;
+    s->p.bias = s->bias;
+    if (!s->c || !s->work || !s->bias_ids || !s->bias) {
         ms_sampler_close(s);
         if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "sampling: out of memory");
         return NULL;
@@ -71,6 +87,8 @@ void ms_sampler_close(ms_sampler *s) {
     if (!s) return;
     free(s->c);
     free(s->work);
+    free(s->bias_ids);
+    free(s->bias);
     free(s);
 }
 
@@ -97,6 +115,21 @@ int32_t ms_sampler_next(ms_sampler *s, const float *logits, const int32_t *hist,
             w[id] = w[id] > 0.0f ? w[id] / p->repeat_penalty : w[id] * p->repeat_penalty;
         }
     }
+    /* frequency / presence penalties on each distinct id of the window, once:
+       w -= count * frequency_penalty + presence_penalty (float, in that order) */
+    if ((p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) && p->repeat_last_n > 0) {
+        int64_t from = n_hist > p->repeat_last_n ? n_hist - p->repeat_last_n : 0;
+        for (int64_t i = from; i < n_hist; i++) {
+            int32_t id = hist[i];
+            if (id < 0 || id >= V) continue;
+            int seen = 0, count = 0;
+            for (int64_t j = from; j < i && !seen; j++) seen = hist[j] == id;
+            if (seen) continue;
+            for (int64_t j = i; j < n_hist; j++) count += hist[j] == id;
+            w[id] = w[id] - ((float)count * p->frequency_penalty + p->presence_penalty);
+        }
+    }
+    for (int32_t i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] = w[p->bias_ids[i]] + p->bias[i];
     if (p->temperature <= 0.0f) return ms_argmax(w, V);
 
     int64_t n = 0;

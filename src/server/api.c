@@ -149,16 +149,38 @@ static int common_params(srv *s, const json_t *req, srv_job *j, int64_t default_
     if (r > 0) j->sp.min_p = (float)x;
     if ((r = get_number(req, "repetition_penalty", 0.01, 100.0, &x, e)) < 0) return -1;
     if (r > 0) j->sp.repeat_penalty = (float)x;
-    for (int i = 0; i < 2; i++) {
-        const char *key = i ? "presence_penalty" : "frequency_penalty";
-        if ((r = get_number(req, key, -2.0, 2.0, &x, e)) < 0) return -1;
-        if (r > 0 && x != 0.0)
-            return srv_err_set(e, 400, INVALID, key, "unsupported_parameter",
-                               "'%s' is not supported (use repetition_penalty)", key);
-    }
+    if ((r = get_number(req, "frequency_penalty", -2.0, 2.0, &x, e)) < 0) return -1;
+    if (r > 0) j->sp.frequency_penalty = (float)x;
+    if ((r = get_number(req, "presence_penalty", -2.0, 2.0, &x, e)) < 0) return -1;
+    if (r > 0) j->sp.presence_penalty = (float)x;
     const json_t *lb = member(req, "logit_bias");
-    if (lb && !(json_is_object(lb) && json_object_size(lb) == 0))
-        return srv_err_set(e, 400, INVALID, "logit_bias", "unsupported_parameter", "'logit_bias' is not supported");
+    if (lb) {
+        if (!json_is_object(lb)) return bad_type(e, "logit_bias", "an object of token id -> bias");
+        size_t n = json_object_size(lb);
+        if (n > SRV_MAX_BIAS)
+            return srv_err_set(e, 400, INVALID, "logit_bias", "invalid_value", "at most %d logit_bias entries", SRV_MAX_BIAS);
+        j->bias_ids = malloc((n + 1) * sizeof *j->bias_ids);
+        j->bias = malloc((n + 1) * sizeof *j->bias);
+        if (!j->bias_ids || !j->bias) return srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        const char *key;
+        const json_t *v;
+        size_t i = 0;
+        json_object_foreach((json_t *)lb, key, v) {
+            char *end = NULL;
+            long long id = strtoll(key, &end, 10);
+            if (!*key || *end || id < 0 || id >= s->info.n_vocab)
+                return srv_err_set(e, 400, INVALID, "logit_bias", "invalid_value",
+                                   "logit_bias key '%.40s' is not a token id in [0, %lld)", key, (long long)s->info.n_vocab);
+            if (!json_is_number(v) || !(fabs(json_number_value(v)) <= 100.0))
+                return srv_err_set(e, 400, INVALID, "logit_bias", "invalid_value", "logit_bias values must be numbers in [-100, 100]");
+            j->bias_ids[i] = (int32_t)id;
+            j->bias[i] = (float)json_number_value(v);
+            i++;
+        }
+        j->sp.bias_ids = j->bias_ids;
+        j->sp.bias = j->bias;
+        j->sp.n_bias = (int32_t)i;
+    }
     const json_t *seed = member(req, "seed");
     if (seed) {
         if (!json_is_integer(seed)) return bad_type(e, "seed", "an integer");

@@ -140,6 +140,8 @@ typedef struct srv_job {
     int logprobs;               /* -1: none; else the alternatives per token (0..MS_TOP_MAX):
                                    completions' "logprobs", chat's "top_logprobs" */
     size_t lp_offset;           /* stream (worker only): text_offset of the next entry */
+    int32_t *bias_ids;          /* logit_bias (sp.bias_ids / sp.bias point here) */
+    float *bias;
 
     /* shared with the worker, under mu */
     pthread_mutex_t mu;
@@ -170,6 +172,7 @@ void srv_job_complete(srv_job *j, int http_status, char *body);
 /* ---- the server ------------------------------------------------------------- */
 
 #define SRV_MAX_CLIENTS 64      /* fairness table entries */
+#define SRV_MAX_BIAS 1024       /* logit_bias entries per request */
 
 typedef struct srv {
     srv_opts o;

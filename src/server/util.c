@@ -155,6 +155,8 @@ void srv_job_unref(srv_job *j) {
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->echo_text);
+    free(j->bias_ids);
+    free(j->bias);
     free(j->body);
     srv_buf_free(&j->out);
     pthread_cond_destroy(&j->cv);
