@@ -796,7 +796,8 @@ static json_t *chat_lp_entry(srv *s, int32_t id, double lp, srv_buf *b) {
 }
 
 /* OpenAI's chat logprobs: {content: [{token, logprob, bytes, top_logprobs:
- * [{token, logprob, bytes}]}], refusal: null}, one entry per sampled token. */
+ * [{token, logprob, bytes}]}], refusal: null}, one entry per sampled token of
+ * the answer (the worker drops the others). */
 static json_t *chat_logprobs_json(srv *s, const srv_lp *lp, int64_t n) {
     json_t *content = json_array();
     srv_buf b = {0};
