@@ -192,10 +192,10 @@ ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double 
  * order (a running maximum and a sum rescaled when it grows). */
 double ms_logprob(const float *logits, int64_t n, int32_t id);
 
-/* The k (<= MS_TOP_MAX) most likely ids under logits[0, n), best first, ties
- * to the lower id, with their log-probabilities (as ms_logprob). Returns how
- * many were written: min(k, n). */
-int ms_logprob_top(const float *logits, int64_t n, int k, int32_t *ids, double *logprobs);
+/* ms_logprob of id, from the same single pass that also writes the k
+ * (<= MS_TOP_MAX) most likely ids under logits[0, n), best first, ties to the
+ * lower id, with their log-probabilities (-1 / NAN past n). */
+double ms_logprob_top(const float *logits, int64_t n, int32_t id, int k, int32_t *ids, double *logprobs);
 
 /* ---- decoding (plain or speculative) ---- */
 

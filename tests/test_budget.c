@@ -289,7 +289,7 @@ static void score_ladder(const char *dir, const char *name, const float *ref, in
         const float *row = ref + (i - 1) * V;
         int32_t *ti = want_tid + i * SCORE_K;
         double *tl = want_tlp + i * SCORE_K;
-        n_top_bad += ms_logprob_top(row, V, SCORE_K, ti, tl) != SCORE_K;
+        n_top_bad += ms_logprob_top(row, V, IDS[i], SCORE_K, ti, tl) != want[i];
         for (int j = 0; j < SCORE_K; j++) {
             int64_t best = -1;
             for (int64_t v = 0; v < V; v++) {

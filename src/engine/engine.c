@@ -382,12 +382,9 @@ static ms_status make_unsound(ms_session *s, const char *msg) {
     return MS_E_UNSOUND;
 }
 
-/* The feed behind ms_session_feed and ms_session_decode. record: keep what
- * ms_session_rollback needs (one chunk). count: add the feed to the prefill /
- * decode counters (ms_session_decode counts its own). check: reject non-finite
- * final logits (a verify pass checks each row it uses instead). *dt: seconds. */
 _Static_assert(MS_TOP_MAX == MS_LSE_TOP_MAX, "the public and the fold's top-k bounds");
 
+/* Where ms_session_score puts a feed's scores. */
 typedef struct score_out {
     double *lp;                 /* [n] */
     int k;                      /* top entries per row */
@@ -395,18 +392,11 @@ typedef struct score_out {
     double *top_lp;             /* [n * k] */
 } score_out;
 
-/* Row i of a score from a whole row of logits (the session's, before a feed). */
-static void score_row(const float *logits, int64_t V, int32_t id, const score_out *so, int64_t i) {
-    ms_lse l;
-    ms_lse_init(&l, so->k);
-    ms_lse_fold(&l, logits, V, 0);
-    so->lp[i] = ms_lse_logprob(&l, logits[id]);
-    for (int j = 0; j < so->k; j++) {
-        so->top_ids[i * so->k + j] = j < l.n_top ? l.top_id[j] : -1;
-        so->top_lp[i * so->k + j] = j < l.n_top ? ms_lse_logprob(&l, l.top_x[j]) : NAN;
-    }
-}
-
+/* The feed behind ms_session_feed and ms_session_decode. record: keep what
+ * ms_session_rollback needs (one chunk). count: add the feed to the prefill /
+ * decode counters (ms_session_decode counts its own). check: reject non-finite
+ * final logits (a verify pass checks each row it uses instead). score: also
+ * write each fed token's log-probability (ms_session_score). *dt: seconds. */
 static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
                       const score_out *score, int record, int count, int check, double *dt_out) {
     if (s->sticky != MS_OK) return s->sticky;
@@ -433,8 +423,9 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         return MS_E_USAGE;
     }
     s->rb.n_rec = 0;                        /* any feed ends the previous record */
-    if (score && s->has_logits) score_row(s->logits, V, ids[0], score, 0);
-    else if (score) {
+    if (score && s->has_logits) {
+        score->lp[0] = ms_logprob_top(s->logits, V, ids[0], score->k, score->top_ids, score->top_lp);
+    } else if (score) {
         score->lp[0] = NAN;
         for (int j = 0; j < score->k; j++) { score->top_ids[j] = -1; score->top_lp[j] = NAN; }
     }
@@ -491,22 +482,16 @@ ms_status ms_session_score(ms_session *s, const int32_t *ids, int64_t n, double 
     return feed(s, ids, n, NULL, &so, 0, 1, 1, NULL);
 }
 
-double ms_logprob(const float *logits, int64_t n, int32_t id) {
-    ms_lse l;
-    ms_lse_init(&l, 0);
-    ms_lse_fold(&l, logits, n, 0);
-    return ms_lse_logprob(&l, logits[id]);
-}
-
-int ms_logprob_top(const float *logits, int64_t n, int k, int32_t *ids, double *logprobs) {
+double ms_logprob_top(const float *logits, int64_t n, int32_t id, int k, int32_t *ids, double *logprobs) {
     ms_lse l;
     ms_lse_init(&l, k);
     ms_lse_fold(&l, logits, n, 0);
-    for (int j = 0; j < l.n_top; j++) {
-        ids[j] = l.top_id[j];
-        logprobs[j] = ms_lse_logprob(&l, l.top_x[j]);
-    }
-    return l.n_top;
+    if (l.k > 0) ms_lse_top(&l, l.k, ids, logprobs);
+    return ms_lse_logprob(&l, logits[id]);
+}
+
+double ms_logprob(const float *logits, int64_t n, int32_t id) {
+    return ms_logprob_top(logits, n, id, 0, NULL, NULL);
 }
 
 ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits) {

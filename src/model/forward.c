@@ -1026,6 +1026,13 @@ double ms_lse_logprob(const ms_lse *s, float x) {
     return ((double)x - s->m) - log(s->z);
 }
 
+void ms_lse_top(const ms_lse *s, int k, int32_t *ids, double *logprobs) {
+    for (int i = 0; i < k; i++) {
+        ids[i] = i < s->n_top ? s->top_id[i] : -1;
+        logprobs[i] = i < s->n_top ? ms_lse_logprob(s, s->top_x[i]) : NAN;
+    }
+}
+
 typedef struct score_job {
     const ms_fwd_ctx *c;
     ms_fwd *f;
@@ -1175,12 +1182,9 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         ms_store_release(c->store, m->lm_region[ic]);
     }
     for (int64_t t = 0; c->score_lp && t < c->score_n; t++) {
-        const ms_lse *l = &f->sl[t];
-        c->score_lp[t] = ms_lse_logprob(l, f->sx[t]);
-        for (int i = 0; i < c->score_k; i++) {
-            c->score_top_ids[t * c->score_k + i] = i < l->n_top ? l->top_id[i] : -1;
-            c->score_top_lp[t * c->score_k + i] = i < l->n_top ? ms_lse_logprob(l, l->top_x[i]) : NAN;
-        }
+        c->score_lp[t] = ms_lse_logprob(&f->sl[t], f->sx[t]);
+        if (c->score_k > 0)
+            ms_lse_top(&f->sl[t], c->score_k, c->score_top_ids + t * c->score_k, c->score_top_lp + t * c->score_k);
     }
     st->n_past += T;
     if (c->rec) c->rec->n_rec = T;

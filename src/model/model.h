@@ -192,6 +192,9 @@ void ms_lse_init(ms_lse *s, int k);
 /* Fold x[0, n), the logits of ids id0 .. id0 + n - 1. */
 void ms_lse_fold(ms_lse *s, const float *x, int64_t n, int64_t id0);
 double ms_lse_logprob(const ms_lse *s, float x);
+/* The k (<= s->k) kept entries, best first, as ids and log-probabilities;
+ * -1 / NAN past s->n_top. */
+void ms_lse_top(const ms_lse *s, int k, int32_t *ids, double *logprobs);
 
 /* Keep only the first n_keep (1 <= n_keep <= rb->n_rec) tokens of the last
  * recorded forward: afterwards st is bit for bit the state a forward over

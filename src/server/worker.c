@@ -317,8 +317,9 @@ static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, 
         srv_lp *e = lp_next(p->g);
         if (!e) { p->oom = 1; return id; }
         e->id = id;
-        e->lp = ms_logprob(logits, p->s->info.n_vocab, id);
-        e->n_top = ms_logprob_top(logits, p->s->info.n_vocab, p->j->logprobs, e->top_id, e->top_lp);
+        const int64_t V = p->s->info.n_vocab;
+        e->lp = ms_logprob_top(logits, V, id, p->j->logprobs, e->top_id, e->top_lp);    /* one pass */
+        e->n_top = p->j->logprobs < V ? p->j->logprobs : (int)V;
         p->g->lp_pending = p->j->kind == SRV_CHAT;
     }
     p->g->n_sampled++;
