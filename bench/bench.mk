@@ -11,6 +11,8 @@
 #   make bench-kernels  memory read bandwidth (bench/membw.c), then the matvec
 #                       kernels at the real shapes (bench/bench_kernels.c)
 #   make bench-render   re-derive the table, plot and projection from results.json
+#   build/bench/batchbench MODEL_DIR --ids ... --parallel 1,2,4 [--ram S] [--rounds R]
+#                       sequences decoded together: s/step, tokens/s, bytes/token per P
 #   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
 #   make bench-kernel-ab [AB_OLD=commit] [AB_ISA=avx512|avx2] [AB_ROUNDS=15]
 #                       MXFP4 kernels of src/kernels/x86/matvec_$(AB_ISA).c at AB_OLD
@@ -21,7 +23,7 @@
 # header); make passes them through.
 
 BENCH_PROGS := $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench/bench_kernels \
-               $(BUILD)/bench/membw
+               $(BUILD)/bench/membw $(BUILD)/bench/batchbench
 BENCH_PY    := /usr/bin/python3 bench/bench.py
 
 .PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash bench-kernel-ab
@@ -33,6 +35,10 @@ $(BUILD)/bench/devbench: bench/devbench.c $(LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 $(BUILD)/bench/decodebench: bench/decodebench.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/batchbench: bench/batchbench.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 

@@ -56,6 +56,9 @@ typedef struct ms_engine_params {
     int64_t ram_bytes;          /* hard ceiling on resident memory; 0 = no limit;
                                    MS_RAM_MIN = the smallest plan that fits */
     int64_t max_context;        /* positions a session may hold; 0 = 4096 */
+    int n_seq;                  /* sessions the memory plan counts (0 = 1): sequences served
+                                   together (ms_sessions_feed), each with its own state at
+                                   max_context positions; all share one forward scratch */
     /* store and I/O knobs (0 / NULL = default); none of them changes output bits */
     int64_t trunk_bytes;        /* > 0: ceiling on pinned trunk + ring */
     int64_t expert_bytes;       /* > 0: ceiling on the expert cache */
@@ -170,6 +173,20 @@ const char *ms_session_error(const ms_session *s);
  * token. Bits are identical whether tokens are fed one at a time or together. */
 ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n,
                           float *all_logits);
+
+/* Feed k >= 1 distinct sessions of one engine together: session ss[i] reads
+ * its n[i] >= 1 tokens ids[i], as ms_session_feed would, but every pass over
+ * the weights serves up to prefill_chunk tokens of all of them (each
+ * session's tokens stay in order; passes are filled in session order). So k
+ * sequences decoding side by side read a streamed trunk once per step, not
+ * k times, and their experts once per step each. Bits: each session's state
+ * and logits are exactly those ms_session_feed gives it alone, whatever the
+ * company, order or budget (docs/DETERMINISM.md). Afterwards each
+ * ms_session_logits() holds the logits after its last token. Nothing is fed
+ * when an argument is bad (MS_E_USAGE, MS_E_CONTEXT: the message is in the
+ * first session's error); when a pass fails, every session of the call is
+ * unsound. Counted as k decode tokens when every n[i] is 1, else as prefill. */
+ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n);
 
 /* Feed n >= 1 tokens as ms_session_feed does (one pass over the weights per
  * chunk) and score them: logprob[i] = log p(ids[i] | everything before it),
@@ -351,7 +368,7 @@ ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int
  * out. MS_E_BUDGET when it does not fit (the table says what it needs),
  * MS_E_MODEL for a bad config, MS_E_USAGE for a bad chunk. */
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
-                           int max_draft, int64_t prefill_chunk, char *out, size_t n);
+                           int max_draft, int64_t prefill_chunk, int n_seq, char *out, size_t n);
 
 /* ---- expert request traces (ms_engine_params.trace_path) ---- */
 

@@ -530,7 +530,7 @@ static void auto_chunk(const char *dir, const char *name) {
     int64_t lo = 1, hi = (int64_t)4 << 30;
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
-        if (ms_plan_describe(dir, mid, 0, 0, 32, out, sizeof out) == MS_OK) hi = mid; else lo = mid + 1;
+        if (ms_plan_describe(dir, mid, 0, 0, 32, 1, out, sizeof out) == MS_OK) hi = mid; else lo = mid + 1;
     }
     shape sh;
     if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
@@ -538,7 +538,7 @@ static void auto_chunk(const char *dir, const char *name) {
     char seen[256] = "";
     for (int step = 0; step <= 12; step++) {       /* past everything resident */
         const int64_t ram = lo + (sh.trunk_all + sh.expert_all) * step / 8;
-        const ms_status st = ms_plan_describe(dir, ram, 0, 0, 0, out, sizeof out);
+        const ms_status st = ms_plan_describe(dir, ram, 0, 0, 0, 1, out, sizeof out);
         const char *at = strstr(out, "scratch for ");
         long long c = at ? atoll(at + strlen("scratch for ")) : -1;
         CHECK(st == MS_OK, "%s: --ram %lld fits 32-token chunks but not the chosen chunk (%lld): %s", name,

@@ -20,6 +20,8 @@ typedef struct cli_opts {
     const char *sums_path;      /* --sums PATH */
     int no_verify;              /* --no-verify */
     int speculate;              /* --speculate K: draft up to K tokens per decode pass */
+    int parallel;               /* --parallel N: sequences served together (the plan counts
+                                   N sessions' state; 0 = 1) */
     int64_t chunk;              /* --chunk N: prompt tokens per pass over the weights (0 = the
                                    engine's choice: for --ram, else 32) */
 } cli_opts;

@@ -68,6 +68,8 @@ static void usage(FILE *f) {
         "                       'plan'); same output bits. Default: with --ram, the largest power\n"
         "                       of two from 32 to 1024 that costs a decode token at most 1/32\n"
         "                       more reads; 32 without --ram\n"
+        "  --parallel N         sequences decoded together, one pass over the weights for all\n"
+        "                       (serve, decodebench): the plan counts N sessions (default 1)\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
         "                       every weight byte read is verified   --no-verify  do not verify\n"
         "\n"
@@ -120,6 +122,14 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         if (!v || *end || k < 1 || k > 65536) { fprintf(stderr, "moestream: --chunk needs N in [1, 65536]\n"); return -1; }
         (*i)++;
         o->chunk = k;
+        return 1;
+    }
+    if (!strcmp(a, "--parallel")) {
+        char *end;
+        long k = v ? strtol(v, &end, 10) : -1;
+        if (!v || *end || k < 1 || k > 64) { fprintf(stderr, "moestream: --parallel needs N in [1, 64]\n"); return -1; }
+        (*i)++;
+        o->parallel = (int)k;
         return 1;
     }
     if (!strcmp(a, "--speculate")) {
@@ -180,6 +190,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.sums_path = o->sums_path;
     ep.no_verify = o->no_verify;
     ep.max_draft = o->speculate;
+    ep.n_seq = o->parallel;
     ep.prefill_chunk = o->chunk;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = MS_LOG_WARN;
@@ -698,7 +709,7 @@ static int cmd_plan(int argc, char **argv) {
     }
     if (!c.model_dir) { fprintf(stderr, "moestream: plan needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
     static char buf[1 << 16];
-    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, c.speculate, c.chunk, buf, sizeof buf);
+    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, c.speculate, c.chunk, c.parallel, buf, sizeof buf);
     fputs(buf, st == MS_OK ? stdout : stderr);
     if (st == MS_E_BUDGET) fputs(buf, stdout);
     return cli_exit_code(st);

@@ -111,6 +111,12 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     e->p = *p;
     e->log = (ms_logger){ p->log, p->log_user, p->log_level };
     if (e->p.max_context <= 0) e->p.max_context = MS_DEFAULT_CONTEXT;
+    if (e->p.n_seq <= 0) e->p.n_seq = 1;
+    if (e->p.n_seq > MS_MAX_SEQ) {
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "n_seq %d is out of [1, %d]", e->p.n_seq, MS_MAX_SEQ);
+        free(e);
+        return MS_E_USAGE;
+    }
     if (e->p.max_draft < 0 || e->p.max_draft > MS_MAX_DRAFT) {
         if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "max_draft %d is out of [0, %d]", e->p.max_draft, MS_MAX_DRAFT);
         free(e);
@@ -161,15 +167,16 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
         const int64_t rss = rss_bytes();    /* once: the choice checks its chunk against what the store gets */
         if (p->prefill_chunk == 0) {
             const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry), e->p.max_context, e->p.max_draft,
+                                        e->p.n_seq,
                                         p->trunk_bytes, p->expert_bytes, rss };
             e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
         }
-        int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk);
+        int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk, e->p.n_seq);
         ms_model_free(&dry);
         store_ram = ms_store_budget(p->ram_bytes, session, rss);
         if (store_ram < 0) {
-            st = ms_err_set(&err, MS_E_BUDGET, "budget %lld bytes is below what one session (%lld bytes) and the process (%lld bytes + %lld slack) need",
-                            (long long)p->ram_bytes, (long long)session, (long long)rss, (long long)MS_SLACK_BYTES);
+            st = ms_err_set(&err, MS_E_BUDGET, "budget %lld bytes is below what %d session%s (%lld bytes) and the process (%lld bytes + %lld slack) need",
+                            (long long)p->ram_bytes, e->p.n_seq, e->p.n_seq > 1 ? "s" : "", (long long)session, (long long)rss, (long long)MS_SLACK_BYTES);
             goto fail;
         }
     }
@@ -235,6 +242,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_model_validate(&e->model, e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_pool_open(n_threads, &e->pool, &err)) != MS_OK) goto fail;
+    if ((st = ms_fwd_init(&e->fwd, &e->model, e->p.prefill_chunk, &err)) != MS_OK) goto fail;
     snprintf(path, sizeof path, "%s/tiktoken.model", p->model_dir);
     if (access(path, F_OK) == 0 &&
         (st = ms_tok_load(p->model_dir, e->cfg.vocab_size, &e->tok, &err)) != MS_OK) goto fail;
@@ -258,6 +266,7 @@ fail:
 
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
+    ms_fwd_free(e->fwd);
     ms_pool_close(e->pool);
     ms_tok_free(e->tok);
     if (e->model_bound) ms_model_free(&e->model);
@@ -325,7 +334,6 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
     s->e = e;
     ms_status st;
     if ((st = ms_state_init(&s->st, &e->model, e->p.max_context, &err)) != MS_OK) goto fail;
-    if ((st = ms_fwd_init(&s->fwd, &e->model, e->p.prefill_chunk, &err)) != MS_OK) goto fail;
     s->logits = malloc((size_t)e->cfg.vocab_size * sizeof(float));
     s->tokens = malloc((size_t)e->p.max_context * sizeof(int32_t));
     if (!s->logits || !s->tokens) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
@@ -340,7 +348,6 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
     return MS_OK;
 fail:
     snprintf(e->error, sizeof e->error, "%s", err.msg);
-    if (s->fwd) ms_fwd_free(s->fwd);
     if (s->st.kda_S) ms_state_free(&s->st, &e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &e->model);
     free(s->ver_logits);
@@ -353,7 +360,6 @@ fail:
 
 void ms_session_close(ms_session *s) {
     if (!s) return;
-    ms_fwd_free(s->fwd);
     ms_state_free(&s->st, &s->e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &s->e->model);
     free(s->ver_logits);
@@ -448,7 +454,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
             ctx.score_top_ids = score->top_ids ? score->top_ids + (i + 1) * score->k : NULL;
             ctx.score_top_lp = score->top_lp ? score->top_lp + (i + 1) * score->k : NULL;
         }
-        st = ms_forward(&ctx, s->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
+        st = ms_forward(&ctx, e->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
         if (st == MS_OK && all_logits)
             memcpy(s->logits, all_logits + (i + T - 1) * V, (size_t)V * sizeof(float));
     }
@@ -496,6 +502,100 @@ double ms_logprob(const float *logits, int64_t n, int32_t id) {
 
 ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits) {
     return feed(s, ids, n, all_logits, NULL, 0, 1, 1, NULL);
+}
+
+ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n) {
+    if (!ss || k < 1 || !ss[0] || !ids || !n) return MS_E_USAGE;
+    ms_session *s0 = ss[0];
+    ms_engine *e = s0->e;
+    const int64_t V = e->cfg.vocab_size, chunk = e->p.prefill_chunk;
+    int all_one = 1;
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) {
+        const ms_session *s = ss[i];
+        const char *why = NULL;
+        if (!s || s->e != e) why = "not a session of the first session's engine";
+        for (int j = 0; !why && j < i; j++)
+            if (ss[j] == s) why = "given twice";
+        if (!why && s->sticky != MS_OK) {
+            snprintf(s0->error, sizeof s0->error, "session %d: %.400s", i, s->error);
+            return s->sticky;
+        }
+        if (!why && (!ids[i] || n[i] < 1)) why = "no tokens";
+        if (why) {
+            snprintf(s0->error, sizeof s0->error, "feed: session %d: %s", i, why);
+            return MS_E_USAGE;
+        }
+        if (s->st.n_past + n[i] > s->st.max_ctx) {
+            snprintf(s0->error, sizeof s0->error, "session %d: context full: %lld + %lld tokens > max_context %lld",
+                     i, (long long)s->st.n_past, (long long)n[i], (long long)s->st.max_ctx);
+            return MS_E_CONTEXT;
+        }
+        for (int64_t j = 0; j < n[i]; j++)
+            if (ids[i][j] < 0 || ids[i][j] >= V) {
+                snprintf(s0->error, sizeof s0->error, "session %d: token id %d at position %lld is out of range [0, %lld)",
+                         i, ids[i][j], (long long)j, (long long)V);
+                return MS_E_USAGE;
+            }
+        all_one &= n[i] == 1;
+        total += n[i];
+    }
+    int32_t *pid = malloc((size_t)chunk * sizeof *pid);
+    ms_fseg *seg = malloc((size_t)k * sizeof *seg);
+    int64_t *at = calloc((size_t)k, sizeof *at);
+    if (!pid || !seg || !at) {
+        free(pid);
+        free(seg);
+        free(at);
+        snprintf(s0->error, sizeof s0->error, "feed: out of memory");
+        return MS_E_NOMEM;
+    }
+    ms_err err;
+    ms_err_clear(&err);
+    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, NULL, NULL, 0, NULL, 0, NULL, NULL };
+    double t0 = now_s();
+    ms_status st = MS_OK;
+    /* passes of up to `chunk` tokens, filled in session order: sessions before
+     * i0 are done, i0 may be part-way, the ones after it untouched */
+    for (int i0 = 0; i0 < k && st == MS_OK;) {
+        int ns = 0;
+        int64_t T = 0;
+        for (int i = i0; i < k && T < chunk; i++) {
+            ms_session *s = ss[i];
+            const int64_t take = n[i] - at[i] < chunk - T ? n[i] - at[i] : chunk - T;
+            memcpy(pid + T, ids[i] + at[i], (size_t)take * sizeof *pid);
+            memcpy(s->tokens + s->st.n_past, ids[i] + at[i], (size_t)take * sizeof *pid);
+            s->rb.n_rec = 0;                /* any feed ends the previous record */
+            seg[ns++] = (ms_fseg){ &s->st, take, s->logits };
+            at[i] += take;
+            T += take;
+        }
+        st = ms_forward_batch(&ctx, e->fwd, seg, ns, pid, &err);
+        while (i0 < k && at[i0] == n[i0]) i0++;
+    }
+    const double dt = now_s() - t0;
+    free(pid);
+    free(seg);
+    free(at);
+    e->scale255 += ctx.scale255;
+    if (all_one) { e->stats.n_tokens_decode += k; e->stats.decode_s += dt; }
+    else { e->stats.n_tokens_prefill += total; e->stats.prefill_s += dt; }
+    if (st != MS_OK) {
+        for (int i = 0; i < k; i++) make_unsound(ss[i], err.msg);
+        return MS_E_UNSOUND;
+    }
+    /* a session whose logits are not finite is unsound (its logits NULL);
+       the others are fed */
+    ms_status ret = MS_OK;
+    for (int i = 0; i < k; i++) {
+        int64_t bad = first_nonfinite(ss[i]->logits, V);
+        if (bad < 0) { ss[i]->has_logits = 1; continue; }
+        char msg[128];
+        snprintf(msg, sizeof msg, "non-finite logit %lld after position %lld", (long long)bad,
+                 (long long)ss[i]->st.n_past);
+        ret = make_unsound(ss[i], msg);
+    }
+    return ret;
 }
 
 ms_status ms_session_feed_rec(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,

@@ -28,11 +28,13 @@
 /* A process's resident size before it loads anything (code, libraries). */
 #define MS_BASE_OVERHEAD ((int64_t)16 << 20)
 
-/* One session at max_ctx positions with forward scratch for chunks of `chunk`
- * tokens; max_draft > 0 adds what ms_session_decode needs to verify up to
- * max_draft drafted tokens per pass (the rollback record, the verify pass's
- * logits rows, the draft). */
-int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk);
+/* n_seq sessions at max_ctx positions and the one forward scratch they share
+ * (chunks of `chunk` tokens); max_draft > 0 adds, per session, what
+ * ms_session_decode needs to verify up to max_draft drafted tokens per pass
+ * (the rollback record, the verify pass's logits rows, the draft). */
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk, int n_seq);
+/* The largest ms_engine_params.n_seq. */
+#define MS_MAX_SEQ 64
 /* The largest ms_engine_params.max_draft (a verify pass is one chunk, so the
  * chunk must be at least max_draft + 1). */
 #define MS_MAX_DRAFT (MS_DEFAULT_CHUNK - 1)
@@ -54,6 +56,7 @@ typedef struct ms_chunk_budget {
                                            choice plans with (ms_overhead_estimate) */
     int64_t max_ctx;
     int max_draft;
+    int n_seq;
     int64_t trunk_bytes, expert_bytes;  /* the store's ceilings (0 = auto) */
     int64_t measured;                   /* > 0: the overhead the store will get (the
                                            process's RSS): a chunk above 32 must fit it too */
@@ -82,6 +85,8 @@ struct ms_engine {
     ms_stats stats;
     int64_t scale255;
     ms_tok *tok;                /* NULL when the model ships no tokenizer */
+    ms_fwd *fwd;                /* the forward scratch every session's feed uses (calls that
+                                   compute never run concurrently on one engine) */
     uint64_t model_hash;        /* config.json + tensor table: identifies sessions on disk */
     char error[512];
 };
@@ -89,7 +94,6 @@ struct ms_engine {
 struct ms_session {
     ms_engine *e;
     ms_state st;
-    ms_fwd *fwd;
     float *logits;              /* [n_vocab] */
     int32_t *tokens;            /* [max_ctx] ids fed so far */
     int has_logits;

@@ -32,14 +32,15 @@ int64_t ms_resolve_chunk(int64_t chunk, int max_draft, char *msg, size_t msg_len
     return -1;
 }
 
-int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk) {
+int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk, int n_seq) {
     const ms_config *c = &m->cfg;
     int64_t spec = 0;
     if (max_draft > 0)
         spec = ms_rollback_bytes(c, max_draft + 1) +
                (max_draft + 1) * (c->vocab_size * (int64_t)sizeof(float) + (int64_t)sizeof(int32_t));
-    return ms_state_bytes(c, max_ctx) + ms_fwd_bytes(m, chunk, max_ctx) +
-           c->vocab_size * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t) + spec;
+    const int64_t one = ms_state_bytes(c, max_ctx) + c->vocab_size * (int64_t)sizeof(float) +
+                        max_ctx * (int64_t)sizeof(int32_t) + spec;
+    return (n_seq > 1 ? n_seq : 1) * one + ms_fwd_bytes(m, chunk, max_ctx);
 }
 
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead) {
@@ -82,7 +83,7 @@ static ms_status store_plan(const ms_model *m, int64_t store_ram, int64_t trunk,
 /* The plan of the store's share of `ram` with chunks of `chunk` tokens;
  * MS_OK when it fits. */
 static ms_status chunk_plan(const ms_model *dry, const ms_chunk_budget *b, int64_t chunk, ms_plan *out) {
-    const int64_t session = ms_session_bytes(dry, b->max_ctx, b->max_draft, chunk);
+    const int64_t session = ms_session_bytes(dry, b->max_ctx, b->max_draft, chunk, b->n_seq);
     ms_err err;
     ms_err_clear(&err);
     return store_plan(dry, ms_store_budget(b->ram, session, b->overhead), b->trunk_bytes,
@@ -117,10 +118,15 @@ int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
 static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
 
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
-                           int max_draft, int64_t prefill_chunk, char *out, size_t n) {
+                           int max_draft, int64_t prefill_chunk, int n_seq, char *out, size_t n) {
     ms_err err;
     ms_err_clear(&err);
     if (max_draft < 0) max_draft = 0;
+    if (n_seq < 1) n_seq = 1;
+    if (n_seq > MS_MAX_SEQ) {
+        snprintf(out, n, "%d sessions: at most %d", n_seq, MS_MAX_SEQ);
+        return MS_E_USAGE;
+    }
     int64_t chunk = ms_resolve_chunk(prefill_chunk, max_draft, out, n);
     if (chunk < 0) return MS_E_USAGE;
     char cfg_path[4200];
@@ -136,14 +142,15 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
     const int64_t overhead = ms_overhead_estimate(&m);
     if (prefill_chunk == 0) {
-        const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, 0, 0, 0 };
+        const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, n_seq, 0, 0, 0 };
         chunk = ms_auto_chunk(&m, &cb);
     }
-    const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk);
+    const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk, n_seq);
     const int64_t store_ram = ms_store_budget(ram_bytes, session, overhead);
     ms_plan plan;
     st = store_plan(&m, store_ram, 0, 0, &plan, &err);
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32], d[32], nseq_label[48];
+    snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
     human(session, a, sizeof a);
     human(overhead + MS_SLACK_BYTES, b, sizeof b);
     human(ram_bytes, c, sizeof c);
@@ -151,12 +158,12 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                            "model: %s: %lld layers, hidden %lld, %lld experts x %lld layers, vocab %lld\n"
                            "budget: %s\n"
-                           "  session (KDA state, latent MLA cache at %lld positions, scratch for %lld-token chunks%s): %s\n"
+                           "  %s (KDA state, latent MLA cache at %lld positions, scratch for %lld-token chunks%s): %s\n"
                            "  process overhead + slack: %s\n",
                            cfg_path, (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
                            (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
                            (long long)cfg.vocab_size, ram_bytes > 0 ? c : "none (everything resident)",
-                           (long long)max_context, (long long)chunk,
+                           n_seq > 1 ? nseq_label : "session", (long long)max_context, (long long)chunk,
                            prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
     if (st == MS_OK || st == MS_E_BUDGET) {
         if (st == MS_OK || plan.floor_bytes > 0) {

@@ -258,7 +258,7 @@ typedef struct kda_job {
     const uint8_t *base;
     const ms_layer *L;
     float *S, *conv;
-    int64_t T;
+    int64_t t0, T;              /* the segment's tokens [t0, t0 + T) of the pass */
 } kda_job;
 
 static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
@@ -281,7 +281,7 @@ static void kda_heads(void *ctx, int64_t h0, int64_t h1) {
         /* A_log is indexed PER HEAD (trap: test trap_alog_per_channel) */
         const float A = ms_expf(a_log[h]);
         const float *dtb = kda_dtb(j->base, j->L, h, dk, dtb_buf);
-        for (int64_t t = 0; t < j->T; t++) {
+        for (int64_t t = j->t0; t < j->t0 + j->T; t++) {
             float *q = f->kq + t * P + h * dk, *k = f->kk + t * P + h * dk, *v = f->kv + t * P + h * dv;
             float *const x[3] = { q, k, v };
             /* o = S^T q/sqrt(dk) after the update */
@@ -405,7 +405,7 @@ void ms_state_rollback(ms_state *st, ms_rollback *rb, const ms_model *m, ms_pool
     rb->n_rec = 0;
 }
 
-static void kda_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *L,
+static void kda_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const ms_layer *L,
                         const uint8_t *base, int64_t T) {
     const ms_config *cf = &c->m->cfg;
     const int64_t H = cf->hidden_size, P = cf->kda_num_heads * cf->kda_head_dim;
@@ -416,10 +416,13 @@ static void kda_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *
     mm_bf16(c, f->kfa, L->f_a.rows, base, &L->f_a, f->x, H, T);
     mm_bf16(c, f->kf, P, base, &L->f_b, f->kfa, L->f_a.rows, T);
     mm_bf16(c, f->kb, cf->kda_num_heads, base, &L->b_proj, f->x, H, T);
-    float *S = st->kda_S[L->kda_index], *conv = st->kda_conv[L->kda_index];
-    if (c->rec) kda_record(cf, f, L, base, S, conv, c->rec->kda[L->kda_index], T);
-    kda_job j = { cf, c->m->kern, f, base, L, S, conv, T };
-    ms_pool_for(c->pool, cf->kda_num_heads, 1, kda_heads, &j);
+    /* the recurrence, one segment (sequence) at a time on its own state */
+    for (int is = 0, t0 = 0; is < nseg; t0 += (int)seg[is].T, is++) {
+        float *S = seg[is].st->kda_S[L->kda_index], *conv = seg[is].st->kda_conv[L->kda_index];
+        if (c->rec) kda_record(cf, f, L, base, S, conv, c->rec->kda[L->kda_index], T);   /* nseg == 1 */
+        kda_job j = { cf, c->m->kern, f, base, L, S, conv, t0, seg[is].T };
+        ms_pool_for(c->pool, cf->kda_num_heads, 1, kda_heads, &j);
+    }
     mm_bf16(c, f->a, H, base, &L->o_proj, f->ky, P, T);
 }
 
@@ -433,7 +436,7 @@ typedef struct mla_job {
     const uint8_t *base;
     const ms_layer *L;
     const float *cache;
-    int64_t T, p0;
+    int64_t t0, T, p0;          /* the segment's tokens [t0, t0 + T) of the pass, at positions p0.. */
 } mla_job;
 
 enum { MLA_CHUNK = 64 };   /* double accumulators per pass of the absorb and the output */
@@ -452,8 +455,8 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
      * ol [kvr], the scores [n_pos] */
     double *const qd0 = (double *)(void *)(f->att + h0 * lda);
     float *const ol0 = f->att + h0 * lda + 2 * pw, *const sc0 = ol0 + kvr;
-    for (int64_t t = 0; t < j->T; t++) {
-        const int64_t n_pos = j->p0 + t + 1;
+    for (int64_t t = j->t0; t < j->t0 + j->T; t++) {
+        const int64_t n_pos = j->p0 + (t - j->t0) + 1;
         for (int64_t h = h0; h < h1; h++) {
             const float *q = f->q + t * nh * qw + h * qw;   /* [q_nope | q_rope] */
             const uint16_t *wk = kvb + h * kvw * kvr;        /* k_nope rows [dn, kvr] */
@@ -500,28 +503,32 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
     }
 }
 
-static void mla_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const ms_layer *L,
+static void mla_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const ms_layer *L,
                         const uint8_t *base, int64_t T) {
     const ms_config *cf = &c->m->cfg;
     const int64_t H = cf->hidden_size, nh = cf->num_attention_heads;
     const int64_t qr = cf->q_lora_rank, kvr = cf->kv_lora_rank, dr = cf->qk_rope_head_dim;
     const int64_t qw = cf->qk_nope_head_dim + dr, pw = kvr + dr;
     const float eps = (float)cf->rms_norm_eps;
-    float *cache = st->mla_cache[L->mla_index];
     mm_bf16(c, f->cq, qr, base, &L->q_a, f->x, H, T);
     const float *qan = vec(base, &L->q_a_norm, f->vec0);
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->cq + t * qr, f->cq + t * qr, qan, qr, eps);
     mm_bf16(c, f->q, nh * qw, base, &L->q_b, f->cq, qr, T);
     mm_bf16(c, f->ckv, pw, base, &L->kv_a, f->x, H, T);
     const float *kvn = vec(base, &L->kv_a_norm, f->vec1);
-    for (int64_t t = 0; t < T; t++) {
-        float *ce = cache + (st->n_past + t) * pw;
-        ms_rmsnorm(ce, f->ckv + t * pw, kvn, kvr, eps);         /* c_kv normed */
-        memcpy(ce + kvr, f->ckv + t * pw + kvr, (size_t)dr * sizeof(float)); /* k_rope, not normed */
-    }
     mm_bf16(c, f->mg, nh * cf->v_head_dim, base, &L->g_proj, f->x, H, T);
-    mla_job j = { cf, c->m->kern, f, base, L, cache, T, st->n_past };
-    ms_pool_for(c->pool, nh, 8, mla_heads, &j);     /* 8 heads share each read of the cache */
+    /* attention, one segment (sequence) at a time over its own cache */
+    for (int is = 0, t0 = 0; is < nseg; t0 += (int)seg[is].T, is++) {
+        const ms_state *st = seg[is].st;
+        float *cache = st->mla_cache[L->mla_index];
+        for (int64_t t = t0; t < t0 + seg[is].T; t++) {
+            float *ce = cache + (st->n_past + t - t0) * pw;
+            ms_rmsnorm(ce, f->ckv + t * pw, kvn, kvr, eps);         /* c_kv normed */
+            memcpy(ce + kvr, f->ckv + t * pw + kvr, (size_t)dr * sizeof(float)); /* k_rope, not normed */
+        }
+        mla_job j = { cf, c->m->kern, f, base, L, cache, t0, seg[is].T, st->n_past };
+        ms_pool_for(c->pool, nh, 8, mla_heads, &j);     /* 8 heads share each read of the cache */
+    }
     mm_bf16(c, f->a, H, base, &L->o_proj, f->mo, nh * cf->v_head_dim, T);
 }
 
@@ -695,8 +702,10 @@ static void refine_next_layer(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t 
     if (nb2) guess_with_router(c, f, N, nb2, n_max);
 }
 
+/* keep: the T tokens are one sequence's, in order (a prompt chunk): its
+ * last tokens' experts are kept in the cache for the decode that follows. */
 static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base,
-                             int64_t T, ms_err *err) {
+                             int64_t T, int keep, ms_err *err) {
     const ms_config *cf = &c->m->cfg;
     const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
     const int64_t lat = cf->routed_expert_hidden_size, Im = cf->moe_intermediate_size;
@@ -721,7 +730,7 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
         }
     }
     int64_t m_keep = 0;                 /* for keep_last_experts */
-    if (T > 1) {
+    if (keep) {
         const int64_t m_last = T < LAST_TOKENS ? T : LAST_TOKENS;
         memcpy(f->tsel + (int64_t)L->index * LAST_TOKENS * k, f->sel + (T - m_last) * k,
                (size_t)(m_last * k) * sizeof *f->sel);
@@ -733,7 +742,7 @@ static ms_status moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     for (int64_t i = 0; i < T * k; i++) f->ecount[f->sel[i]]++;
     for (int64_t e = 0; e < E; e++)
         if (f->ecount[e]) f->eregion[n_used++] = L->expert_region0 + (int)e;
-    if (T > 1) {
+    if (keep) {
         m_keep = kept_tokens(c, f, T, n_used);
         f->tkeep[L->index] = (int32_t)kept_tokens(c, f, T, 0);
     }
@@ -1033,6 +1042,16 @@ void ms_lse_top(const ms_lse *s, int k, int32_t *ids, double *logprobs) {
     }
 }
 
+/* lm_head rows [r0, r0 + nr) of chunk ic (its region's bytes at lb) for the
+ * first n rows of f->y, into f->lt [n][SCORE_ROWS]. */
+static void lm_tile(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int64_t r0, int64_t nr, int64_t n) {
+    const ms_model *m = c->m;
+    ms_wt part = m->lm_head;
+    part.off = m->lm_off[ic] + (r0 - m->lm_row0[ic]) * m->cfg.hidden_size * 2;
+    part.rows = nr;
+    mm_bf16(c, f->lt, SCORE_ROWS, lb, &part, f->y, m->cfg.hidden_size, n);
+}
+
 typedef struct score_job {
     const ms_fwd_ctx *c;
     ms_fwd *f;
@@ -1057,7 +1076,6 @@ static void score_part(void *ctx, int64_t t0, int64_t t1) {
  * `logits` [V]. The logits are the same products as the unscored path's. */
 static void score_rows(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int64_t T, float *logits) {
     const ms_model *m = c->m;
-    const int64_t H = m->cfg.hidden_size;
     if (ic == 0)
         for (int64_t t = 0; t < c->score_n; t++) {
             ms_lse_init(&f->sl[t], c->score_k);
@@ -1065,38 +1083,49 @@ static void score_rows(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int6
         }
     for (int64_t r0 = m->lm_row0[ic]; r0 < m->lm_row0[ic + 1]; r0 += SCORE_ROWS) {
         const int64_t nr = m->lm_row0[ic + 1] - r0 < SCORE_ROWS ? m->lm_row0[ic + 1] - r0 : SCORE_ROWS;
-        ms_wt part = m->lm_head;
-        part.off = m->lm_off[ic] + (r0 - m->lm_row0[ic]) * H * 2;
-        part.rows = nr;
-        mm_bf16(c, f->lt, SCORE_ROWS, lb, &part, f->y, H, T);
+        lm_tile(c, f, lb, ic, r0, nr, T);
         memcpy(logits + r0, f->lt + (T - 1) * SCORE_ROWS, (size_t)nr * sizeof(float));
         score_job j = { c, f, r0, nr };
         if (c->score_n > 0) ms_pool_for(c->pool, c->score_n, 1, score_part, &j);
     }
 }
 
-ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
-                     int64_t T, float *logits, int all_logits, ms_err *err) {
+/* The whole model over the pass's T tokens: segments seg[0..nseg) in order,
+ * ids concatenated. all_logits ([T, V], nseg 1): every row, else each
+ * segment's last row into seg[i].logits. */
+static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
+                         int64_t T, float *all_logits, ms_err *err) {
     const ms_model *m = c->m;
     const ms_config *cf = &m->cfg;
     const int64_t H = cf->hidden_size, V = cf->vocab_size, B = cf->attn_res_block_size;
     const float eps = (float)cf->rms_norm_eps;
-    MS_ASSERT(T >= 1 && T <= f->max_T);
+    MS_ASSERT(T >= 1 && T <= f->max_T && nseg >= 1);
+    MS_ASSERT(nseg == 1 || (!all_logits && !c->rec && !c->score_lp));
     MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
                                c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
-    if (st->n_past + T > st->max_ctx)
-        return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
-                          (long long)st->n_past, (long long)T, (long long)st->max_ctx);
+    int64_t n_ctx = 0, sum_T = 0;
+    for (int is = 0; is < nseg; is++) {
+        const ms_state *st = seg[is].st;
+        MS_ASSERT(seg[is].T >= 1);
+        sum_T += seg[is].T;
+        if (st->n_past + seg[is].T > st->max_ctx)
+            return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
+                              (long long)st->n_past, (long long)seg[is].T, (long long)st->max_ctx);
+        if (st->n_past + seg[is].T > n_ctx) n_ctx = st->n_past + seg[is].T;
+    }
+    MS_ASSERT(sum_T == T);
     for (int64_t t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= V)
             return ms_err_set(err, MS_E_USAGE, "token id %d out of range [0, %lld)", ids[t], (long long)V);
-    ms_status s = ensure_att(f, cf, st->n_past + T, err);
+    ms_status s = ensure_att(f, cf, n_ctx, err);
     if (s != MS_OK) return s;
     if (c->rec) {
         MS_ASSERT(T <= c->rec->max_T);
         c->rec->n_rec = 0;                  /* valid only once the forward completes */
-        c->rec->n_past0 = st->n_past;
+        c->rec->n_past0 = seg[0].st->n_past;
     }
+    /* one sequence's consecutive tokens: keep its last tokens' experts cached */
+    const int keep = nseg == 1 && T > 1;
 
     /* run = the token's embedding row, used as is (no scaling) */
     for (int64_t t = 0; t < T; t++) {
@@ -1128,8 +1157,8 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         }
         const float *in_n = vec(base, &L->input_norm, f->vec2);
         for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->h + t * H, in_n, H, eps);
-        if (L->is_mla) mla_forward(c, f, st, L, base, T);
-        else kda_forward(c, f, st, L, base, T);
+        if (L->is_mla) mla_forward(c, f, seg, nseg, L, base, T);
+        else kda_forward(c, f, seg, nseg, L, base, T);
         for (int64_t i = 0; i < T * H; i++) f->run[i] = run_empty ? f->a[i] : f->run[i] + f->a[i];
         /* h2 = read(bank + [run]), always */
         wn = vec(base, &L->mlp_res_norm, f->vec0);
@@ -1144,7 +1173,7 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
             if (T == 1 && c->predict) guess_next_layer(c, f, L, guesses_per_layer(cf));
             dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
         } else {
-            s = moe_forward(c, f, L, base, T, err);
+            s = moe_forward(c, f, L, base, T, keep, err);
             if (s != MS_OK) { ms_store_release(c->store, L->ffn_region); return s; }
         }
         for (int64_t i = 0; i < T * H; i++) f->run[i] = f->run[i] + f->ffn[i];
@@ -1152,32 +1181,47 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         if (T == 1 && c->predict) refine_next_layer(c, f, il, nb, cf->num_experts_per_token);
     }
 
-    if (T > 1 && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
+    if (keep && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
 
-    /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y */
+    /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y,
+     * for every token (all_logits, scoring) or each segment's last one */
     const uint8_t *fb = ms_store_acquire(c->store, m->final_region, err);
     if (!fb) return with_context(err, err->status, "after the last layer: final norms");
     const float *wn = vec(fb, &m->out_res_norm, f->vec0);
     const float *wp = vec(fb, &m->out_res_proj, f->vec1);
     const float *fn = vec(fb, &m->final_norm, f->vec2);
-    const int64_t t0 = all_logits || c->score_lp ? 0 : T - 1;
-    for (int64_t t = t0; t < T; t++) {
+    const int every = all_logits || c->score_lp;
+    int64_t n_rows = 0;
+    for (int64_t t = 0, is = 0, end = seg[0].T; t < T; t++) {
+        const int last = t == end - 1;
+        if (last && ++is < nseg) end += seg[is].T;
+        if (!every && !last) continue;
         res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
-        ms_rmsnorm(f->y + (t - t0) * H, f->h + t * H, fn, H, eps);
+        ms_rmsnorm(f->y + n_rows * H, f->h + t * H, fn, H, eps);
+        n_rows++;
     }
+    MS_ASSERT(n_rows == (every ? T : nseg));
     ms_store_release(c->store, m->final_region);
     for (int ic = 0; ic < m->n_lm_chunks; ic++) {
         const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
         if (!lb) return with_context(err, err->status, "after the last layer: lm_head rows %lld..%lld",
                                      (long long)m->lm_row0[ic], (long long)m->lm_row0[ic + 1]);
+        const int64_t r0 = m->lm_row0[ic];
         if (c->score_lp) {
-            score_rows(c, f, lb, ic, T, logits);
-        } else {
-            const int64_t r0 = m->lm_row0[ic];
+            score_rows(c, f, lb, ic, T, seg[0].logits);
+        } else if (nseg == 1) {
             ms_wt part = m->lm_head;
             part.off = m->lm_off[ic];
             part.rows = m->lm_row0[ic + 1] - r0;
-            mm_bf16(c, logits + r0, V, lb, &part, f->y, H, T - t0);
+            mm_bf16(c, (all_logits ? all_logits : seg[0].logits) + r0, V, lb, &part, f->y, H, n_rows);
+        } else {
+            /* the segments' rows land in separate arrays: a tile at a time */
+            for (int64_t q0 = r0; q0 < m->lm_row0[ic + 1]; q0 += SCORE_ROWS) {
+                const int64_t nr = m->lm_row0[ic + 1] - q0 < SCORE_ROWS ? m->lm_row0[ic + 1] - q0 : SCORE_ROWS;
+                lm_tile(c, f, lb, ic, q0, nr, nseg);
+                for (int is = 0; is < nseg; is++)
+                    memcpy(seg[is].logits + q0, f->lt + is * SCORE_ROWS, (size_t)nr * sizeof(float));
+            }
         }
         ms_store_release(c->store, m->lm_region[ic]);
     }
@@ -1186,7 +1230,20 @@ ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
         if (c->score_k > 0)
             ms_lse_top(&f->sl[t], c->score_k, c->score_top_ids + t * c->score_k, c->score_top_lp + t * c->score_k);
     }
-    st->n_past += T;
+    for (int is = 0; is < nseg; is++) seg[is].st->n_past += seg[is].T;
     if (c->rec) c->rec->n_rec = T;
     return MS_OK;
+}
+
+ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
+                     int64_t T, float *logits, int all_logits, ms_err *err) {
+    const ms_fseg seg = { st, T, all_logits ? NULL : logits };
+    return forward(c, f, &seg, 1, ids, T, all_logits ? logits : NULL, err);
+}
+
+ms_status ms_forward_batch(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
+                           ms_err *err) {
+    int64_t T = 0;
+    for (int is = 0; is < nseg; is++) T += seg[is].T;
+    return forward(c, f, seg, nseg, ids, T, NULL, err);
 }

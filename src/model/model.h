@@ -175,6 +175,26 @@ typedef struct ms_fwd_ctx {
 ms_status ms_forward(ms_fwd_ctx *ctx, ms_fwd *f, ms_state *st, const int32_t *ids,
                      int64_t T, float *logits, int all_logits, ms_err *err);
 
+/* One sequence's part of a batched forward: T >= 1 tokens at positions
+ * st->n_past.. of that sequence; logits [n_vocab] receives the logits after
+ * its last token. */
+typedef struct ms_fseg {
+    ms_state *st;
+    int64_t T;
+    float *logits;
+} ms_fseg;
+
+/* Several sequences through the model in ONE pass over the weights: the
+ * segments' tokens, ids concatenated in segment order (sum of T <= max_T).
+ * Every projection, router and expert runs over all the pass's tokens
+ * together, each (token, row) its own T16 dot, and attention runs per
+ * segment on its own state, so each segment gets the bits ms_forward gives
+ * it alone (test_batch). Each state's n_past += its T. Not recorded, not
+ * scored (ctx->rec and ctx->score_lp NULL); no expert guesses (they follow
+ * one token). On failure every segment's state is unusable. */
+ms_status ms_forward_batch(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
+                           ms_err *err);
+
 /* Log-softmax of a row of logits in one pass, in index order (scoring): for
  * each x, in double, if x > m then z = z * exp(m - x) + 1 and m = x, else
  * z += exp(x - m), from m = -INFINITY, z = 0; the log-probability of logit xt
