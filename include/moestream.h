@@ -183,9 +183,11 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n,
  * and logits are exactly those ms_session_feed gives it alone, whatever the
  * company, order or budget (docs/DETERMINISM.md). Afterwards each
  * ms_session_logits() holds the logits after its last token. Nothing is fed
- * when an argument is bad (MS_E_USAGE, MS_E_CONTEXT: the message is in the
- * first session's error); when a pass fails, every session of the call is
- * unsound. Counted as k decode tokens when every n[i] is 1, else as prefill. */
+ * when an argument is bad (MS_E_USAGE, MS_E_CONTEXT; every session's error
+ * tells why); when a pass fails, every session of the call is unsound; a
+ * session whose logits come out non-finite is unsound (its
+ * ms_session_logits() NULL) and the call returns MS_E_UNSOUND, the others
+ * being fed. Counted as k decode tokens when every n[i] is 1, else as prefill. */
 ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n);
 
 /* Feed n >= 1 tokens as ms_session_feed does (one pass over the weights per

@@ -222,8 +222,9 @@ static void usage(const char *dir, const char *name) {
     int64_t n0[2] = { 2, 0 };
     CHECK(ms_sessions_feed(pair, 2, ids, n0) == MS_E_USAGE, "%s: no tokens", name);
     const int32_t *bad_ids[2] = { good, oor };
-    CHECK(ms_sessions_feed(pair, 2, bad_ids, n2) == MS_E_USAGE && strstr(ms_session_error(a), "session 1"),
-          "%s: an id out of range: %s", name, ms_session_error(a));
+    CHECK(ms_sessions_feed(pair, 2, bad_ids, n2) == MS_E_USAGE && strstr(ms_session_error(a), "session 1") &&
+              strstr(ms_session_error(b), "session 1"),
+          "%s: an id out of range: %s / %s", name, ms_session_error(a), ms_session_error(b));
     int32_t many[70] = { 0 };
     const int32_t *full_ids[2] = { good, many };
     int64_t nfull[2] = { 2, 65 };

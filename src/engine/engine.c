@@ -504,13 +504,15 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
     return feed(s, ids, n, all_logits, NULL, 0, 1, 1, NULL);
 }
 
-ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n) {
-    if (!ss || k < 1 || !ss[0] || !ids || !n) return MS_E_USAGE;
+/* ms_sessions_feed's arguments (the message in ss[0]'s error); *all_one: every
+ * n[i] is 1; *total: the tokens. */
+static ms_status batch_check(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n,
+                             int *all_one, int64_t *total) {
     ms_session *s0 = ss[0];
-    ms_engine *e = s0->e;
-    const int64_t V = e->cfg.vocab_size, chunk = e->p.prefill_chunk;
-    int all_one = 1;
-    int64_t total = 0;
+    const ms_engine *e = s0->e;
+    const int64_t V = e->cfg.vocab_size;
+    *all_one = 1;
+    *total = 0;
     for (int i = 0; i < k; i++) {
         const ms_session *s = ss[i];
         const char *why = NULL;
@@ -537,8 +539,25 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
                          i, ids[i][j], (long long)j, (long long)V);
                 return MS_E_USAGE;
             }
-        all_one &= n[i] == 1;
-        total += n[i];
+        *all_one &= n[i] == 1;
+        *total += n[i];
+    }
+    return MS_OK;
+}
+
+ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n) {
+    if (!ss || k < 1 || !ss[0] || !ids || !n) return MS_E_USAGE;
+    ms_session *s0 = ss[0];
+    ms_engine *e = s0->e;
+    const int64_t V = e->cfg.vocab_size, chunk = e->p.prefill_chunk;
+    int all_one;
+    int64_t total;
+    const ms_status bad = batch_check(ss, k, ids, n, &all_one, &total);
+    if (bad != MS_OK) {
+        /* every session of the call tells why (nothing was fed) */
+        for (int i = 1; i < k; i++)
+            if (ss[i] && ss[i]->e == e && ss[i] != s0) snprintf(ss[i]->error, sizeof ss[i]->error, "%s", s0->error);
+        return bad;
     }
     int32_t *pid = malloc((size_t)chunk * sizeof *pid);
     ms_fseg *seg = malloc((size_t)k * sizeof *seg);

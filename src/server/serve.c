@@ -60,7 +60,11 @@ static void usage(FILE *f) {
         "                         --ram, 32 to 1024; 32 without --ram; a streamed model reads its\n"
         "                         weights once per chunk; planned within --ram)\n"
         "  --speculate K          decode: verify up to K prompt-lookup drafted tokens per pass\n"
-        "                         over the weights (default 0 = off; same output bits)\n"
+        "                         over the weights (default 0 = off; same output bits; used while\n"
+        "                         one request decodes alone)\n"
+        "  --parallel N           requests served together (default 1): each has its own session\n"
+        "                         (the plan counts N), and every pass over the weights serves all\n"
+        "                         of them (their decode tokens and up to one prompt chunk)\n"
         "  --shutdown-timeout S   on SIGTERM wait this long for in-flight requests (default 30)\n"
         "  --idle-timeout S       close idle keep-alive connections after S seconds (default 60)\n"
         "  --quiet                log errors only\n");
@@ -124,6 +128,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
     o->max_queue = 64;
     o->max_connections = 128;
     o->prefill_chunk = 0;                   /* 0: the engine's chunk (set after open) */
+    o->parallel = 1;
     o->shutdown_s = 30;
     o->idle_timeout_s = 60;
     for (int i = 0; i < argc; i++) {
@@ -160,6 +165,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
         else if (!strcmp(a, "--max-connections")) bad = parse_int(v, 1, 65536, &o->max_connections);
         else if (!strcmp(a, "--prefill-chunk")) bad = parse_int(v, 1, 1 << 20, &o->prefill_chunk);
         else if (!strcmp(a, "--speculate")) { bad = parse_int(v, 0, 31, &x); o->speculate = (int)x; }
+        else if (!strcmp(a, "--parallel")) { bad = parse_int(v, 1, SRV_MAX_PARALLEL, &x); o->parallel = (int)x; }
         else if (!strcmp(a, "--chunk")) bad = parse_int(v, 1, 65536, &o->chunk);
         else if (!strcmp(a, "--shutdown-timeout")) { bad = parse_int(v, 0, 86400, &x); o->shutdown_s = (double)x; }
         else if (!strcmp(a, "--idle-timeout")) { bad = parse_int(v, 1, 86400, &x); o->idle_timeout_s = (int)x; }
@@ -251,6 +257,7 @@ int ms_serve_main(int argc, char **argv) {
     ep.ram_bytes = s->o.ram;
     ep.max_context = s->o.max_context;
     ep.max_draft = s->o.speculate;
+    ep.n_seq = s->o.parallel;
     ep.prefill_chunk = s->o.chunk;
     ep.log = engine_log;
     ep.log_level = s->o.quiet ? MS_LOG_WARN : MS_LOG_INFO;

@@ -64,6 +64,7 @@ typedef struct srv_opts {
     int64_t max_connections;
     int64_t prefill_chunk;      /* tokens per feed while reading a prompt */
     int speculate;              /* draft up to this many tokens per decode pass (0 = off) */
+    int parallel;               /* requests decoded together, one pass over the weights for all */
     int64_t chunk;              /* prompt tokens per pass over the weights (0 = the engine's 32) */
     int thinking;               /* default of "thinking" when a request does not say */
     double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
@@ -173,6 +174,7 @@ void srv_job_complete(srv_job *j, int http_status, char *body);
 
 #define SRV_MAX_CLIENTS 64      /* fairness table entries */
 #define SRV_MAX_BIAS 1024       /* logit_bias entries per request */
+#define SRV_MAX_PARALLEL 64     /* --parallel: sessions the worker steps together */
 
 typedef struct srv {
     srv_opts o;
@@ -188,7 +190,8 @@ typedef struct srv {
     pthread_cond_t qcv;
     srv_job *queue;             /* in arrival order */
     int64_t n_queued;
-    srv_job *running;
+    srv_job *running[SRV_MAX_PARALLEL];     /* the jobs in the worker's slots */
+    int n_running;
     int stop_worker;
     uint64_t n_arrivals, n_served;
     struct { char key[64]; uint64_t last; } clients[SRV_MAX_CLIENTS];
@@ -203,6 +206,7 @@ typedef struct srv {
     atomic_ullong next_id;      /* response and tool-call ids */
     uint64_t id_salt;
     atomic_llong n_requests, n_errors;
+    atomic_llong n_steps, n_step_tokens;   /* decode steps of the worker, tokens they decoded */
 } srv;
 
 /* worker.c */

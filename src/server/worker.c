@@ -95,7 +95,7 @@ int srv_submit(srv *s, srv_job *j) {
 
 int64_t srv_queue_depth(srv *s) {
     pthread_mutex_lock(&s->qmu);
-    int64_t n = s->n_queued + (s->running ? 1 : 0);
+    int64_t n = s->n_queued + s->n_running;
     pthread_mutex_unlock(&s->qmu);
     return n;
 }
@@ -103,7 +103,7 @@ int64_t srv_queue_depth(srv *s) {
 void srv_cancel_all(srv *s, int reason) {
     pthread_mutex_lock(&s->qmu);
     for (srv_job *j = s->queue; j; j = j->next) atomic_store(&j->cancel, reason);
-    if (s->running) atomic_store(&s->running->cancel, reason);
+    for (int i = 0; i < s->n_running; i++) atomic_store(&s->running[i]->cancel, reason);
     pthread_mutex_unlock(&s->qmu);
 }
 
@@ -345,195 +345,360 @@ static void reopen_session(srv *s, ms_session **ses) {
     }
 }
 
-static void run_job(srv *s, ms_session **sesp, srv_job *j) {
-    double t0 = srv_now();
+/* ---- slots: the jobs the worker steps together ---------------------------------- */
+
+/* One job in one of the worker's sessions, from its start to its response. */
+typedef struct slot {
+    ms_session *ses;            /* kept between jobs (conversation reuse) */
+    uint64_t last_used;         /* when its last job ended (the least recently used is reused first) */
+    srv_job *j;                 /* NULL: free */
+    double t0;
     srv_result res;
-    memset(&res, 0, sizeof res);
-    res.n_prompt = j->n_prompt;
     gen g;
-    memset(&g, 0, sizeof g);
+    ms_sampler *smp;
+    int32_t *full;              /* prompt + forced output */
+    int64_t n_full, at;         /* ids read so far */
+    int score;                  /* echo + logprobs: the prompt is scored alone (ms_session_score) */
+    int decoding;               /* the prompt is read */
+    int32_t pending;            /* the last token picked and not fed (-1: none) */
+    srv_pick pk;
+    ms_status st;
+    const char *fail;
+    int fail_status;
+    char msg[256];
+} slot;
+
+/* The ids of j's input held by ses as a prefix (reusable), or -1. */
+static int64_t reusable(const ms_session *ses, const srv_job *j) {
+    if (!ses || (j->logprobs >= 0 && j->echo) || !ms_session_logits(ses)) return -1;
+    int64_t n_have = 0;
+    const int32_t *have = ms_session_tokens(ses, &n_have);
+    const int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
+    if (n_have == 0 || n_have > j->n_prompt + n_forced_feed) return -1;
+    const int64_t np = n_have < j->n_prompt ? n_have : j->n_prompt;
+    if (memcmp(have, j->prompt, (size_t)np * sizeof *have) != 0) return -1;
+    if (n_have > np && memcmp(have + np, j->forced, (size_t)(n_have - np) * sizeof *have) != 0) return -1;
+    return n_have;
+}
+
+/* Set up sl for its job: sampler, input ids, session reuse. 0, or -1 when the
+ * job ends here (failed or cancelled: slot_end reports it). */
+static int slot_start(srv *s, slot *sl) {
+    srv_job *j = sl->j;
+    sl->t0 = srv_now();
+    sl->res.n_prompt = j->n_prompt;
     for (int k = 0; k < j->n_stop; k++)
-        if (strlen(j->stop[k]) > g.max_stop) g.max_stop = strlen(j->stop[k]);
-    ms_sampler *smp = NULL;
-    int32_t *full = NULL;
+        if (strlen(j->stop[k]) > sl->g.max_stop) sl->g.max_stop = strlen(j->stop[k]);
+    sl->fail_status = 500;
+    sl->pending = -1;
+    if (!sl->ses) reopen_session(s, &sl->ses);
+    if (!sl->ses) { sl->fail = "the engine has no session"; return -1; }
+    if (atomic_load(&j->cancel)) return -1;
+    sl->smp = ms_sampler_open(&j->sp, s->info.n_vocab, sl->msg, sizeof sl->msg);
+    if (!sl->smp) { sl->fail = sl->msg; sl->fail_status = 400; return -1; }
+    /* the input: prompt + forced output (without a forced final stop token) */
+    const int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
+    sl->n_full = j->n_prompt + n_forced_feed;
+    sl->full = malloc((size_t)sl->n_full * sizeof *sl->full);
+    if (!sl->full) { sl->fail = "out of memory"; return -1; }
+    memcpy(sl->full, j->prompt, (size_t)j->n_prompt * sizeof *sl->full);
+    if (n_forced_feed > 0) memcpy(sl->full + j->n_prompt, j->forced, (size_t)n_forced_feed * sizeof *sl->full);
+    for (int64_t i = 0; i < j->n_forced; i++)
+        if (gen_push(&sl->g, j->forced[i]) != 0) { sl->fail = "out of memory"; return -1; }
+    /* reuse the session when it holds a prefix of the input (not when the
+     * prompt's own log-probabilities are asked for: all of it is scored) */
+    sl->score = j->logprobs >= 0 && j->echo;
+    const int64_t have = reusable(sl->ses, j);
+    sl->at = have > 0 ? have : 0;
+    if (have < 0 && ms_session_n_past(sl->ses) > 0) ms_session_reset(sl->ses);
+    sl->res.n_cached = sl->at < j->n_prompt ? sl->at : j->n_prompt;
+    sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, NULL, 0 };
+    if (j->forced_done) sl->pk.finish = "tool_calls";
+    return 0;
+}
+
+/* The prompt is read: the response starts. */
+static void slot_prompt_done(srv *s, slot *sl) {
+    srv_job *j = sl->j;
+    sl->decoding = 1;
+    srv_api_emit_start(s, j, sl->g.lp, sl->g.n_lp);
+    if (j->stream && j->kind == SRV_COMPLETION && j->echo && j->echo_text) sl->g.lp_sent = sl->g.n_lp;
+    if (j->kind == SRV_CHAT && j->n_forced > 0) on_token(s, j, &sl->g, j->forced[j->n_forced - 1]);
+}
+
+/* The whole reply, cleaned, into res (the job finished with pk.finish). */
+static void slot_reply(srv *s, slot *sl, ms_reply *reply, srv_call_out **calls, srv_buf **cbufs,
+                       srv_buf *clean_r, srv_buf *clean_c) {
+    srv_job *j = sl->j;
+    gen *g = &sl->g;
+    srv_result *res = &sl->res;
+    const char *finish = sl->pk.finish;
+    res->n_completion = g->n;
+    res->n_reasoning = count_reasoning(s, j, g);
+    if (j->kind == SRV_CHAT) {
+        if (ms_chat_parse_reply(s->e, g->ids, g->n, j->thinking, reply) != MS_OK) { sl->fail = "cannot parse the reply"; return; }
+        size_t nc = strlen(reply->content);
+        if (j->stream) {
+            emit_text(s, j, g, reply->reasoning, strlen(reply->reasoning), reply->content, nc, 1);
+            if (!g->stopped) emit_calls(s, j, g, reply, reply->n_tool_calls);
+        }
+        if (g->stopped && g->stop_at < nc) nc = g->stop_at;
+        srv_utf8_clean(clean_r, reply->reasoning, strlen(reply->reasoning));
+        srv_utf8_clean(clean_c, reply->content, nc);
+        int64_t n_calls = g->stopped ? 0 : reply->n_tool_calls;
+        if (n_calls > 0) {
+            *calls = calloc((size_t)n_calls, sizeof **calls);
+            *cbufs = calloc((size_t)n_calls * 2, sizeof **cbufs);
+            if (!*calls || !*cbufs) { sl->fail = "out of memory"; return; }
+            for (int64_t i = 0; i < n_calls; i++)
+                clean_call(&reply->tool_calls[i], &(*cbufs)[2 * i], &(*cbufs)[2 * i + 1], &(*calls)[i]);
+            res->calls = *calls;
+            res->n_calls = n_calls;
+            if (!strcmp(finish, "stop")) finish = "tool_calls";
+        }
+    } else {
+        if (j->stream) emit_text(s, j, g, NULL, 0, g->text.p, g->text.n, 1);
+        size_t nt = g->stopped && g->stop_at < g->text.n ? g->stop_at : g->text.n;
+        srv_utf8_clean(clean_c, g->text.p ? g->text.p : "", nt);
+    }
+    res->finish = finish;
+    res->lp = g->lp;
+    res->n_lp = g->n_lp;
+    res->n_lp_sent = g->lp_sent;
+    res->reasoning = clean_r->p ? clean_r->p : "";
+    res->content = clean_c->p ? clean_c->p : "";
+}
+
+/* Report the job (its reply, or why it ended) and free the slot. */
+static void slot_end(srv *s, slot *sl) {
+    srv_job *j = sl->j;
+    srv_result *res = &sl->res;
+    gen *g = &sl->g;
     ms_reply reply;
     memset(&reply, 0, sizeof reply);
     srv_call_out *calls = NULL;
     srv_buf *cbufs = NULL;
     srv_buf clean_r = {0}, clean_c = {0};
-    ms_status st = MS_OK;
-    char msg[256];
-    const char *fail = NULL;
-    int fail_status = 500;
-
-    if (!*sesp) reopen_session(s, sesp);
-    ms_session *ses = *sesp;
-    if (!ses) { fail = "the engine has no session"; goto done; }
-    if (atomic_load(&j->cancel)) goto done;
-    smp = ms_sampler_open(&j->sp, s->info.n_vocab, msg, sizeof msg);
-    if (!smp) { fail = msg; fail_status = 400; goto done; }
-
-    /* the input: prompt + forced output (without a forced final stop token) */
-    int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
-    int64_t n_full = j->n_prompt + n_forced_feed;
-    full = malloc((size_t)n_full * sizeof *full);
-    if (!full) { fail = "out of memory"; goto done; }
-    memcpy(full, j->prompt, (size_t)j->n_prompt * sizeof *full);
-    if (n_forced_feed > 0) memcpy(full + j->n_prompt, j->forced, (size_t)n_forced_feed * sizeof *full);
-    for (int64_t i = 0; i < j->n_forced; i++)
-        if (gen_push(&g, j->forced[i]) != 0) { fail = "out of memory"; goto done; }
-
-    /* reuse the live session when it holds a prefix of the input (not when
-     * the prompt's own log-probabilities are asked for: all of it is scored) */
-    const int score = j->logprobs >= 0 && j->echo;
-    int64_t n_have = 0;
-    const int32_t *have = ms_session_tokens(ses, &n_have);
-    int64_t at = 0;
-    if (!score && n_have > 0 && n_have <= n_full && ms_session_logits(ses) &&
-        memcmp(have, full, (size_t)n_have * sizeof *full) == 0) {
-        at = n_have;
-    } else if (n_have > 0) {
-        ms_session_reset(ses);
-    }
-    res.n_cached = at < j->n_prompt ? at : j->n_prompt;
-
-    /* prefill, in chunks so that a cancel is seen */
-    while (at < n_full) {
-        if (atomic_load(&j->cancel)) goto done;
-        int64_t n = n_full - at < s->o.prefill_chunk ? n_full - at : s->o.prefill_chunk;
-        if (score) {
-            if (score_feed(j, &g, ses, full + at, n, &st) != 0) { fail = "out of memory"; goto done; }
-        } else {
-            st = ms_session_feed(ses, full + at, n, NULL);
-        }
-        if (st != MS_OK) goto done;
-        at += n;
-    }
-    srv_api_emit_start(s, j, g.lp, g.n_lp);
-    if (j->stream && j->kind == SRV_COMPLETION && j->echo && j->echo_text) g.lp_sent = g.n_lp;
-    if (j->kind == SRV_CHAT && j->n_forced > 0) on_token(s, j, &g, j->forced[j->n_forced - 1]);
-
-    /* decode, in steps of ms_session_decode (one token, or with --speculate a
-     * verified draft); the picker applies the stop rules per token */
-    const char *finish = j->forced_done ? "tool_calls" : NULL;
-    srv_pick pk = { s, j, &g, smp, NULL, 0 };
-    int32_t pending = -1, step[32];
-    while (!finish) {
-        if (atomic_load(&j->cancel)) goto done;
-        int64_t room = j->max_tokens - g.n_sampled - 1, n_step = 0;
-        int n_draft = room <= 0 ? 0 : s->o.speculate < room ? s->o.speculate : (int)room;
-        st = ms_session_decode(ses, pending, n_draft, srv_picker, &pk, step, &n_step);
-        if (pk.oom) { fail = "out of memory"; goto done; }
-        if (st != MS_OK) goto done;
-        pending = step[n_step - 1];
-        finish = pk.finish;
-    }
-
-    /* the whole reply, cleaned */
-    res.n_completion = g.n;
-    res.n_reasoning = count_reasoning(s, j, &g);
-    if (j->kind == SRV_CHAT) {
-        if (ms_chat_parse_reply(s->e, g.ids, g.n, j->thinking, &reply) != MS_OK) { fail = "cannot parse the reply"; goto done; }
-        size_t nc = strlen(reply.content);
-        if (j->stream) {
-            emit_text(s, j, &g, reply.reasoning, strlen(reply.reasoning), reply.content, nc, 1);
-            if (!g.stopped) emit_calls(s, j, &g, &reply, reply.n_tool_calls);
-        }
-        if (g.stopped && g.stop_at < nc) nc = g.stop_at;
-        srv_utf8_clean(&clean_r, reply.reasoning, strlen(reply.reasoning));
-        srv_utf8_clean(&clean_c, reply.content, nc);
-        int64_t n_calls = g.stopped ? 0 : reply.n_tool_calls;
-        if (n_calls > 0) {
-            calls = calloc((size_t)n_calls, sizeof *calls);
-            cbufs = calloc((size_t)n_calls * 2, sizeof *cbufs);
-            if (!calls || !cbufs) { fail = "out of memory"; goto done; }
-            for (int64_t i = 0; i < n_calls; i++) clean_call(&reply.tool_calls[i], &cbufs[2 * i], &cbufs[2 * i + 1], &calls[i]);
-            res.calls = calls;
-            res.n_calls = n_calls;
-            if (!strcmp(finish, "stop")) finish = "tool_calls";
-        }
-    } else {
-        if (j->stream) emit_text(s, j, &g, NULL, 0, g.text.p, g.text.n, 1);
-        size_t nt = g.stopped && g.stop_at < g.text.n ? g.stop_at : g.text.n;
-        srv_utf8_clean(&clean_c, g.text.p ? g.text.p : "", nt);
-    }
-    res.finish = finish;
-    res.lp = g.lp;
-    res.n_lp = g.n_lp;
-    res.n_lp_sent = g.lp_sent;
-    res.reasoning = clean_r.p ? clean_r.p : "";
-    res.content = clean_c.p ? clean_c.p : "";
-
-done:
-    if (!res.finish) {
+    char msg[300];
+    if (sl->pk.finish && sl->st == MS_OK && !sl->fail) slot_reply(s, sl, &reply, &calls, &cbufs, &clean_r, &clean_c);
+    if (!res->finish) {
         int cancel = atomic_load(&j->cancel);
-        if (st != MS_OK) {
-            snprintf(msg, sizeof msg, "the engine failed: %s: %s", ms_status_name(st), ses ? ms_session_error(ses) : "");
-            res.err_msg = msg;
-            res.err_status = st == MS_E_CONTEXT ? 400 : 500;
-            reopen_session(s, sesp);            /* state after a failed feed is not trusted */
-        } else if (fail) {
-            res.err_msg = fail;
-            res.err_status = fail_status;
+        if (sl->st != MS_OK) {
+            snprintf(msg, sizeof msg, "the engine failed: %s: %s", ms_status_name(sl->st),
+                     sl->ses ? ms_session_error(sl->ses) : "");
+            res->err_msg = msg;
+            res->err_status = sl->st == MS_E_CONTEXT ? 400 : 500;
+            reopen_session(s, &sl->ses);        /* state after a failed feed is not trusted */
+        } else if (sl->fail) {
+            res->err_msg = sl->fail;
+            res->err_status = sl->fail_status;
         } else if (cancel == 2) {
-            res.err_msg = "the server is shutting down";
-            res.err_status = 503;
+            res->err_msg = "the server is shutting down";
+            res->err_status = 503;
         } else {
-            res.err_msg = "the request was cancelled";
-            res.err_status = 499;
+            res->err_msg = "the request was cancelled";
+            res->err_status = 499;
         }
-        res.err_type = res.err_status == 400 ? "invalid_request_error" : "server_error";
+        res->err_type = res->err_status == 400 ? "invalid_request_error" : "server_error";
     }
-    srv_api_finish(s, j, &res);
-    double dt = srv_now() - t0;
+    srv_api_finish(s, j, res);
+    const double dt = srv_now() - sl->t0;
     srv_log(s, 0, "%s %s: %s, prompt %lld (cached %lld), output %lld, %.2f s (%.1f tok/s)",
-            j->kind == SRV_CHAT ? "chat" : "completion", j->id, res.finish ? res.finish : res.err_msg,
-            (long long)res.n_prompt, (long long)res.n_cached, (long long)g.n, dt,
-            dt > 0 ? (double)g.n_sampled / dt : 0.0);
+            j->kind == SRV_CHAT ? "chat" : "completion", j->id, res->finish ? res->finish : res->err_msg,
+            (long long)res->n_prompt, (long long)res->n_cached, (long long)g->n, dt,
+            dt > 0 ? (double)g->n_sampled / dt : 0.0);
     ms_reply_free(&reply);
-    for (int64_t i = 0; cbufs && i < 2 * res.n_calls; i++) srv_buf_free(&cbufs[i]);
+    for (int64_t i = 0; cbufs && i < 2 * res->n_calls; i++) srv_buf_free(&cbufs[i]);
     free(cbufs);
     free(calls);
     srv_buf_free(&clean_r);
     srv_buf_free(&clean_c);
-    srv_buf_free(&g.text);
-    srv_buf_free(&g.scratch);
-    srv_buf_free(&g.scratch2);
-    free(g.ids);
-    free(g.lp);
-    free(full);
-    ms_sampler_close(smp);
+    srv_buf_free(&g->text);
+    srv_buf_free(&g->scratch);
+    srv_buf_free(&g->scratch2);
+    free(g->ids);
+    free(g->lp);
+    free(sl->full);
+    ms_sampler_close(sl->smp);
+    pthread_mutex_lock(&s->qmu);
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == j) { s->running[i] = s->running[--s->n_running]; break; }
+    sl->last_used = ++s->n_served;
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    srv_job_unref(j);
+    ms_session *ses = sl->ses;
+    const uint64_t last = sl->last_used;
+    memset(sl, 0, sizeof *sl);
+    sl->ses = ses;
+    sl->last_used = last;
+}
+
+/* Pick the next token of a decoding slot from its session's logits (the
+ * picker applies the stop rules); the job ends when they say so. With
+ * prompt_done, the prompt was just read: the response starts first. */
+static void slot_pick(srv *s, slot *sl, int prompt_done) {
+    if (prompt_done) slot_prompt_done(s, sl);
+    if (!sl->pk.finish) {
+        int64_t n_hist = 0;
+        const int32_t *hist = ms_session_tokens(sl->ses, &n_hist);
+        int stop = 0;
+        sl->pending = srv_picker(&sl->pk, ms_session_logits(sl->ses), hist, n_hist, &stop);
+        if (sl->pk.oom) sl->fail = "out of memory";
+    }
+    if (sl->pk.finish || sl->fail) slot_end(s, sl);
+}
+
+/* One step of every active slot: one ms_sessions_feed call (one pass over the
+ * weights, two when a prompt piece and the decode tokens overflow a chunk)
+ * that reads each decoding slot's pending token and up to prefill_chunk
+ * prompt tokens of the slots still reading their prompts (in slot order),
+ * then a pick per decoding slot. A job that asks for its prompt's scores
+ * reads its prompt alone (ms_session_score). With --speculate, a slot that
+ * decodes alone takes ms_session_decode steps (drafts verified in one pass).
+ * Bits: each session's logits are those it gets alone (ms_sessions_feed), so
+ * every job's tokens are those it gets with --parallel 1. */
+static void step(srv *s, slot *sl, int P) {
+    ms_session *ss[SRV_MAX_PARALLEL];
+    const int32_t *ids[SRV_MAX_PARALLEL];
+    int64_t n[SRV_MAX_PARALLEL];
+    int who[SRV_MAX_PARALLEL], k = 0, n_active = 0, n_prompt = 0;
+    for (int i = 0; i < P; i++) {
+        if (!sl[i].j) continue;
+        if (atomic_load(&sl[i].j->cancel) || sl[i].fail) { slot_end(s, &sl[i]); continue; }
+        n_active++;
+        n_prompt += !sl[i].decoding;
+    }
+    if (n_active == 1 && n_prompt == 0 && s->o.speculate > 0) {
+        for (int i = 0; i < P; i++) {
+            if (!sl[i].j) continue;
+            slot *a = &sl[i];
+            int32_t out[32];
+            int64_t n_out = 0, room = a->j->max_tokens - a->g.n_sampled - 1;
+            int n_draft = room <= 0 ? 0 : s->o.speculate < room ? s->o.speculate : (int)room;
+            a->st = ms_session_decode(a->ses, a->pending, n_draft, srv_picker, &a->pk, out, &n_out);
+            atomic_fetch_add(&s->n_steps, 1);
+            atomic_fetch_add(&s->n_step_tokens, n_out);
+            if (a->pk.oom) a->fail = "out of memory";
+            if (a->st == MS_OK && !a->fail) a->pending = out[n_out - 1];
+            if (a->st != MS_OK || a->fail || a->pk.finish) slot_end(s, a);
+        }
+        return;
+    }
+    int64_t room = s->o.prefill_chunk;
+    for (int i = 0; i < P; i++) {
+        slot *a = &sl[i];
+        if (!a->j) continue;
+        int64_t take = 0;
+        const int32_t *from = NULL;
+        if (!a->decoding && a->score) {
+            /* scored prompts run alone, a chunk per step */
+            take = a->n_full - a->at < s->o.prefill_chunk ? a->n_full - a->at : s->o.prefill_chunk;
+            if (score_feed(a->j, &a->g, a->ses, a->full + a->at, take, &a->st) != 0) a->fail = "out of memory";
+            if (a->st != MS_OK || a->fail) { slot_end(s, a); continue; }
+            a->at += take;
+            if (a->at == a->n_full) slot_pick(s, a, 1);
+            continue;
+        }
+        if (!a->decoding && room > 0 && a->at < a->n_full) {
+            take = a->n_full - a->at < room ? a->n_full - a->at : room;
+            room -= take;
+            from = a->full + a->at;
+        } else if (a->decoding && a->pending >= 0) {
+            take = 1;
+            from = &a->pending;
+        }
+        if (take == 0) continue;
+        if (ms_session_n_past(a->ses) + take > s->info.max_context) {
+            a->st = MS_E_CONTEXT;       /* refused alone: the others' call goes on */
+            slot_end(s, a);
+            continue;
+        }
+        ss[k] = a->ses;
+        ids[k] = from;
+        n[k] = take;
+        who[k++] = i;
+    }
+    ms_status st = k > 0 ? ms_sessions_feed(ss, k, ids, n) : MS_OK;
+    int n_dec = 0;
+    for (int q = 0; q < k; q++) n_dec += sl[who[q]].decoding;
+    if (n_dec > 0) {
+        atomic_fetch_add(&s->n_steps, 1);
+        atomic_fetch_add(&s->n_step_tokens, n_dec);
+    }
+    for (int q = 0; q < k; q++) {
+        slot *a = &sl[who[q]];
+        /* a failed pass leaves every session of the call unsound; a non-finite
+           row only its own (ms_session_logits NULL) */
+        if (st != MS_OK && !(st == MS_E_UNSOUND && ms_session_logits(a->ses))) {
+            a->st = st;
+            slot_end(s, a);
+            continue;
+        }
+        const int was_prompt = !a->decoding;
+        if (was_prompt && (a->at += n[q]) < a->n_full) continue;
+        slot_pick(s, a, was_prompt);
+    }
+    /* a prompt that was all reused, or empty: its first pick */
+    for (int i = 0; i < P; i++) {
+        slot *a = &sl[i];
+        if (!a->j || a->decoding || a->score || a->at < a->n_full) continue;
+        slot_pick(s, a, 1);
+    }
 }
 
 /* ---- the thread ---------------------------------------------------------------- */
 
+/* The free slot for j: the one whose session holds the longest prefix of j's
+ * input, else the least recently used. -1 when none is free. */
+static int choose_slot(const slot *sl, int P, const srv_job *j) {
+    int best = -1;
+    int64_t best_have = -1;
+    for (int i = 0; i < P; i++) {
+        if (sl[i].j) continue;
+        const int64_t have = reusable(sl[i].ses, j);
+        if (best < 0 || have > best_have || (have == best_have && sl[i].last_used < sl[best].last_used)) {
+            best = i;
+            best_have = have;
+        }
+    }
+    return best;
+}
+
 static void *worker_main(void *arg) {
     srv *s = arg;
-    ms_session *ses = NULL;
-    if (ms_session_open(s->e, &ses) != MS_OK) {
-        ses = NULL;
-        srv_log(s, 1, "cannot open a session: %s", ms_engine_error(s->e));
-    }
+    const int P = s->o.parallel >= 1 && s->o.parallel <= SRV_MAX_PARALLEL ? s->o.parallel : 1;
+    slot sl[SRV_MAX_PARALLEL];
+    memset(sl, 0, sizeof sl);
+    for (int i = 0; i < P; i++)
+        if (ms_session_open(s->e, &sl[i].ses) != MS_OK) {
+            sl[i].ses = NULL;
+            srv_log(s, 1, "cannot open a session: %s", ms_engine_error(s->e));
+        }
     for (;;) {
+        int started[SRV_MAX_PARALLEL], n_started = 0, n_active = 0;
+        for (int i = 0; i < P; i++) n_active += sl[i].j != NULL;
         pthread_mutex_lock(&s->qmu);
-        while (!s->queue && !s->stop_worker) pthread_cond_wait(&s->qcv, &s->qmu);
-        if (!s->queue) {                    /* stop_worker and nothing left */
+        while (!s->queue && !s->stop_worker && n_active == 0) pthread_cond_wait(&s->qcv, &s->qmu);
+        if (!s->queue && n_active == 0) {   /* stop_worker and nothing left */
             pthread_mutex_unlock(&s->qmu);
             break;
         }
-        srv_job *j = pick(s);
-        s->running = j;
+        /* take queued jobs while a slot is free (fair order) */
+        while (s->queue && n_active < P) {
+            srv_job *j = pick(s);
+            const int i = choose_slot(sl, P, j);
+            sl[i].j = j;
+            s->running[s->n_running++] = j;
+            started[n_started++] = i;
+            n_active++;
+        }
         pthread_mutex_unlock(&s->qmu);
-
-        run_job(s, &ses, j);
-
-        pthread_mutex_lock(&s->qmu);
-        s->running = NULL;
-        pthread_cond_broadcast(&s->qcv);
-        pthread_mutex_unlock(&s->qmu);
-        srv_job_unref(j);
+        for (int q = 0; q < n_started; q++)
+            if (slot_start(s, &sl[started[q]]) != 0) slot_end(s, &sl[started[q]]);
+        step(s, sl, P);
     }
-    ms_session_close(ses);
+    for (int i = 0; i < P; i++) ms_session_close(sl[i].ses);
     return NULL;
 }
 
@@ -548,7 +713,7 @@ void srv_worker_stop(srv *s) {
     pthread_mutex_lock(&s->qmu);
     s->stop_worker = 1;
     for (srv_job *j = s->queue; j; j = j->next) atomic_store(&j->cancel, 2);
-    if (s->running) atomic_store(&s->running->cancel, 2);
+    for (int i = 0; i < s->n_running; i++) atomic_store(&s->running[i]->cancel, 2);
     pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->qmu);
     pthread_join(s->worker, NULL);

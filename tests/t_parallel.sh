@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# tests/t_parallel.sh - `serve --parallel 3`: requests served together answer
+# exactly as one at a time.
+#
+# Starts `serve --parallel 1` and `serve --parallel 3 --speculate 4` on the bundled
+# model, sends the same 7 requests to each, all at once (greedy and seeded
+# completions, a stop string, echo + logprobs, chat plain and streamed with
+# logprobs, a length limit), and compares each answer's text, finish reason, token
+# counts and log-probabilities. Then /health of the parallel server must show
+# decode steps that served more than one request (decode_tokens > decode_steps),
+# and of the other exactly one token per step. A second round on the parallel
+# server (the same requests again, at once) must give the same answers (sessions
+# reused or not). Last line: "t_parallel: N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+BIN=${MS_BIN:-$BUILD/moestream}
+PY=/usr/bin/python3
+M=models/k3-tiny
+tmp=$(mktemp -d)
+PIDS=
+cleanup() { for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+[ -x "$BIN" ] || { bad "$BIN not found"; echo "t_parallel: $pass passed, $fail failed"; exit 1; }
+
+start() {   # name, args... -> URL in $tmp/url.NAME
+    local name=$1; shift
+    "$BIN" serve $M --port 0 --quiet "$@" > "$tmp/srv.$name.log" 2>&1 &
+    PIDS="$PIDS $!"
+    disown $!
+    for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.$name.log" && break; sleep 0.1; done
+    grep -o 'listening on http://[^/]*' "$tmp/srv.$name.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url.$name"
+}
+start one --parallel 1
+start par --parallel 3 --speculate 4
+u1=$(cat "$tmp/url.one"); u3=$(cat "$tmp/url.par")
+if [ -z "$u1" ] || [ -z "$u3" ]; then
+    bad "the servers did not start: $(tail -n 3 "$tmp/srv.one.log" "$tmp/srv.par.log")"
+    echo "t_parallel: $pass passed, $fail failed"; exit 1
+fi
+
+P1="And the LORD spake unto Moses, saying, And the LORD spake unto"
+P2="In the beginning God created"
+P3="And it came to pass"
+BODIES=(
+    "completions|{\"model\":\"k3-tiny\",\"prompt\":\"$P1\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}"
+    "completions|{\"model\":\"k3-tiny\",\"prompt\":\"$P2\",\"max_tokens\":33,\"temperature\":0.9,\"seed\":5}"
+    "completions|{\"model\":\"k3-tiny\",\"prompt\":\"$P3\",\"max_tokens\":40,\"temperature\":0,\"stop\":[\"Moses\"]}"
+    "completions|{\"model\":\"k3-tiny\",\"prompt\":\"$P2 the heaven\",\"max_tokens\":6,\"temperature\":0,\"echo\":true,\"logprobs\":2}"
+    "chat/completions|{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"$P3\"}],\"max_tokens\":24,\"temperature\":0.7,\"seed\":11}"
+    "chat/completions|{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"$P1\"}],\"max_tokens\":30,\"temperature\":0,\"stream\":true,\"logprobs\":true,\"top_logprobs\":2}"
+    "completions|{\"model\":\"k3-tiny\",\"prompt\":\"$P1 Aaron\",\"max_tokens\":50,\"temperature\":0,\"ignore_eos\":true,\"frequency_penalty\":0.5}"
+)
+
+# One answer as a canonical line: text, finish reason, completion tokens, log-probabilities.
+summary() {
+    $PY - "$1" <<'EOF'
+import json, sys
+raw = open(sys.argv[1]).read()
+try:
+    if raw.lstrip().startswith("data:"):
+        text, fin, lps, usage = "", None, [], None
+        for line in raw.splitlines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            d = json.loads(line[6:])
+            for ch in d.get("choices", []):
+                text += (ch.get("delta") or {}).get("content") or ""
+                fin = ch.get("finish_reason") or fin
+                lps += ((ch.get("logprobs") or {}).get("content")) or []
+            usage = d.get("usage") or usage
+        print(repr(text), fin, json.dumps(lps, sort_keys=True))
+    else:
+        d = json.loads(raw)
+        ch = d["choices"][0]
+        text = ch["message"]["content"] if "message" in ch else ch["text"]
+        print(repr(text), ch["finish_reason"], d["usage"]["completion_tokens"], d["usage"]["prompt_tokens"],
+              json.dumps(ch.get("logprobs"), sort_keys=True))
+except Exception as e:
+    print("unparsable:", e, raw[:200])
+EOF
+}
+
+round() {   # url, tag: all requests at once
+    local i=0 b ep body pids=
+    for b in "${BODIES[@]}"; do
+        ep=${b%%|*}; body=${b#*|}
+        curl -s --max-time 120 "$1/v1/$ep" -H 'Content-Type: application/json' -d "$body" > "$tmp/$2.$i" &
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    wait $pids        # not the servers
+}
+round "$u1" one
+round "$u3" par
+round "$u3" par2
+for i in "${!BODIES[@]}"; do
+    a=$(summary "$tmp/one.$i"); b=$(summary "$tmp/par.$i"); c=$(summary "$tmp/par2.$i")
+    case "$a" in unparsable*|"") bad "request $i: no answer from --parallel 1: $a"; continue ;; esac
+    [ "$a" = "$b" ] && ok || bad "request $i: --parallel 3 answered '$b', --parallel 1 '$a'"
+    [ "$a" = "$c" ] && ok || bad "request $i: --parallel 3, second round, answered '$c', --parallel 1 '$a'"
+done
+
+# batched steps happened on the parallel server, never on the other
+h1=$(curl -s "$u1/health"); h3=$(curl -s "$u3/health")
+steps() { printf '%s' "$1" | $PY -c "import json,sys; d=json.load(sys.stdin); print(d['parallel'], d['decode_steps'], d['decode_tokens'])"; }
+read -r p1 s1 t1 <<< "$(steps "$h1")"
+read -r p3 s3 t3 <<< "$(steps "$h3")"
+[ "$p1" = 1 ] && [ "$p3" = 3 ] && ok || bad "/health parallel: $h1 / $h3"
+[ "${s1:-0}" -gt 0 ] && [ "$s1" = "$t1" ] && ok || bad "--parallel 1: $t1 tokens in $s1 steps (one each expected)"
+[ "${s3:-0}" -gt 0 ] && [ "$t3" -gt "$s3" ] && ok || bad "--parallel 3: $t3 tokens in $s3 steps: no step served two requests"
+echo "parallel: $t3 decode tokens in $s3 steps (--parallel 1: $t1 in $s1)"
+grep -q "ERROR: AddressSanitizer\|runtime error:\|ThreadSanitizer" "$tmp"/srv.*.log && bad "a sanitizer report in the server logs" || ok
+echo "t_parallel: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
