@@ -549,13 +549,14 @@ static void slot_pick(srv *s, slot *sl, int prompt_done) {
     if (sl->pk.finish || sl->fail) slot_end(s, sl);
 }
 
-/* One step of every active slot: one ms_sessions_feed call (one pass over the
- * weights, two when a prompt piece and the decode tokens overflow a chunk)
- * that reads each decoding slot's pending token and up to prefill_chunk
- * prompt tokens of the slots still reading their prompts (in slot order),
- * then a pick per decoding slot. A job that asks for its prompt's scores
- * reads its prompt alone (ms_session_score). With --speculate, a slot that
- * decodes alone takes ms_session_decode steps (drafts verified in one pass).
+/* One step of every active slot: one ms_sessions_feed call (one pass over
+ * the weights) that reads each decoding slot's pending token and up to
+ * prefill_chunk prompt tokens of the slots still reading their prompts (in
+ * slot order; no more than the engine's chunk leaves beside the decode
+ * tokens, so a step is one pass), then a pick per decoding slot. A job that
+ * asks for its prompt's scores reads its prompt alone (ms_session_score).
+ * With --speculate, a slot that decodes alone takes ms_session_decode steps
+ * (drafts verified in one pass).
  * Bits: each session's logits are those it gets alone (ms_sessions_feed), so
  * every job's tokens are those it gets with --parallel 1. */
 static void step(srv *s, slot *sl, int P) {
@@ -585,7 +586,12 @@ static void step(srv *s, slot *sl, int P) {
         }
         return;
     }
-    int64_t room = s->o.prefill_chunk;
+    /* prompt tokens this step: the decode tokens and they fill one engine chunk
+       (one pass over the weights), at least one token so a prompt always advances */
+    int64_t room = s->o.prefill_chunk, n_dec = 0;
+    for (int i = 0; i < P; i++) n_dec += sl[i].j && sl[i].decoding && sl[i].pending >= 0;
+    if (room > s->info.prefill_chunk - n_dec) room = s->info.prefill_chunk - n_dec;
+    if (room < 1) room = 1;
     for (int i = 0; i < P; i++) {
         slot *a = &sl[i];
         if (!a->j) continue;
@@ -620,11 +626,11 @@ static void step(srv *s, slot *sl, int P) {
         who[k++] = i;
     }
     ms_status st = k > 0 ? ms_sessions_feed(ss, k, ids, n) : MS_OK;
-    int n_dec = 0;
-    for (int q = 0; q < k; q++) n_dec += sl[who[q]].decoding;
-    if (n_dec > 0) {
+    int n_fed_dec = 0;
+    for (int q = 0; q < k; q++) n_fed_dec += sl[who[q]].decoding;
+    if (n_fed_dec > 0) {
         atomic_fetch_add(&s->n_steps, 1);
-        atomic_fetch_add(&s->n_step_tokens, n_dec);
+        atomic_fetch_add(&s->n_step_tokens, n_fed_dec);
     }
     for (int q = 0; q < k; q++) {
         slot *a = &sl[who[q]];
