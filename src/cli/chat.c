@@ -37,6 +37,11 @@ static int parse_chat(int argc, char **argv, chat_opts *o) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--show-reasoning")) { o->show_reasoning = 1; continue; }
         if (!strcmp(a, "--hide-reasoning")) { o->show_reasoning = 0; continue; }
+        if ((r = cli_parse_sample(&o->sp, a, v)) != 0) {
+            if (r < 0) return -1;
+            i++;
+            continue;
+        }
         if (!v) { fprintf(stderr, "moestream: unknown option or missing value '%s'\n", a); return -1; }
         i++;
         if (!strcmp(a, "--system")) o->system = v;
@@ -47,12 +52,6 @@ static int parse_chat(int argc, char **argv, chat_opts *o) {
         }
         else if (!strcmp(a, "--effort")) o->effort = v;
         else if (!strcmp(a, "--max-tokens")) o->max_tokens = strtoll(v, NULL, 10);
-        else if (!strcmp(a, "--temperature")) o->sp.temperature = strtof(v, NULL);
-        else if (!strcmp(a, "--top-p")) o->sp.top_p = strtof(v, NULL);
-        else if (!strcmp(a, "--top-k")) o->sp.top_k = atoi(v);
-        else if (!strcmp(a, "--min-p")) o->sp.min_p = strtof(v, NULL);
-        else if (!strcmp(a, "--repeat-penalty")) o->sp.repeat_penalty = strtof(v, NULL);
-        else if (!strcmp(a, "--seed")) o->sp.seed = strtoull(v, NULL, 10);
         else { fprintf(stderr, "moestream: unknown option '%s'\n", a); return -1; }
     }
     return 0;

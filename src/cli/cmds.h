@@ -43,6 +43,8 @@ void cli_text_flush(cli_text *t, FILE *out);
 
 void cli_print_stats_json(FILE *f, const ms_stats *st);
 int cmd_chat(int argc, char **argv);
+/* cli/batch.c */
+int cmd_batch(int argc, char **argv);
 void cli_print_stats_human(FILE *f, const ms_stats *st);
 
 #endif

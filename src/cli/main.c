@@ -37,6 +37,9 @@ static void usage(FILE *f) {
         "                       between turns, so each turn reads only its new tokens\n"
         "      --system TEXT --thinking on|off --effort low|high|max --show-reasoning\n"
         "      --max-tokens N and the sampling options of run; /reset, /save PATH, /exit\n"
+        "  batch MODEL_DIR [--input FILE] [--parallel N] [--max-tokens N] [sampling]   JSON lines\n"
+        "                       {\"prompt\"|\"ids\", \"max_tokens\", \"seed\"} in, one result line each out\n"
+        "                       (input order); N requests decoded together, each as 'run' gives it\n"
         "  serve MODEL_DIR      OpenAI-compatible HTTP server [--host 127.0.0.1] [--port 8080]\n"
         "                       [--api-key KEY] (see docs/SERVER.md)\n"
         "  tokenize MODEL_DIR   text on stdin -> JSON array of ids (--decode: ids -> text)\n"
@@ -211,14 +214,6 @@ typedef struct run_opts {
     ms_sample_params sp;
 } run_opts;
 
-static int parse_float(const char *v, float *out) {
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end) return -1;
-    *out = (float)d;
-    return 0;
-}
-
 static int parse_run(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_gen = 64;
@@ -229,8 +224,12 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         if (r > 0) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if ((r = cli_parse_sample(&o->sp, a, v)) != 0) {
+            if (r < 0) return -1;
+            i++;
+            continue;
+        }
 #define NEED() do { if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; } i++; } while (0)
-#define FLT(field) do { NEED(); if (parse_float(v, &o->sp.field)) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; } } while (0)
         if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
         else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
         else if (!strcmp(a, "--prompt-file")) { NEED(); o->prompt_file = v; }
@@ -246,21 +245,7 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
         else if (!strcmp(a, "--save-session")) { NEED(); o->save = v; }
         else if (!strcmp(a, "--load-session")) { NEED(); o->load = v; }
-        else if (!strcmp(a, "--temperature")) FLT(temperature);
-        else if (!strcmp(a, "--top-p")) FLT(top_p);
-        else if (!strcmp(a, "--min-p")) FLT(min_p);
-        else if (!strcmp(a, "--repeat-penalty")) FLT(repeat_penalty);
-        else if (!strcmp(a, "--frequency-penalty")) FLT(frequency_penalty);
-        else if (!strcmp(a, "--presence-penalty")) FLT(presence_penalty);
-        else if (!strcmp(a, "--top-k") || !strcmp(a, "--seed")) {
-            NEED();
-            char *end;
-            long long x = strtoll(v, &end, 10);
-            if (*end || x < 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
-            if (!strcmp(a, "--top-k")) o->sp.top_k = (int32_t)x; else o->sp.seed = (uint64_t)x;
-        }
         else { fprintf(stderr, "moestream: unknown option '%s'\n", a); return -1; }
-#undef FLT
 #undef NEED
     }
     int n_inputs = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL);
@@ -725,6 +710,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "verify")) return cmd_verify(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(cmd, "batch")) return cmd_batch(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return ms_serve_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return EXIT_OK; }
     fprintf(stderr, "moestream: unknown command '%s'\n", cmd);

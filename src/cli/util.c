@@ -162,6 +162,29 @@ int64_t cli_parse_ram(const char *s) {
     return cli_parse_size(s);
 }
 
+int cli_parse_sample(ms_sample_params *sp, const char *a, const char *v) {
+    static const char *floats[] = { "--temperature", "--top-p", "--min-p", "--repeat-penalty",
+                                    "--frequency-penalty", "--presence-penalty" };
+    float *fields[] = { &sp->temperature, &sp->top_p, &sp->min_p, &sp->repeat_penalty,
+                        &sp->frequency_penalty, &sp->presence_penalty };
+    int fi = -1;
+    for (int k = 0; k < 6; k++)
+        if (!strcmp(a, floats[k])) fi = k;
+    if (fi < 0 && strcmp(a, "--top-k") && strcmp(a, "--seed")) return 0;
+    if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
+    char *end;
+    if (fi >= 0) {
+        double d = strtod(v, &end);
+        if (end == v || *end) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
+        *fields[fi] = (float)d;
+        return 1;
+    }
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
+    if (!strcmp(a, "--top-k")) sp->top_k = (int32_t)x; else sp->seed = (uint64_t)x;
+    return 1;
+}
+
 int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
     cli_pick *p = user;
     int32_t next = ms_sampler_next(p->smp, logits, hist, n_hist);

@@ -33,6 +33,12 @@ typedef struct cli_pick {
     int stop_eos, stopped;
 } cli_pick;
 int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop);
+/* A sampling option a (--temperature, --top-p, --top-k, --min-p, --repeat-penalty,
+ * --frequency-penalty, --presence-penalty, --seed) with its value v (NULL when
+ * there is none) into sp: 1 when a is one of them (it takes v), 0 when it is
+ * not, -1 (message printed) when v is missing or malformed. The sampler
+ * checks ranges when it opens. */
+int cli_parse_sample(ms_sample_params *sp, const char *a, const char *v);
 
 
 

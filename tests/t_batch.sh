@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# tests/t_batch.sh - `moestream batch`: JSON lines in, one result per line out,
+# requests decoded together, each exactly as `moestream run` gives it.
+#
+# On the bundled model: seven lines (text and id prompts, per-line max_tokens
+# and seed, an empty line, a malformed one, one too long for the context), seeded
+# sampling with a repetition penalty:
+#   - --parallel 1, --parallel 3 and --parallel 4 --ram min --chunk 3 print the same
+#     bytes;
+#   - every result's generated_ids equal `moestream run --json` on the same prompt,
+#     --max-tokens and --seed; text results' text equals run's; finish reasons;
+#   - results come in input order, errors as {"index", "error"}, exit 0;
+#   - a bad option exits 2.
+# Last line: "t_batch: N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+BIN=${MS_BIN:-$BUILD/moestream}
+PY=/usr/bin/python3
+M=models/k3-tiny
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+cat > "$tmp/in.jsonl" <<'EOF'
+{"prompt": "And the LORD spake unto Moses, saying,", "max_tokens": 20}
+{"prompt": "In the beginning God created", "seed": 7}
+{"ids": [5, 6, 7, 8], "max_tokens": 12}
+
+{"prompt": "And it came to pass", "max_tokens": 30, "seed": 3}
+{"bad": 1}
+{"prompt": "Blessed is the man"}
+{"ids": [1, 2, 3], "max_tokens": 100000}
+EOF
+SAMPLE="--temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed 11 --max-tokens 25"
+"$BIN" batch $M --input "$tmp/in.jsonl" --parallel 1 $SAMPLE --quiet > "$tmp/p1" 2> "$tmp/e1"; r1=$?
+"$BIN" batch $M --input "$tmp/in.jsonl" --parallel 3 $SAMPLE --quiet > "$tmp/p3" 2> "$tmp/e3"; r3=$?
+"$BIN" batch $M --parallel 4 --ram min --chunk 3 $SAMPLE --quiet < "$tmp/in.jsonl" > "$tmp/p4" 2> "$tmp/e4"; r4=$?
+[ $r1 = 0 ] && [ $r3 = 0 ] && [ $r4 = 0 ] && ok || bad "exit codes $r1 $r3 $r4: $(cat "$tmp/e1" "$tmp/e3" "$tmp/e4" | head -n 3)"
+[ -s "$tmp/p1" ] && cmp -s "$tmp/p1" "$tmp/p3" && ok || bad "--parallel 3 printed other results than --parallel 1"
+[ -s "$tmp/p1" ] && cmp -s "$tmp/p1" "$tmp/p4" && ok || bad "--parallel 4 --ram min --chunk 3 printed other results than --parallel 1"
+
+# each result against `run`
+$PY - "$tmp/in.jsonl" "$tmp/p3" > "$tmp/cases" <<'EOF'
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+res = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["index"] for r in res] == list(range(len(lines))), "order"
+for i, (l, r) in enumerate(zip(lines, res)):
+    q = json.loads(l)
+    if "error" in r:
+        print("\t".join(["ERR", str(i)]))
+        continue
+    opt, val = ("--prompt", q["prompt"]) if "prompt" in q else ("--ids", ",".join(map(str, q["ids"])))
+    print("\t".join(["RUN", str(i), str(q.get("max_tokens", 25)), str(q.get("seed", 11)), r["finish_reason"],
+                     json.dumps(r["generated_ids"]), json.dumps(r.get("text")), opt, val]))
+EOF
+[ $? = 0 ] && ok || bad "results not in input order, or unparsable: $(head -c 300 "$tmp/p3")"
+n_err=0
+while IFS=$'\t' read -r kind i max seed fin gen text opt val; do
+    if [ "$kind" = ERR ]; then n_err=$((n_err + 1)); continue; fi
+    out=$("$BIN" run $M "$opt" "$val" --temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed "$seed" \
+          --max-tokens "$max" --json --quiet)
+    want=$(printf '%s' "$out" | $PY -c "import json,sys; d=json.load(sys.stdin); print(json.dumps(d['generated_ids']))")
+    [ "$want" = "$gen" ] && ok || bad "line $i: batch generated $gen, run $want"
+    if [ "$opt" = --prompt ]; then
+        wt=$(printf '%s' "$out" | $PY -c "import json,sys; d=json.load(sys.stdin); print(json.dumps(d['text']))")
+        [ "$wt" = "$text" ] && ok || bad "line $i: batch text $text, run $wt"
+    fi
+    n=$(printf '%s' "$gen" | $PY -c "import json,sys; print(len(json.load(sys.stdin)))")
+    { [ "$fin" = length ] && [ "$n" = "$max" ]; } || { [ "$fin" = stop ] && [ "$n" -le "$max" ]; } && ok \
+        || bad "line $i: finish $fin after $n of $max tokens"
+done < "$tmp/cases"
+[ "$n_err" = 2 ] && ok || bad "expected 2 error results (malformed, too long), got $n_err"
+# results are numbered by non-empty line: the malformed one is 4, the too long one 6
+grep -q '"index": 4, "error": "give one of' "$tmp/p3" && ok || bad "the malformed line's error: $(sed -n 5p "$tmp/p3")"
+grep -q '"index": 6, "error": ".*exceed the context' "$tmp/p3" && ok || bad "the too-long line's error: $(sed -n 7p "$tmp/p3")"
+
+"$BIN" batch $M --input "$tmp/in.jsonl" --no-such-option > /dev/null 2>&1; [ $? = 2 ] && ok || bad "a bad option did not exit 2"
+"$BIN" batch $M --input "$tmp/missing.jsonl" > /dev/null 2>&1; [ $? = 2 ] && ok || bad "a missing input did not exit 2"
+echo "t_batch: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
