@@ -2,13 +2,14 @@
 # tests/t_batch.sh - `moestream batch`: JSON lines in, one result per line out,
 # requests decoded together, each exactly as `moestream run` gives it.
 #
-# On the bundled model: seven lines (text and id prompts, per-line max_tokens
-# and seed, an empty line, a malformed one, one too long for the context), seeded
-# sampling with a repetition penalty:
+# On the bundled model: nine lines (text and id prompts, per-line max_tokens
+# and seed, an empty line, a malformed one, one too long for the context, a chat,
+# a chat with a bad role), seeded sampling with a repetition penalty:
 #   - --parallel 1, --parallel 3 and --parallel 4 --ram min --chunk 3 print the same
 #     bytes;
 #   - every result's generated_ids equal `moestream run --json` on the same prompt,
 #     --max-tokens and --seed; text results' text equals run's; finish reasons;
+#     the chat's content equals `moestream chat`'s answer to the same user line;
 #   - results come in input order, errors as {"index", "error"}, exit 0;
 #   - a bad option exits 2.
 # Last line: "t_batch: N passed, N failed".
@@ -33,6 +34,8 @@ cat > "$tmp/in.jsonl" <<'EOF'
 {"bad": 1}
 {"prompt": "Blessed is the man"}
 {"ids": [1, 2, 3], "max_tokens": 100000}
+{"messages": [{"role": "user", "content": "In the beginning"}], "max_tokens": 20, "seed": 5}
+{"messages": [{"role": "wizard", "content": "x"}]}
 EOF
 SAMPLE="--temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed 11 --max-tokens 25"
 "$BIN" batch $M --input "$tmp/in.jsonl" --parallel 1 $SAMPLE --quiet > "$tmp/p1" 2> "$tmp/e1"; r1=$?
@@ -53,6 +56,10 @@ for i, (l, r) in enumerate(zip(lines, res)):
     if "error" in r:
         print("\t".join(["ERR", str(i)]))
         continue
+    if "messages" in q:
+        print("\t".join(["CHAT", str(i), str(q["max_tokens"]), str(q["seed"]), r["finish_reason"],
+                         json.dumps(r["content"]), q["messages"][0]["content"]]))
+        continue
     opt, val = ("--prompt", q["prompt"]) if "prompt" in q else ("--ids", ",".join(map(str, q["ids"])))
     print("\t".join(["RUN", str(i), str(q.get("max_tokens", 25)), str(q.get("seed", 11)), r["finish_reason"],
                      json.dumps(r["generated_ids"]), json.dumps(r.get("text")), opt, val]))
@@ -61,6 +68,12 @@ EOF
 n_err=0
 while IFS=$'\t' read -r kind i max seed fin gen text opt val; do
     if [ "$kind" = ERR ]; then n_err=$((n_err + 1)); continue; fi
+    if [ "$kind" = CHAT ]; then     # gen = the content, text = the user line
+        ans=$(printf '%s\n/exit\n' "$text" | "$BIN" chat $M --temperature 0.8 --top-k 40 --repeat-penalty 1.1 \
+              --seed "$seed" --max-tokens "$max" --quiet 2>/dev/null | $PY -c "import json,sys; print(json.dumps(sys.stdin.read()[:-1]))")
+        [ -n "$ans" ] && [ "$ans" = "$gen" ] && ok || bad "line $i: batch chat content $gen, chat $ans"
+        continue
+    fi
     out=$("$BIN" run $M "$opt" "$val" --temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed "$seed" \
           --max-tokens "$max" --json --quiet)
     want=$(printf '%s' "$out" | $PY -c "import json,sys; d=json.load(sys.stdin); print(json.dumps(d['generated_ids']))")
@@ -73,10 +86,11 @@ while IFS=$'\t' read -r kind i max seed fin gen text opt val; do
     { [ "$fin" = length ] && [ "$n" = "$max" ]; } || { [ "$fin" = stop ] && [ "$n" -le "$max" ]; } && ok \
         || bad "line $i: finish $fin after $n of $max tokens"
 done < "$tmp/cases"
-[ "$n_err" = 2 ] && ok || bad "expected 2 error results (malformed, too long), got $n_err"
+[ "$n_err" = 3 ] && ok || bad "expected 3 error results (malformed, too long, bad role), got $n_err"
 # results are numbered by non-empty line: the malformed one is 4, the too long one 6
 grep -q '"index": 4, "error": "give one of' "$tmp/p3" && ok || bad "the malformed line's error: $(sed -n 5p "$tmp/p3")"
 grep -q '"index": 6, "error": ".*exceed the context' "$tmp/p3" && ok || bad "the too-long line's error: $(sed -n 7p "$tmp/p3")"
+grep -q '"index": 8, "error": "message 0: unknown role' "$tmp/p3" && ok || bad "the bad role's error: $(sed -n 9p "$tmp/p3")"
 
 "$BIN" batch $M --input "$tmp/in.jsonl" --no-such-option > /dev/null 2>&1; [ $? = 2 ] && ok || bad "a bad option did not exit 2"
 "$BIN" batch $M --input "$tmp/missing.jsonl" > /dev/null 2>&1; [ $? = 2 ] && ok || bad "a missing input did not exit 2"

@@ -1,18 +1,22 @@
 /* cli/batch.c - `moestream batch`: many prompts, generated together.
  *
  * Reads JSON lines (a file or stdin), one request per line:
- *   {"prompt": "text"} or {"ids": [1, 2, 3]}, optionally "max_tokens" and
- *   "seed" (else the command's --max-tokens / --seed).
+ *   {"prompt": "text"}, {"ids": [1, 2, 3]} or {"messages": [{"role",
+ *   "content"}, ...], "thinking": false} (a chat in the K3 format, rendered
+ *   with the assistant's opening), optionally "max_tokens" and "seed" (else
+ *   the command's --max-tokens / --seed).
  * Writes one JSON line per request, in input order:
- *   {"index", "prompt_tokens", "generated_ids", "text" (with a tokenizer),
- *    "finish_reason": "stop" | "length"} or {"index", "error"}.
+ *   {"index", "prompt_tokens", "generated_ids", "text" (with a tokenizer;
+ *    chats: "content" and, thinking, "reasoning"), "finish_reason": "stop" |
+ *    "length"} or {"index", "error"}.
  * Up to --parallel N requests are in flight, each in its own session; one
  * ms_sessions_feed call per step reads every decoding request's last token
  * and a prompt piece, so a streamed model is read once per step for all of
  * them. A request's tokens are exactly those of `moestream run` with the
  * same prompt, --max-tokens and --seed (the engine's bits do not depend on
  * the company; each request has its own sampler): text prompts stop at EOS
- * (unless --ignore-eos), id prompts only at the limit, as in `run`.
+ * (unless --ignore-eos), id prompts only at the limit, as in `run`; a chat's
+ * answer is that of `moestream chat` (one user turn, same options).
  */
 #include "moestream.h"
 
@@ -27,7 +31,8 @@
 typedef struct req {
     int32_t *prompt;
     int64_t n_prompt, max_tokens;
-    int text;                   /* a text prompt: stops at EOS */
+    int text;                   /* a text or chat prompt: stops at EOS */
+    int chat, thinking;         /* a chat: the answer is parsed */
     uint64_t seed;
     char *error;                /* the line could not be used */
     /* results */
@@ -45,6 +50,26 @@ typedef struct slot {
     int32_t pending;            /* picked, not fed (-1: none) */
 } slot;
 
+/* A chat line's messages rendered into r->prompt; msg set when they cannot be. */
+static void chat_prompt(ms_engine *e, const json_t *msgs, req *r, char *msg, size_t msg_len) {
+    const size_t n = json_is_array(msgs) ? json_array_size(msgs) : 0;
+    if (n == 0) { snprintf(msg, msg_len, "\"messages\" must be a non-empty array"); return; }
+    if (!ms_engine_has_tokenizer(e)) { snprintf(msg, msg_len, "the model has no tokenizer"); return; }
+    ms_message *m = calloc(n, sizeof *m);
+    if (!m) { snprintf(msg, msg_len, "out of memory"); return; }
+    for (size_t i = 0; i < n && !msg[0]; i++) {
+        const json_t *o = json_array_get(msgs, i);
+        const json_t *role = json_object_get(o, "role"), *content = json_object_get(o, "content");
+        if (!json_is_string(role) || (content && !json_is_string(content)))
+            snprintf(msg, msg_len, "message %zu needs a string \"role\" and \"content\"", i);
+        m[i].role = json_string_value(role);
+        m[i].content = content ? json_string_value(content) : "";
+    }
+    const ms_chat_format fmt = { NULL, r->thinking, NULL, 1 };
+    if (!msg[0]) ms_chat_tokens(e, m, (int64_t)n, &fmt, 0, &r->prompt, &r->n_prompt, msg, msg_len);
+    free(m);
+}
+
 /* One input line into r (r->error set when it cannot be used). */
 static void parse_line(ms_engine *e, const char *line, int64_t def_max, uint64_t def_seed, req *r) {
     json_error_t jerr;
@@ -53,16 +78,23 @@ static void parse_line(ms_engine *e, const char *line, int64_t def_max, uint64_t
     r->max_tokens = def_max;
     r->seed = def_seed;
     const json_t *p = j ? json_object_get(j, "prompt") : NULL, *ids = j ? json_object_get(j, "ids") : NULL;
+    const json_t *msgs = j ? json_object_get(j, "messages") : NULL, *th = j ? json_object_get(j, "thinking") : NULL;
     const json_t *mt = j ? json_object_get(j, "max_tokens") : NULL, *sd = j ? json_object_get(j, "seed") : NULL;
     if (!j || !json_is_object(j)) snprintf(msg, sizeof msg, "not a JSON object: %s", j ? "" : jerr.text);
-    else if (!!p == !!ids) snprintf(msg, sizeof msg, "give one of \"prompt\" (a string) and \"ids\" (an array)");
+    else if (!!p + !!ids + !!msgs != 1)
+        snprintf(msg, sizeof msg, "give one of \"prompt\" (a string), \"ids\" and \"messages\" (arrays)");
+    else if (th && !json_is_boolean(th)) snprintf(msg, sizeof msg, "\"thinking\" must be true or false");
     else if (mt && (!json_is_integer(mt) || json_integer_value(mt) < 0)) snprintf(msg, sizeof msg, "bad max_tokens");
     else if (sd && (!json_is_integer(sd) || json_integer_value(sd) < 0)) snprintf(msg, sizeof msg, "bad seed");
     else msg[0] = 0;
     if (!msg[0]) {
         if (mt) r->max_tokens = json_integer_value(mt);
         if (sd) r->seed = (uint64_t)json_integer_value(sd);
-        if (p) {
+        if (msgs) {
+            r->text = r->chat = 1;
+            r->thinking = th && json_is_true(th);
+            chat_prompt(e, msgs, r, msg, sizeof msg);
+        } else if (p) {
             if (!json_is_string(p)) snprintf(msg, sizeof msg, "\"prompt\" must be a string");
             else if (!ms_engine_has_tokenizer(e)) snprintf(msg, sizeof msg, "the model has no tokenizer: give \"ids\"");
             else if (ms_tokenize(e, json_string_value(p), json_string_length(p), &r->prompt, &r->n_prompt) != MS_OK)
@@ -95,7 +127,18 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
     printf(", \"prompt_tokens\": %lld, \"generated_ids\": [", (long long)r->n_prompt);
     for (int64_t i = 0; i < r->n_gen; i++) printf("%s%d", i ? ", " : "", r->gen[i]);
     printf("]");
-    if (ms_engine_has_tokenizer(e)) {
+    if (r->chat) {
+        ms_reply rep;
+        if (ms_chat_parse_reply(e, r->gen, r->n_gen, r->thinking, &rep) == MS_OK) {
+            printf(", \"content\": ");
+            cli_json_string(stdout, rep.content, strlen(rep.content));
+            if (r->thinking) {
+                printf(", \"reasoning\": ");
+                cli_json_string(stdout, rep.reasoning, strlen(rep.reasoning));
+            }
+            ms_reply_free(&rep);
+        }
+    } else if (ms_engine_has_tokenizer(e)) {
         /* the text of the tokens generated, without a final EOS (as `run` prints) */
         ms_model_info info;
         ms_engine_info(e, &info);
