@@ -616,7 +616,11 @@ static void step(srv *s, slot *sl, int P) {
         }
         if (take == 0) continue;
         if (ms_session_n_past(a->ses) + take > s->info.max_context) {
-            a->st = MS_E_CONTEXT;       /* refused alone: the others' call goes on */
+            /* refused alone: the others' call goes on */
+            snprintf(a->msg, sizeof a->msg, "the engine failed: context: context full: %lld + %lld tokens > max_context %lld",
+                     (long long)ms_session_n_past(a->ses), (long long)take, (long long)s->info.max_context);
+            a->fail = a->msg;
+            a->fail_status = 400;
             slot_end(s, a);
             continue;
         }
