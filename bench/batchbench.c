@@ -15,6 +15,7 @@
  *   test_batch proves the bits; the report lets a reader check the ids).
  * Usage: batchbench MODEL_DIR --ids 1,2,3 [--gen N] [--parallel 1,2,4]
  *          [--rounds R] [--ram S] [--threads N] [--chunk N] [--no-verify]
+ *          [--no-predict-experts]
  *   Output: one JSON object.
  * Does not: assert anything, sample (greedy only), or print text.
  */
@@ -136,6 +137,9 @@ static int run_one(const ms_engine_params *base, int P, const int32_t *prompt, i
     json_object_set_new(o, "decode_expert_bytes", json_integer(xb));
     json_object_set_new(o, "bytes_per_token", json_real(toks > 0 ? (double)(tb + xb) / toks : 0));
     json_object_set_new(o, "io_wait_s", json_real(s2.io_wait_s - s1.io_wait_s));
+    json_object_set_new(o, "guess_issued", json_integer(s2.guess_issued - s1.guess_issued));
+    json_object_set_new(o, "guess_hits", json_integer(s2.guess_hits - s1.guess_hits));
+    json_object_set_new(o, "guess_cancelled", json_integer(s2.guess_cancelled - s1.guess_cancelled));
     json_object_set_new(o, "peak_rss_bytes", json_integer(s2.peak_rss_bytes));
     json_t *ga = json_array();
     for (int j = 0; j < P; j++) {
@@ -163,6 +167,7 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-') { ep.model_dir = a; continue; }
         if (!strcmp(a, "--no-verify")) { ep.no_verify = 1; continue; }
+        if (!strcmp(a, "--no-predict-experts")) { ep.no_predict_experts = 1; continue; }
         if (!v) { fprintf(stderr, "batchbench: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--ids")) ids_arg = v;
@@ -182,7 +187,7 @@ int main(int argc, char **argv) {
     const int n_par = parse_list(par_arg, par, MAX_CONF);
     if (!ep.model_dir || n_prompt < 1 || n_par < 1 || n_gen < 1 || rounds < 1) {
         fprintf(stderr, "usage: batchbench MODEL_DIR --ids 1,2,3 [--gen N] [--parallel 1,2,4] [--rounds R]\n"
-                        "         [--ram S|min] [--threads N] [--chunk N] [--no-verify]\n");
+                        "         [--ram S|min] [--threads N] [--chunk N] [--no-verify] [--no-predict-experts]\n");
         return 2;
     }
     for (int i = 0; i < n_par; i++)
