@@ -72,7 +72,7 @@ static void usage(FILE *f) {
         "                       of two from 32 to 1024 that costs a decode token at most 1/32\n"
         "                       more reads; 32 without --ram\n"
         "  --parallel N         sequences decoded together, one pass over the weights for all\n"
-        "                       (serve, decodebench): the plan counts N sessions (default 1)\n"
+        "                       (serve, batch; plan shows it): the plan counts N sessions (default 1)\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
         "                       every weight byte read is verified   --no-verify  do not verify\n"
         "\n"
