@@ -27,30 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 enum { MAX_P = 64, MAX_CONF = 16 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* "8G" (powers of 1024) -> bytes; -1 when malformed */
-static int64_t parse_size(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end) return -1;
-    return (int64_t)(v * mul);
-}
 
 /* "1,2,3" -> up to max ints; count, or -1 */
 static int parse_list(const char *s, int64_t *out, int max) {

@@ -35,12 +35,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 /* Process CPU use (all threads): user + system seconds, and page faults.
  * A page fault in steady-state decode means memory was mapped or touched
@@ -63,25 +58,6 @@ static cpu_use cpu_now(void) {
 
 static cpu_use cpu_diff(cpu_use a, cpu_use b) {
     return (cpu_use){ b.s - a.s, b.minflt - a.minflt, b.majflt - a.majflt };
-}
-
-/* "8G" (powers of 1024, like the CLI) -> bytes; -1 when malformed */
-static int64_t parse_size(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    double b = v * mul;
-    return b > 9.0e18 ? -1 : (int64_t)b;
 }
 
 /* "1,2,3" -> malloc'd ids; count, or -1 */

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include "bench_util.h"
 
 #define MAX_FILES 256
 #define MAX_LIST 16
@@ -75,29 +76,6 @@ static void usage(FILE *f) {
             "  --seed N            offsets of the expert pattern (default 1)\n"
             "Sizes take K/M/G suffixes (powers of 1024). Output: one JSON line per\n"
             "configuration on stdout.\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* "2G" -> 2147483648; -1 when malformed. */
-static int64_t parse_size(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end) return -1;
-    double b = v * mul;
-    return b > 9.0e18 ? -1 : (int64_t)b;
 }
 
 /* Split a comma list in place into out[]; returns the count or -1. */

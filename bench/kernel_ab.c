@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 extern const ms_kern ms_kern_ab_old, ms_kern_ab_new;
 static const ms_kern *const kern[2] = { &ms_kern_ab_old, &ms_kern_ab_new };
@@ -42,12 +43,6 @@ static uint8_t *mat[2];                 /* N_COPY x (packed, scales) per shape *
 static size_t packed_bytes[2], mat_bytes[2];
 static float *xv[2], *yv;
 static uint64_t *rbuf;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double cpu_s(void) {
     struct timespec ts;

@@ -19,16 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 typedef long long v2i __attribute__((vector_size(16)));
 
 enum { MAX_STREAMS = 8, MAX_THREADS = 2 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct job {
     const unsigned char *p;
