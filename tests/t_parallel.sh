@@ -10,7 +10,9 @@
 # decode steps that served more than one request (decode_tokens > decode_steps),
 # and of the other exactly one token per step. A second round on the parallel
 # server (the same requests again, at once) must give the same answers (sessions
-# reused or not). Last line: "t_parallel: N passed, N failed".
+# reused or not). Requests with n = 3 (completions and chat, streamed and not):
+# choice i equals the n = 1 answer with seed + i, usage sums the choices; the
+# --parallel 1 server refuses n = 3. Last line: "t_parallel: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${MS_BUILD:-build}
@@ -103,6 +105,68 @@ for i in "${!BODIES[@]}"; do
     [ "$a" = "$b" ] && ok || bad "request $i: --parallel 3 answered '$b', --parallel 1 '$a'"
     [ "$a" = "$c" ] && ok || bad "request $i: --parallel 3, second round, answered '$c', --parallel 1 '$a'"
 done
+
+# n choices: choice i is the answer of the same request with n = 1 and seed + i; the
+# usage counts the prompt once and every choice's tokens; --parallel 1 refuses n = 3
+nreq() {    # url, endpoint, n, seed, stream
+    local body
+    if [ "$2" = completions ]; then
+        body="{\"model\":\"k3-tiny\",\"prompt\":\"$P2\",\"max_tokens\":20,\"temperature\":0.9,\"n\":$3,\"seed\":$4,\"stream\":$5,\"logprobs\":1}"
+    else
+        body="{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"$P3\"}],\"max_tokens\":16,\"temperature\":0.8,\"n\":$3,\"seed\":$4,\"stream\":$5}"
+    fi
+    curl -s --max-time 120 "$1/v1/$2" -H 'Content-Type: application/json' -d "$body"
+}
+choices() {     # file -> one line per choice index: text, finish reason (streams joined)
+    $PY - "$1" <<'EOF'
+import json, sys
+raw = open(sys.argv[1]).read()
+out = {}
+if raw.lstrip().startswith("data:"):
+    for line in raw.splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        d = json.loads(line[6:])
+        for ch in d.get("choices", []):
+            t, f, lp = out.get(ch["index"], ("", None, []))
+            t += ch.get("text") or (ch.get("delta") or {}).get("content") or ""
+            lp += ((ch.get("logprobs") or {}).get("token_logprobs")) or []
+            out[ch["index"]] = (t, ch.get("finish_reason") or f, lp)
+        if d.get("usage") and not d.get("choices"):
+            pass
+else:
+    d = json.loads(raw)
+    for ch in d["choices"]:
+        t = ch["text"] if "text" in ch else ch["message"]["content"]
+        out[ch["index"]] = (t, ch["finish_reason"], (ch.get("logprobs") or {}).get("token_logprobs") or [])
+    print("usage", d["usage"]["completion_tokens"], d["usage"]["prompt_tokens"])
+for i in sorted(out):
+    print(i, repr(out[i][0]), out[i][1], json.dumps(out[i][2]))
+EOF
+}
+for ep in completions chat/completions; do
+    for st in false true; do
+        nreq "$u3" $ep 3 5 $st > "$tmp/n3"
+        got=$(choices "$tmp/n3" | grep -v '^usage')
+        want=""
+        sum=0
+        for i in 0 1 2; do
+            nreq "$u3" $ep 1 $((5 + i)) $st > "$tmp/n1.$i"
+            line=$(choices "$tmp/n1.$i" | grep -v '^usage' | sed "s/^0 /$i /")
+            want=$(printf '%s\n%s' "$want" "$line")
+            [ "$st" = false ] && sum=$((sum + $(choices "$tmp/n1.$i" | grep '^usage' | cut -d' ' -f2)))
+        done
+        want=$(printf '%s' "$want" | sed '/^$/d')
+        [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "n = 3 ($ep, stream $st): '$got' != '$want'"
+        if [ "$st" = false ]; then
+            u=$(choices "$tmp/n3" | grep '^usage' | cut -d' ' -f2)
+            [ "$u" = "$sum" ] && ok || bad "n = 3 ($ep): completion_tokens $u, the three answers $sum"
+        fi
+    done
+done
+code=$(curl -s -o "$tmp/n1err" -w '%{http_code}' "$u1/v1/completions" -H 'Content-Type: application/json' \
+       -d "{\"model\":\"k3-tiny\",\"prompt\":\"$P2\",\"max_tokens\":4,\"n\":3}")
+[ "$code" = 400 ] && grep -q -- '--parallel 3' "$tmp/n1err" && ok || bad "--parallel 1 answered n = 3 with $code: $(cat "$tmp/n1err")"
 
 # batched steps happened on the parallel server, never on the other
 h1=$(curl -s "$u1/health"); h3=$(curl -s "$u3/health")

@@ -131,7 +131,13 @@ static int common_params(srv *s, const json_t *req, srv_job *j, int64_t default_
         if (get_bool(so, "include_usage", &b, e) < 0) return -1;
         j->include_usage = b && j->stream;
     }
-    if (get_int(req, "n", 1, 1, &k, e) < 0) return -1;
+    k = 1;
+    if (get_int(req, "n", 1, SRV_MAX_PARALLEL, &k, e) < 0) return -1;
+    if (k > s->o.parallel)
+        return srv_err_set(e, 400, INVALID, "n", "invalid_value",
+                           "n = %lld choices need as many sessions: start the server with --parallel %lld or more",
+                           (long long)k, (long long)k);
+    j->n_choices = (int)k;
     /* sampling: OpenAI's defaults (temperature 1, top_p 1); 0 = greedy */
     j->sp.temperature = 1.0f;
     int r = get_number(req, "temperature", 0.0, 2.0, &x, e);
@@ -725,12 +731,12 @@ static void send_event(srv_job *j, json_t *o) {
     free(txt);
 }
 
-static json_t *lp_object(srv *s, srv_job *j, const srv_lp *lp, int64_t n);
+static json_t *lp_object(srv *s, srv_job *j, int ci, const srv_lp *lp, int64_t n);
 
-/* A stream chunk; logprobs: its choice's logprobs (NULL: null), consumed. */
-static json_t *chunk(srv *s, const srv_job *j, json_t *delta_or_text, const char *finish, json_t *logprobs) {
+/* A stream chunk of choice ci; logprobs: its logprobs (NULL: null), consumed. */
+static json_t *chunk(srv *s, const srv_job *j, int ci, json_t *delta_or_text, const char *finish, json_t *logprobs) {
     json_t *o = envelope(s, j, j->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", logprobs ? logprobs : json_null(),
+    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", ci, "logprobs", logprobs ? logprobs : json_null(),
                                "finish_reason", finish ? json_string(finish) : json_null());
     if (!o || !choice) { json_decref(o); json_decref(choice); json_decref(delta_or_text); return NULL; }
     json_object_set_new(choice, j->kind == SRV_CHAT ? "delta" : "text", delta_or_text);
@@ -738,34 +744,34 @@ static json_t *chunk(srv *s, const srv_job *j, json_t *delta_or_text, const char
     return o;
 }
 
-void srv_api_emit_start(srv *s, srv_job *j, const srv_lp *lp, int64_t n_lp) {
+void srv_api_emit_start(srv *s, srv_job *j, int ci, const srv_lp *lp, int64_t n_lp) {
     if (!j->stream) return;
     if (j->kind == SRV_CHAT)
-        send_event(j, chunk(s, j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL));
+        send_event(j, chunk(s, j, ci, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL));
     else if (j->echo && j->echo_text) {
         srv_buf b = {0};
         if (srv_utf8_clean(&b, j->echo_text, strlen(j->echo_text)) == 0)
-            send_event(j, chunk(s, j, str_n(b.p, b.n), NULL, lp_object(s, j, lp, n_lp)));
+            send_event(j, chunk(s, j, ci, str_n(b.p, b.n), NULL, lp_object(s, j, ci, lp, n_lp)));
         srv_buf_free(&b);
     }
 }
 
-void srv_api_emit_delta(srv *s, srv_job *j, const char *reasoning, size_t n_reasoning,
+void srv_api_emit_delta(srv *s, srv_job *j, int ci, const char *reasoning, size_t n_reasoning,
                         const char *content, size_t n_content, const srv_lp *lp, int64_t n_lp) {
     if (!j->stream || (n_reasoning == 0 && n_content == 0)) return;
     if (j->kind == SRV_COMPLETION) {
-        send_event(j, chunk(s, j, str_n(content, n_content), NULL, lp_object(s, j, lp, n_lp)));
+        send_event(j, chunk(s, j, ci, str_n(content, n_content), NULL, lp_object(s, j, ci, lp, n_lp)));
         return;
     }
     json_t *d = json_object();
     if (n_reasoning) json_object_set_new(d, "reasoning_content", str_n(reasoning, n_reasoning));
     if (n_content) json_object_set_new(d, "content", str_n(content, n_content));
-    send_event(j, chunk(s, j, d, NULL, lp_object(s, j, lp, n_lp)));
+    send_event(j, chunk(s, j, ci, d, NULL, lp_object(s, j, ci, lp, n_lp)));
 }
 
-void srv_api_emit_call(srv *s, srv_job *j, int64_t i, const srv_call_out *c) {
+void srv_api_emit_call(srv *s, srv_job *j, int ci, int64_t i, const srv_call_out *c) {
     if (!j->stream) return;
-    send_event(j, chunk(s, j, json_pack("{s:[o]}", "tool_calls", call_json(j, i, c, 1)), NULL, NULL));
+    send_event(j, chunk(s, j, ci, json_pack("{s:[o]}", "tool_calls", call_json(j, i, c, 1)), NULL, NULL));
 }
 
 /* A token as text: its bytes, cleaned to UTF-8 (a token that ends inside a
@@ -848,52 +854,36 @@ static json_t *logprobs_json(srv *s, const srv_lp *lp, int64_t n, size_t *at_io)
                      "text_offset", offs);
 }
 
-/* The job's logprobs object for entries lp[0, n) (null without logprobs);
- * completions' text offsets continue from j->lp_offset. */
-static json_t *lp_object(srv *s, srv_job *j, const srv_lp *lp, int64_t n) {
+/* Choice ci's logprobs object for entries lp[0, n) (null without logprobs);
+ * completions' text offsets continue from j->lp_offset[ci]. */
+static json_t *lp_object(srv *s, srv_job *j, int ci, const srv_lp *lp, int64_t n) {
     if (j->logprobs < 0) return json_null();
-    return j->kind == SRV_CHAT ? chat_logprobs_json(s, lp, n) : logprobs_json(s, lp, n, &j->lp_offset);
+    return j->kind == SRV_CHAT ? chat_logprobs_json(s, lp, n) : logprobs_json(s, lp, n, &j->lp_offset[ci]);
 }
 
-void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
-    if (!r->finish) {
-        srv_err e;
-        memset(&e, 0, sizeof e);
-        srv_err_set(&e, r->err_status, r->err_type ? r->err_type : "server_error", NULL, NULL, "%s", r->err_msg ? r->err_msg : "generation failed");
-        char *body = srv_err_body(&e);
-        if (j->stream && j->pushed) {       /* mid-stream: an error event, then [DONE] */
-            if (body) {
-                srv_buf b = {0};
-                if (srv_buf_adds(&b, "data: ") == 0 && srv_buf_adds(&b, body) == 0 && srv_buf_adds(&b, "\n\ndata: [DONE]\n\n") == 0)
-                    srv_job_push(j, b.p, b.n);
-                srv_buf_free(&b);
-                free(body);
-            }
-            srv_job_complete(j, r->err_status, NULL);
-        } else {
-            srv_job_complete(j, r->err_status, body);
+/* A failed job: its error (a non-stream response, or mid-stream an error
+ * event and [DONE]). */
+static void finish_error(srv_job *j, const srv_result *r) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    srv_err_set(&e, r->err_status, r->err_type ? r->err_type : "server_error", NULL, NULL, "%s", r->err_msg ? r->err_msg : "generation failed");
+    char *body = srv_err_body(&e);
+    if (j->stream && j->pushed) {       /* mid-stream: an error event, then [DONE] */
+        if (body) {
+            srv_buf b = {0};
+            if (srv_buf_adds(&b, "data: ") == 0 && srv_buf_adds(&b, body) == 0 && srv_buf_adds(&b, "\n\ndata: [DONE]\n\n") == 0)
+                srv_job_push(j, b.p, b.n);
+            srv_buf_free(&b);
+            free(body);
         }
-        return;
+        srv_job_complete(j, r->err_status, NULL);
+    } else {
+        srv_job_complete(j, r->err_status, body);
     }
-    if (j->stream) {
-        json_t *last = chunk(s, j, j->kind == SRV_CHAT ? json_object() : json_string(""), r->finish,
-                             r->n_lp > r->n_lp_sent ? lp_object(s, j, r->lp + r->n_lp_sent, r->n_lp - r->n_lp_sent)
-                                                    : NULL);
-        if (last) json_object_set_new(last, "usage", usage_json(r));
-        send_event(j, last);
-        if (j->include_usage) {
-            json_t *u = envelope(s, j, j->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
-            if (u) {
-                json_object_set_new(u, "choices", json_array());
-                json_object_set_new(u, "usage", usage_json(r));
-            }
-            send_event(j, u);
-        }
-        srv_job_push(j, "data: [DONE]\n\n", 14);
-        srv_job_complete(j, 200, NULL);
-        return;
-    }
-    json_t *o = envelope(s, j, j->kind == SRV_CHAT ? "chat.completion" : "text_completion");
+}
+
+/* The non-stream choice object of r (NULL when out of memory). */
+static json_t *choice_json(srv *s, srv_job *j, const srv_result *r) {
     json_t *choice = NULL;
     if (j->kind == SRV_CHAT) {
         json_t *msg = json_pack("{s:s}", "role", "assistant");
@@ -904,23 +894,73 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
             for (int64_t i = 0; i < r->n_calls; i++) json_array_append_new(calls, call_json(j, i, &r->calls[i], 0));
             json_object_set_new(msg, "tool_calls", calls);
         }
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs",
-                           lp_object(s, j, r->lp, r->n_lp), "finish_reason", r->finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", r->choice, "message", msg, "logprobs",
+                           lp_object(s, j, r->choice, r->lp, r->n_lp), "finish_reason", r->finish);
     } else {
         srv_buf t = {0};
         if (j->echo && j->echo_text) srv_utf8_clean(&t, j->echo_text, strlen(j->echo_text));
         srv_buf_adds(&t, r->content);
-        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", t.p ? t.p : "", t.n, "index", 0, "logprobs",
-                           lp_object(s, j, r->lp, r->n_lp), "finish_reason", r->finish);
+        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", t.p ? t.p : "", t.n, "index", r->choice, "logprobs",
+                           lp_object(s, j, r->choice, r->lp, r->n_lp), "finish_reason", r->finish);
         srv_buf_free(&t);
     }
+    return choice;
+}
+
+void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
+    const int n = j->n_choices > 1 ? j->n_choices : 1;
+    j->n_ended++;
+    if (j->failed) return;                  /* completed with an earlier choice's error */
+    if (!r->finish) {
+        j->failed = 1;
+        if (n > 1) atomic_store(&j->cancel, 1);     /* the other choices stop */
+        finish_error(j, r);
+        return;
+    }
+    /* usage: the prompt once, every choice's output */
+    j->sum_completion += r->n_completion;
+    j->sum_reasoning += r->n_reasoning;
+    if (j->n_ended == 1 || r->n_cached < j->min_cached) j->min_cached = r->n_cached;
+    srv_result u = *r;
+    u.n_completion = j->sum_completion;
+    u.n_reasoning = j->sum_reasoning;
+    u.n_cached = j->min_cached;
+    const int last = j->n_ended == n;
+    if (j->stream) {
+        json_t *fin = chunk(s, j, r->choice, j->kind == SRV_CHAT ? json_object() : json_string(""), r->finish,
+                            r->n_lp > r->n_lp_sent ? lp_object(s, j, r->choice, r->lp + r->n_lp_sent, r->n_lp - r->n_lp_sent)
+                                                   : NULL);
+        if (fin && last) json_object_set_new(fin, "usage", usage_json(&u));
+        send_event(j, fin);
+        if (!last) return;
+        if (j->include_usage) {
+            json_t *uo = envelope(s, j, j->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
+            if (uo) {
+                json_object_set_new(uo, "choices", json_array());
+                json_object_set_new(uo, "usage", usage_json(&u));
+            }
+            send_event(j, uo);
+        }
+        srv_job_push(j, "data: [DONE]\n\n", 14);
+        srv_job_complete(j, 200, NULL);
+        return;
+    }
+    json_t *choice = choice_json(s, j, r);
+    if (!j->choices) {
+        j->choices = json_array();
+        for (int i = 0; i < n && j->choices; i++) json_array_append_new(j->choices, json_null());
+    }
+    if (j->choices && choice) json_array_set_new(j->choices, (size_t)r->choice, choice);
+    else json_decref(choice);
+    if (!last) return;
+    int whole = j->choices != NULL;
+    for (int i = 0; whole && i < n; i++) whole = !json_is_null(json_array_get(j->choices, (size_t)i));
+    json_t *o = envelope(s, j, j->kind == SRV_CHAT ? "chat.completion" : "text_completion");
     char *body = NULL;
-    if (o && choice) {
-        json_object_set_new(o, "choices", json_pack("[o]", choice));
-        json_object_set_new(o, "usage", usage_json(r));
+    if (o && whole) {
+        json_object_set(o, "choices", j->choices);
+        json_object_set_new(o, "usage", usage_json(&u));
         body = json_dumps(o, JSON_COMPACT);
-    } else {
-        json_decref(choice);
     }
     json_decref(o);
     if (!body) {

@@ -117,6 +117,8 @@ char *srv_err_body(const srv_err *e);
 
 /* ---- jobs ------------------------------------------------------------------ */
 
+#define SRV_MAX_PARALLEL 64     /* --parallel: sessions the worker steps together */
+
 typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
 
 typedef struct srv_job {
@@ -140,7 +142,12 @@ typedef struct srv_job {
     char *echo_text;            /* completion with echo: the prompt text */
     int logprobs;               /* -1: none; else the alternatives per token (0..MS_TOP_MAX):
                                    completions' "logprobs", chat's "top_logprobs" */
-    size_t lp_offset;           /* stream (worker only): text_offset of the next entry */
+    int n_choices;              /* "n": choices sampled (1..--parallel), choice i with seed + i */
+    /* worker only */
+    size_t lp_offset[SRV_MAX_PARALLEL];     /* stream: text_offset of each choice's next entry */
+    int n_ended, failed;        /* choices ended; one failed (the job completed with its error) */
+    json_t *choices;            /* n > 1, not streamed: the finished choices' objects by index */
+    int64_t sum_completion, sum_reasoning, min_cached;  /* n > 1: usage of the ended choices */
     int32_t *bias_ids;          /* logit_bias (sp.bias_ids / sp.bias point here) */
     float *bias;
 
@@ -174,7 +181,6 @@ void srv_job_complete(srv_job *j, int http_status, char *body);
 
 #define SRV_MAX_CLIENTS 64      /* fairness table entries */
 #define SRV_MAX_BIAS 1024       /* logit_bias entries per request */
-#define SRV_MAX_PARALLEL 64     /* --parallel: sessions the worker steps together */
 
 typedef struct srv {
     srv_opts o;
@@ -249,6 +255,7 @@ typedef struct srv_lp {
 } srv_lp;
 
 typedef struct srv_result {
+    int choice;                 /* which of the job's n_choices */
     const char *finish;         /* "stop" | "length" | "tool_calls"; NULL = failed */
     int err_status;             /* failed: HTTP status and message */
     const char *err_msg;
@@ -266,15 +273,17 @@ typedef struct srv_result {
 
 /* Stream: the first chunk (chat: the role; completions with echo: the prompt,
  * with its logprobs entries lp[0, n_lp) when asked for). */
-void srv_api_emit_start(srv *s, srv_job *j, const srv_lp *lp, int64_t n_lp);
+void srv_api_emit_start(srv *s, srv_job *j, int choice, const srv_lp *lp, int64_t n_lp);
 /* Stream: a piece of reasoning and/or content (valid UTF-8, may be empty) and
  * the logprobs entries of the tokens sampled since the last piece. */
-void srv_api_emit_delta(srv *s, srv_job *j, const char *reasoning, size_t n_reasoning,
+void srv_api_emit_delta(srv *s, srv_job *j, int choice, const char *reasoning, size_t n_reasoning,
                         const char *content, size_t n_content, const srv_lp *lp, int64_t n_lp);
 /* Stream: tool call number i, whole. */
-void srv_api_emit_call(srv *s, srv_job *j, int64_t i, const srv_call_out *c);
-/* The end: stream -> last chunk(s) + [DONE]; otherwise the whole response.
- * Completes the job. */
+void srv_api_emit_call(srv *s, srv_job *j, int choice, int64_t i, const srv_call_out *c);
+/* The end of choice r->choice: stream -> its last chunk, and after the last
+ * choice the usage + [DONE]; otherwise, after the last choice, the whole
+ * response. Completes the job when every choice has ended, or at the first
+ * that failed (the others are then cancelled; their ends are ignored). */
 void srv_api_finish(srv *s, srv_job *j, const srv_result *r);
 
 /* http.c */

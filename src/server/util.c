@@ -158,6 +158,7 @@ void srv_job_unref(srv_job *j) {
     free(j->bias_ids);
     free(j->bias);
     free(j->body);
+    json_decref(j->choices);
     srv_buf_free(&j->out);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);

@@ -60,14 +60,24 @@ static void client_touch(srv *s, const char *key, uint64_t when) {
     s->clients[slot].last = when;
 }
 
-/* Under qmu, queue not empty. */
-static srv_job *pick(srv *s) {
+/* Under qmu, queue not empty: the link to the job to run next. */
+static srv_job **next_link(srv *s) {
     srv_job **best = NULL;
     uint64_t best_last = UINT64_MAX;
     for (srv_job **p = &s->queue; *p; p = &(*p)->next) {
         uint64_t last = client_last(s, (*p)->client);
         if (last < best_last) { best = p; best_last = last; }
     }
+    return best;
+}
+
+static srv_job *next_job(srv *s) { return *next_link(s); }
+
+static int choices_of(const srv_job *j) { return j->n_choices > 1 ? j->n_choices : 1; }
+
+/* Under qmu, queue not empty: take the job to run next. */
+static srv_job *pick(srv *s) {
+    srv_job **best = next_link(s);
     srv_job *j = *best;
     *best = j->next;
     j->next = NULL;
@@ -110,6 +120,7 @@ void srv_cancel_all(srv *s, int reason) {
 /* ---- one job ------------------------------------------------------------------ */
 
 typedef struct gen {
+    int choice;                 /* which of the job's choices */
     int32_t *ids;               /* forced + sampled ids */
     int64_t n, cap;
     int64_t n_sampled;
@@ -225,7 +236,7 @@ static void emit_text(srv *s, srv_job *j, gen *g, const char *r, size_t nr, cons
        piece of text (held-back text holds them back too; the last chunk takes
        what is left) */
     if (g->scratch.n == 0 && g->scratch2.n == 0) return;
-    srv_api_emit_delta(s, j, g->scratch.p, g->scratch.n, g->scratch2.p, g->scratch2.n, g->lp + g->lp_sent,
+    srv_api_emit_delta(s, j, g->choice, g->scratch.p, g->scratch.n, g->scratch2.p, g->scratch2.n, g->lp + g->lp_sent,
                        g->n_lp - g->lp_sent);
     g->lp_sent = g->n_lp;
 }
@@ -244,7 +255,7 @@ static void emit_calls(srv *s, srv_job *j, gen *g, const ms_reply *r, int64_t up
     for (; g->calls_sent < upto; g->calls_sent++) {
         srv_call_out c;
         clean_call(&r->tool_calls[g->calls_sent], &bn, &ba, &c);
-        srv_api_emit_call(s, j, g->calls_sent, &c);
+        srv_api_emit_call(s, j, g->choice, g->calls_sent, &c);
     }
     srv_buf_free(&bn);
     srv_buf_free(&ba);
@@ -352,6 +363,7 @@ typedef struct slot {
     ms_session *ses;            /* kept between jobs (conversation reuse) */
     uint64_t last_used;         /* when its last job ended (the least recently used is reused first) */
     srv_job *j;                 /* NULL: free */
+    int choice;                 /* which of j's choices (sampled with seed + choice) */
     double t0;
     srv_result res;
     gen g;
@@ -394,7 +406,10 @@ static int slot_start(srv *s, slot *sl) {
     if (!sl->ses) reopen_session(s, &sl->ses);
     if (!sl->ses) { sl->fail = "the engine has no session"; return -1; }
     if (atomic_load(&j->cancel)) return -1;
-    sl->smp = ms_sampler_open(&j->sp, s->info.n_vocab, sl->msg, sizeof sl->msg);
+    sl->g.choice = sl->res.choice = sl->choice;
+    ms_sample_params sp = j->sp;
+    sp.seed = j->sp.seed + (uint64_t)sl->choice;
+    sl->smp = ms_sampler_open(&sp, s->info.n_vocab, sl->msg, sizeof sl->msg);
     if (!sl->smp) { sl->fail = sl->msg; sl->fail_status = 400; return -1; }
     /* the input: prompt + forced output (without a forced final stop token) */
     const int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
@@ -421,7 +436,7 @@ static int slot_start(srv *s, slot *sl) {
 static void slot_prompt_done(srv *s, slot *sl) {
     srv_job *j = sl->j;
     sl->decoding = 1;
-    srv_api_emit_start(s, j, sl->g.lp, sl->g.n_lp);
+    srv_api_emit_start(s, j, sl->g.choice, sl->g.lp, sl->g.n_lp);
     if (j->stream && j->kind == SRV_COMPLETION && j->echo && j->echo_text) sl->g.lp_sent = sl->g.n_lp;
     if (j->kind == SRV_CHAT && j->n_forced > 0) on_token(s, j, &sl->g, j->forced[j->n_forced - 1]);
 }
@@ -694,14 +709,20 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&s->qmu);
             break;
         }
-        /* take queued jobs while a slot is free (fair order) */
-        while (s->queue && n_active < P) {
+        /* take queued jobs while slots are free (fair order); a job with n
+           choices takes n slots at once, and waits (the others behind it
+           too) until that many are free */
+        while (s->queue && n_active + choices_of(next_job(s)) <= P) {
             srv_job *j = pick(s);
-            const int i = choose_slot(sl, P, j);
-            sl[i].j = j;
-            s->running[s->n_running++] = j;
-            started[n_started++] = i;
-            n_active++;
+            for (int c = 0; c < choices_of(j); c++) {
+                const int i = choose_slot(sl, P, j);
+                if (c > 0) srv_job_ref(j);  /* a reference per slot */
+                sl[i].j = j;
+                sl[i].choice = c;
+                s->running[s->n_running++] = j;
+                started[n_started++] = i;
+                n_active++;
+            }
         }
         pthread_mutex_unlock(&s->qmu);
         for (int q = 0; q < n_started; q++)
