@@ -133,7 +133,7 @@ static int common_params(srv *s, const json_t *req, srv_job *j, int64_t default_
     }
     k = 1;
     if (get_int(req, "n", 1, SRV_MAX_PARALLEL, &k, e) < 0) return -1;
-    if (k > s->o.parallel)
+    if (k > (s->o.parallel > 1 ? s->o.parallel : 1))
         return srv_err_set(e, 400, INVALID, "n", "invalid_value",
                            "n = %lld choices need as many sessions: start the server with --parallel %lld or more",
                            (long long)k, (long long)k);
