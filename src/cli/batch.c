@@ -225,7 +225,9 @@ int cmd_batch(int argc, char **argv) {
         if (strspn(line, " \t\r") == strlen(line)) continue;
         if (n_req == cap) {
             cap = cap ? 2 * cap : 64;
-            reqs = realloc(reqs, (size_t)cap * sizeof *reqs);
+            req *grown = realloc(reqs, (size_t)cap * sizeof *reqs);
+            if (!grown) { st = MS_E_NOMEM; break; }
+            reqs = grown;
         }
         req *r = &reqs[n_req++];
         memset(r, 0, sizeof *r);
@@ -238,7 +240,7 @@ int cmd_batch(int argc, char **argv) {
         }
         for (int64_t k = 0; !r->error && k < r->n_prompt; k++)
             if (r->prompt[k] < 0 || r->prompt[k] >= info.n_vocab) r->error = strdup("a token id is out of range");
-        if (!r->error) r->gen = malloc((size_t)(r->max_tokens + 1) * sizeof *r->gen);
+        if (!r->error && !(r->gen = malloc((size_t)(r->max_tokens + 1) * sizeof *r->gen))) r->error = strdup("out of memory");
         if (!r->error && r->max_tokens == 0) { r->finish = "length"; r->done = 1; }
         if (r->error) r->done = 1;
     }
@@ -250,7 +252,9 @@ int cmd_batch(int argc, char **argv) {
     const int32_t **ids = calloc((size_t)P, sizeof *ids);
     int64_t *n = calloc((size_t)P, sizeof *n);
     int *who = calloc((size_t)P, sizeof *who);
+    if (!sl || !ss || !ids || !n || !who) st = MS_E_NOMEM;
     for (int i = 0; i < P && st == MS_OK; i++) st = ms_session_open(e, &sl[i].ses);
+    if (st != MS_OK) fprintf(stderr, "moestream: %s\n", st == MS_E_NOMEM ? "out of memory" : ms_engine_error(e));
     int64_t next_req = 0, printed = 0;
     int rc = st == MS_OK ? EXIT_OK : cli_exit_code(st);
     while (st == MS_OK) {
@@ -319,7 +323,7 @@ int cmd_batch(int argc, char **argv) {
         ms_engine_stats(e, &stt);
         cli_print_stats_human(stderr, &stt);
     }
-    for (int i = 0; i < P; i++) {
+    for (int i = 0; sl && i < P; i++) {
         ms_sampler_close(sl[i].smp);
         ms_session_close(sl[i].ses);
     }
