@@ -1,9 +1,10 @@
 /* server/worker.c - the engine worker: the job queue, fair picking, session
  * reuse, and the generation loop.
  *
- * Owns: the one live session and every call that computes on the engine
- *   (invariant 1 of srv.h). HTTP threads put jobs in the queue and wait; this
- *   thread takes them one at a time.
+ * Owns: the slots (--parallel N sessions, each with the job it serves) and
+ *   every call that computes on the engine (invariant 1 of srv.h). HTTP
+ *   threads put jobs in the queue and wait; this thread takes them into free
+ *   slots (a job with n choices into n slots) and steps all slots together.
  *
  * Fairness: the queue keeps arrival order, but the next job is the one whose
  *   client (the request's "user", else the peer address) was served longest
@@ -11,8 +12,9 @@
  *   ties go to the earlier arrival. One client sending many requests at once
  *   therefore alternates with the others instead of going first with all.
  *
- * Session reuse: the session holds the ids fed so far, S. A job's input is
- *   P = prompt ids + forced output ids. If S is a prefix of P, only P[|S|..)
+ * Session reuse: a slot's session holds the ids fed so far, S. A job's input
+ *   is P = prompt ids + forced output ids. It goes to the free slot whose S
+ *   is the longest prefix of P (else the least recently used); only P[|S|..)
  *   is fed and |S| prompt tokens are reported as cached; otherwise the
  *   session is reset and P is fed whole. Because the engine gives identical
  *   bits however a sequence is split into feeds, a reused answer equals a
@@ -23,10 +25,11 @@
  *   kept state when the client sends back what the model produced and that
  *   text re-encodes to the same ids (see docs/SERVER.md).
  *
- * The generation loop is written per job in steps (prefill in chunks, one
- *   token per decode step, cancellation checked between steps) so that a
- *   batched worker can later step several jobs' sequences through one pass
- *   over the weights; today it runs one job to completion.
+ * Steps (step()): one ms_sessions_feed call per step reads every decoding
+ *   slot's last token and a prompt piece, one pass over the weights for all;
+ *   then each decoding slot samples (slot_pick). Cancellation is checked
+ *   between steps. Each session gets the bits it would get alone, so every
+ *   answer is the one --parallel 1 gives (t_parallel).
  *
  * Streaming text: chat replies are re-parsed (ms_chat_parse_reply) after
  *   every token; reasoning and content only grow, so the bytes past what was
