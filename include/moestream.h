@@ -252,6 +252,13 @@ int64_t ms_session_n_past(const ms_session *s);
 /* Forget all tokens (state back to the start of a sequence). */
 void ms_session_reset(ms_session *s);
 
+/* Make dst a copy of src (both sessions of one engine): its ids, state and
+ * logits, so that dst goes on exactly as src would (a fork: several
+ * continuations of one prompt read the prompt once). Copies, reads no
+ * weights. MS_E_USAGE for sessions of different engines or dst == src; src's
+ * sticky error is copied too. */
+ms_status ms_session_copy(ms_session *dst, const ms_session *src);
+
 /* Index of the largest logit; ties go to the lower index. */
 int32_t ms_argmax(const float *logits, int64_t n);
 

@@ -11,8 +11,9 @@
 # and of the other exactly one token per step. A second round on the parallel
 # server (the same requests again, at once) must give the same answers (sessions
 # reused or not). Requests with n = 3 (completions and chat, streamed and not):
-# choice i equals the n = 1 answer with seed + i, usage sums the choices; the
-# --parallel 1 server refuses n = 3. Last line: "t_parallel: N passed, N failed".
+# choice i equals the n = 1 answer with seed + i, usage sums the choices, the
+# prompt is read once (/health prompt_tokens_read); the --parallel 1 server
+# refuses n = 3. Last line: "t_parallel: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${MS_BUILD:-build}
@@ -111,7 +112,7 @@ done
 nreq() {    # url, endpoint, n, seed, stream
     local body
     if [ "$2" = completions ]; then
-        body="{\"model\":\"k3-tiny\",\"prompt\":\"$P2\",\"max_tokens\":20,\"temperature\":0.9,\"n\":$3,\"seed\":$4,\"stream\":$5,\"logprobs\":1}"
+        body="{\"model\":\"k3-tiny\",\"prompt\":\"$P2\",\"max_tokens\":20,\"temperature\":0.9,\"n\":$3,\"seed\":$4,\"stream\":$5,\"logprobs\":1,\"echo\":true}"
     else
         body="{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"$P3\"}],\"max_tokens\":16,\"temperature\":0.8,\"n\":$3,\"seed\":$4,\"stream\":$5}"
     fi
@@ -164,6 +165,12 @@ for ep in completions chat/completions; do
         fi
     done
 done
+# the choices read the prompt once: choice 0 reads it, the others start from a copy
+pr0=$(curl -s "$u3/health" | $PY -c "import json,sys; print(json.load(sys.stdin)['prompt_tokens_read'])")
+nreq "$u3" completions 3 9 false > "$tmp/n3b"
+pr1=$(curl -s "$u3/health" | $PY -c "import json,sys; print(json.load(sys.stdin)['prompt_tokens_read'])")
+np=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['usage']['prompt_tokens'])" "$tmp/n3b")
+[ -n "$np" ] && [ $((pr1 - pr0)) -le "$np" ] && ok || bad "n = 3 read $((pr1 - pr0)) prompt tokens for a $np-token prompt"
 code=$(curl -s -o "$tmp/n1err" -w '%{http_code}' "$u1/v1/completions" -H 'Content-Type: application/json' \
        -d "{\"model\":\"k3-tiny\",\"prompt\":\"$P2\",\"max_tokens\":4,\"n\":3}")
 [ "$code" = 400 ] && grep -q -- '--parallel 3' "$tmp/n1err" && ok || bad "--parallel 1 answered n = 3 with $code: $(cat "$tmp/n1err")"

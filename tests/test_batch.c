@@ -14,6 +14,8 @@
  *     reference row, and its n_past and ids are right;
  *   - at the floor, a step of three one-token sequences reads exactly the
  *     trunk bytes of one one-token feed (the trunk is streamed once per pass);
+ *   - ms_session_copy: a session forked mid-sequence goes on exactly as the
+ *     original (fed together and apart);
  *   - usage: a session given twice, no tokens, an id out of range, a full
  *     context, a session of another engine: refused, nothing fed; the plan
  *     counts n_seq sessions' state and one scratch.
@@ -201,6 +203,49 @@ static void trunk_once(const char *dir, const char *name, int64_t floor_trunk) {
     ms_engine_close(e);
 }
 
+/* ms_session_copy: a session forked after 6 tokens of sequence 0 goes on as
+ * the original does (both fed together, then apart), at the floor. */
+static void fork_check(const char *dir, const char *name, const float *ref, int64_t V, int64_t floor_trunk) {
+    const cfg c = { floor_trunk, 0, 5, 2 };
+    ms_engine *e;
+    if (open_engine(dir, &c, 2, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    ms_session *a, *b;
+    ms_session_open(e, &a);
+    ms_session_open(e, &b);
+    ms_status st = ms_session_feed(b, SEQ[1], 4, NULL);         /* b holds something else first */
+    if (st == MS_OK) st = ms_session_feed(a, SEQ[0], 6, NULL);
+    if (st == MS_OK) st = ms_session_copy(b, a);
+    int64_t nb = 0;
+    const int32_t *tb = ms_session_tokens(b, &nb);
+    CHECK(st == MS_OK && nb == 6 && !memcmp(tb, SEQ[0], 6 * sizeof *tb) && ms_session_n_past(b) == 6 &&
+              !memcmp(ms_session_logits(b), ref + 5 * V, (size_t)V * sizeof(float)),
+          "%s: the copy holds the original's ids and logits", name);
+    ms_session *both[2] = { a, b };
+    int bad = 0;
+    for (int64_t i = 6; st == MS_OK && i < 12; i++) {
+        const int32_t *ids[2] = { &SEQ[0][i], &SEQ[0][i] };
+        int64_t n[2] = { 1, 1 };
+        if (i < 9) st = ms_sessions_feed(both, 2, ids, n);      /* together, then apart */
+        else if ((st = ms_session_feed(b, &SEQ[0][i], 1, NULL)) == MS_OK) st = ms_session_feed(a, &SEQ[0][i], 1, NULL);
+        bad += memcmp(ms_session_logits(a), ref + i * V, (size_t)V * sizeof(float)) != 0;
+        bad += memcmp(ms_session_logits(b), ref + i * V, (size_t)V * sizeof(float)) != 0;
+    }
+    CHECK(st == MS_OK && bad == 0, "%s: after the copy, %d rows differ from the sequence alone (%s)", name, bad,
+          ms_session_error(a));
+    CHECK(ms_session_copy(a, a) == MS_E_USAGE, "%s: a copy onto itself", name);
+    ms_engine *e2;
+    if (open_engine(dir, &c, 1, &e2) == MS_OK) {
+        ms_session *o;
+        ms_session_open(e2, &o);
+        CHECK(ms_session_copy(o, a) == MS_E_USAGE, "%s: a copy across engines", name);
+        ms_session_close(o);
+        ms_engine_close(e2);
+    }
+    ms_session_close(a);
+    ms_session_close(b);
+    ms_engine_close(e);
+}
+
 static void usage(const char *dir, const char *name) {
     const cfg c = { 0, 0, 0, 1 };
     ms_engine *e, *e2;
@@ -286,6 +331,7 @@ static void model(const char *dir, const char *name) {
     }
     CHECK(n_bad == 0, "%s: %d fed sessions' logits differ from the sequence alone", name, n_bad);
     trunk_once(dir, name, fl);
+    fork_check(dir, name, ref, V, fl);
     usage(dir, name);
     free(ref);
 }

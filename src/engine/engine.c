@@ -734,6 +734,22 @@ const int32_t *ms_session_tokens(const ms_session *s, int64_t *n) {
     return s->tokens;
 }
 
+ms_status ms_session_copy(ms_session *dst, const ms_session *src) {
+    if (!dst || !src || dst == src || dst->e != src->e) {
+        if (dst) snprintf(dst->error, sizeof dst->error, "copy: not two sessions of one engine");
+        return MS_E_USAGE;
+    }
+    const ms_engine *e = src->e;
+    ms_state_copy(&dst->st, &src->st, &e->model);
+    memcpy(dst->tokens, src->tokens, (size_t)src->st.n_past * sizeof *dst->tokens);
+    memcpy(dst->logits, src->logits, (size_t)e->cfg.vocab_size * sizeof *dst->logits);
+    dst->has_logits = src->has_logits;
+    dst->rb.n_rec = 0;
+    dst->sticky = src->sticky;
+    snprintf(dst->error, sizeof dst->error, "%s", src->error);
+    return MS_OK;
+}
+
 void ms_session_reset(ms_session *s) {
     ms_state_reset(&s->st, &s->e->model);
     s->rb.n_rec = 0;

@@ -110,6 +110,8 @@ ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err
 int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx);
 void ms_state_free(ms_state *st, const ms_model *m);
 void ms_state_reset(ms_state *st, const ms_model *m);
+/* dst = src (positions [0, src->n_past); dst->max_ctx >= src->n_past). */
+void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m);
 
 /* ---- rollback inside the last forward (speculative decoding) ----
  * The MLA cache rolls back by moving n_past (later positions are overwritten).

@@ -56,6 +56,18 @@ void ms_state_free(ms_state *st, const ms_model *m) {
     memset(st, 0, sizeof *st);
 }
 
+void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m) {
+    const ms_config *c = &m->cfg;
+    MS_ASSERT(dst->max_ctx >= src->n_past);
+    for (int64_t i = 0; i < c->n_kda_layers; i++) {
+        memcpy(dst->kda_S[i], src->kda_S[i], (size_t)kda_S_floats(c) * sizeof(float));
+        memcpy(dst->kda_conv[i], src->kda_conv[i], (size_t)kda_conv_floats(c) * sizeof(float));
+    }
+    for (int64_t i = 0; i < c->n_mla_layers; i++)
+        memcpy(dst->mla_cache[i], src->mla_cache[i], (size_t)(src->n_past * mla_pos_floats(c)) * sizeof(float));
+    dst->n_past = src->n_past;
+}
+
 void ms_state_reset(ms_state *st, const ms_model *m) {
     const ms_config *c = &m->cfg;
     for (int64_t i = 0; i < c->n_kda_layers; i++) {

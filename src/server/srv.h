@@ -213,6 +213,7 @@ typedef struct srv {
     uint64_t id_salt;
     atomic_llong n_requests, n_errors;
     atomic_llong n_steps, n_step_tokens;   /* decode steps of the worker, tokens they decoded */
+    atomic_llong n_prompt_fed;             /* prompt tokens the worker read (reused ones not) */
 } srv;
 
 /* worker.c */

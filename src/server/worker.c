@@ -552,11 +552,34 @@ static void slot_end(srv *s, slot *sl) {
     sl->last_used = last;
 }
 
+static void slot_pick(srv *s, slot *all, int P, slot *sl, int prompt_done);
+
+/* Choice 0 of a job with several has read the prompt: every other choice of
+ * the job (waiting in its slot) starts from a copy of its session (the
+ * prompt is read once) and the echoed entries it scored, then picks. */
+static void fork_choices(srv *s, slot *all, int P, const slot *a) {
+    for (int i = 0; i < P; i++) {
+        slot *b = &all[i];
+        if (b->j != a->j || b->choice == 0 || b->decoding) continue;
+        if (ms_session_copy(b->ses, a->ses) != MS_OK) { b->fail = "cannot copy the session"; slot_end(s, b); continue; }
+        b->at = b->n_full;
+        b->res.n_cached = b->j->n_prompt;   /* the request's usage takes the least: choice 0's */
+        for (int64_t q = 0; q < a->g.n_lp && !b->fail; q++) {
+            srv_lp *e = lp_next(&b->g);
+            if (e) *e = a->g.lp[q];
+            else b->fail = "out of memory";
+        }
+        slot_pick(s, all, P, b, 1);
+    }
+}
+
 /* Pick the next token of a decoding slot from its session's logits (the
  * picker applies the stop rules); the job ends when they say so. With
- * prompt_done, the prompt was just read: the response starts first. */
-static void slot_pick(srv *s, slot *sl, int prompt_done) {
+ * prompt_done, the prompt was just read: the response starts first (and the
+ * job's other choices fork from here). */
+static void slot_pick(srv *s, slot *all, int P, slot *sl, int prompt_done) {
     if (prompt_done) slot_prompt_done(s, sl);
+    if (prompt_done && sl->choice == 0 && choices_of(sl->j) > 1) fork_choices(s, all, P, sl);
     if (!sl->pk.finish) {
         int64_t n_hist = 0;
         const int32_t *hist = ms_session_tokens(sl->ses, &n_hist);
@@ -615,13 +638,15 @@ static void step(srv *s, slot *sl, int P) {
         if (!a->j) continue;
         int64_t take = 0;
         const int32_t *from = NULL;
+        if (!a->decoding && a->choice > 0) continue;    /* forks from choice 0 (fork_choices) */
         if (!a->decoding && a->score) {
             /* scored prompts run alone, a chunk per step */
             take = a->n_full - a->at < s->o.prefill_chunk ? a->n_full - a->at : s->o.prefill_chunk;
             if (score_feed(a->j, &a->g, a->ses, a->full + a->at, take, &a->st) != 0) a->fail = "out of memory";
+            atomic_fetch_add(&s->n_prompt_fed, take);
             if (a->st != MS_OK || a->fail) { slot_end(s, a); continue; }
             a->at += take;
-            if (a->at == a->n_full) slot_pick(s, a, 1);
+            if (a->at == a->n_full) slot_pick(s, sl, P, a, 1);
             continue;
         }
         if (!a->decoding && room > 0 && a->at < a->n_full) {
@@ -664,14 +689,15 @@ static void step(srv *s, slot *sl, int P) {
             continue;
         }
         const int was_prompt = !a->decoding;
+        if (was_prompt) atomic_fetch_add(&s->n_prompt_fed, n[q]);
         if (was_prompt && (a->at += n[q]) < a->n_full) continue;
-        slot_pick(s, a, was_prompt);
+        slot_pick(s, sl, P, a, was_prompt);
     }
     /* a prompt that was all reused, or empty: its first pick */
     for (int i = 0; i < P; i++) {
         slot *a = &sl[i];
-        if (!a->j || a->decoding || a->score || a->at < a->n_full) continue;
-        slot_pick(s, a, 1);
+        if (!a->j || a->decoding || a->score || a->at < a->n_full || a->choice > 0) continue;
+        slot_pick(s, sl, P, a, 1);
     }
 }
 
