@@ -243,6 +243,9 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     if ((st = ms_model_validate(&e->model, e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_pool_open(n_threads, &e->pool, &err)) != MS_OK) goto fail;
     if ((st = ms_fwd_init(&e->fwd, &e->model, e->p.prefill_chunk, &err)) != MS_OK) goto fail;
+    e->batch_ids = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_ids);
+    e->batch_seg = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_seg);
+    if (!e->batch_ids || !e->batch_seg) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
     snprintf(path, sizeof path, "%s/tiktoken.model", p->model_dir);
     if (access(path, F_OK) == 0 &&
         (st = ms_tok_load(p->model_dir, e->cfg.vocab_size, &e->tok, &err)) != MS_OK) goto fail;
@@ -267,6 +270,8 @@ fail:
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
     ms_fwd_free(e->fwd);
+    free(e->batch_ids);
+    free(e->batch_seg);
     ms_pool_close(e->pool);
     ms_tok_free(e->tok);
     if (e->model_bound) ms_model_free(&e->model);
@@ -403,26 +408,35 @@ typedef struct score_out {
  * decode counters (ms_session_decode counts its own). check: reject non-finite
  * final logits (a verify pass checks each row it uses instead). score: also
  * write each fed token's log-probability (ms_session_score). *dt: seconds. */
-static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
-                      const score_out *score, int record, int count, int check, double *dt_out) {
-    if (s->sticky != MS_OK) return s->sticky;
-    if (n < 1) {
-        snprintf(s->error, sizeof s->error, "feed: no tokens");
+/* Whether s may read ids[0, n) (the why into msg): no tokens or a bad id
+ * (MS_E_USAGE), a full context (MS_E_CONTEXT). */
+static ms_status check_tokens(const ms_session *s, const int32_t *ids, int64_t n, char *msg, size_t len) {
+    const int64_t V = s->e->cfg.vocab_size;
+    if (!ids || n < 1) {
+        snprintf(msg, len, "feed: no tokens");
         return MS_E_USAGE;
     }
-    ms_engine *e = s->e;
-    const int64_t V = e->cfg.vocab_size;
     if (s->st.n_past + n > s->st.max_ctx) {
-        snprintf(s->error, sizeof s->error, "context full: %lld + %lld tokens > max_context %lld",
+        snprintf(msg, len, "context full: %lld + %lld tokens > max_context %lld",
                  (long long)s->st.n_past, (long long)n, (long long)s->st.max_ctx);
         return MS_E_CONTEXT;
     }
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) {
-            snprintf(s->error, sizeof s->error, "token id %d at position %lld is out of range [0, %lld)",
-                     ids[i], (long long)i, (long long)V);
+            snprintf(msg, len, "token id %d at position %lld is out of range [0, %lld)", ids[i], (long long)i,
+                     (long long)V);
             return MS_E_USAGE;
         }
+    return MS_OK;
+}
+
+static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
+                      const score_out *score, int record, int count, int check, double *dt_out) {
+    if (s->sticky != MS_OK) return s->sticky;
+    const ms_status usable = check_tokens(s, ids, n, s->error, sizeof s->error);
+    if (usable != MS_OK) return usable;
+    ms_engine *e = s->e;
+    const int64_t V = e->cfg.vocab_size;
     if (record && (s->max_draft == 0 || n > s->rb.max_T || n > e->p.prefill_chunk)) {
         snprintf(s->error, sizeof s->error, "recorded feed of %lld tokens: the session records at most %lld",
                  (long long)n, (long long)(s->max_draft ? s->rb.max_T : 0));
@@ -509,36 +523,24 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
 static ms_status batch_check(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n,
                              int *all_one, int64_t *total) {
     ms_session *s0 = ss[0];
-    const ms_engine *e = s0->e;
-    const int64_t V = e->cfg.vocab_size;
     *all_one = 1;
     *total = 0;
     for (int i = 0; i < k; i++) {
         const ms_session *s = ss[i];
         const char *why = NULL;
-        if (!s || s->e != e) why = "not a session of the first session's engine";
+        if (!s || s->e != s0->e) why = "not a session of the first session's engine";
         for (int j = 0; !why && j < i; j++)
             if (ss[j] == s) why = "given twice";
-        if (!why && s->sticky != MS_OK) {
-            snprintf(s0->error, sizeof s0->error, "session %d: %.400s", i, s->error);
-            return s->sticky;
-        }
-        if (!why && (!ids[i] || n[i] < 1)) why = "no tokens";
         if (why) {
             snprintf(s0->error, sizeof s0->error, "feed: session %d: %s", i, why);
             return MS_E_USAGE;
         }
-        if (s->st.n_past + n[i] > s->st.max_ctx) {
-            snprintf(s0->error, sizeof s0->error, "session %d: context full: %lld + %lld tokens > max_context %lld",
-                     i, (long long)s->st.n_past, (long long)n[i], (long long)s->st.max_ctx);
-            return MS_E_CONTEXT;
+        char msg[300];
+        ms_status bad = s->sticky != MS_OK ? s->sticky : check_tokens(s, ids[i], n[i], msg, sizeof msg);
+        if (bad != MS_OK) {
+            snprintf(s0->error, sizeof s0->error, "session %d: %.400s", i, s->sticky != MS_OK ? s->error : msg);
+            return bad;
         }
-        for (int64_t j = 0; j < n[i]; j++)
-            if (ids[i][j] < 0 || ids[i][j] >= V) {
-                snprintf(s0->error, sizeof s0->error, "session %d: token id %d at position %lld is out of range [0, %lld)",
-                         i, ids[i][j], (long long)j, (long long)V);
-                return MS_E_USAGE;
-            }
         *all_one &= n[i] == 1;
         *total += n[i];
     }
@@ -559,43 +561,37 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
             if (ss[i] && ss[i]->e == e && ss[i] != s0) snprintf(ss[i]->error, sizeof ss[i]->error, "%s", s0->error);
         return bad;
     }
-    int32_t *pid = malloc((size_t)chunk * sizeof *pid);
-    ms_fseg *seg = malloc((size_t)k * sizeof *seg);
-    int64_t *at = calloc((size_t)k, sizeof *at);
-    if (!pid || !seg || !at) {
-        free(pid);
-        free(seg);
-        free(at);
-        snprintf(s0->error, sizeof s0->error, "feed: out of memory");
-        return MS_E_NOMEM;
-    }
+    int32_t *pid = e->batch_ids;
+    ms_fseg *seg = e->batch_seg;
     ms_err err;
     ms_err_clear(&err);
     ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, NULL, NULL, 0, NULL, 0, NULL, NULL };
     double t0 = now_s();
     ms_status st = MS_OK;
-    /* passes of up to `chunk` tokens, filled in session order: sessions before
-     * i0 are done, i0 may be part-way, the ones after it untouched */
-    for (int i0 = 0; i0 < k && st == MS_OK;) {
+    /* passes of up to `chunk` tokens (so at most `chunk` segments), filled in
+     * session order: sessions before i0 are done, i0 has read `off` of its
+     * tokens, the ones after it none */
+    for (int i0 = 0, off = 0; i0 < k && st == MS_OK;) {
+        const int first = i0;
+        const int64_t first_off = off;
         int ns = 0;
         int64_t T = 0;
-        for (int i = i0; i < k && T < chunk; i++) {
+        for (int i = first; i < k && T < chunk; i++) {
             ms_session *s = ss[i];
-            const int64_t take = n[i] - at[i] < chunk - T ? n[i] - at[i] : chunk - T;
-            memcpy(pid + T, ids[i] + at[i], (size_t)take * sizeof *pid);
-            memcpy(s->tokens + s->st.n_past, ids[i] + at[i], (size_t)take * sizeof *pid);
+            const int64_t from = i == first ? first_off : 0;
+            const int64_t take = n[i] - from < chunk - T ? n[i] - from : chunk - T;
+            memcpy(pid + T, ids[i] + from, (size_t)take * sizeof *pid);
+            memcpy(s->tokens + s->st.n_past, ids[i] + from, (size_t)take * sizeof *pid);
             s->rb.n_rec = 0;                /* any feed ends the previous record */
             seg[ns++] = (ms_fseg){ &s->st, take, s->logits };
-            at[i] += take;
             T += take;
+            /* the last session of the pass sets where the next one starts */
+            if (from + take < n[i]) { i0 = i; off = (int)(from + take); }
+            else { i0 = i + 1; off = 0; }
         }
         st = ms_forward_batch(&ctx, e->fwd, seg, ns, pid, &err);
-        while (i0 < k && at[i0] == n[i0]) i0++;
     }
     const double dt = now_s() - t0;
-    free(pid);
-    free(seg);
-    free(at);
     e->scale255 += ctx.scale255;
     if (all_one) { e->stats.n_tokens_decode += k; e->stats.decode_s += dt; }
     else { e->stats.n_tokens_prefill += total; e->stats.prefill_s += dt; }

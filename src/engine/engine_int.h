@@ -87,6 +87,8 @@ struct ms_engine {
     ms_tok *tok;                /* NULL when the model ships no tokenizer */
     ms_fwd *fwd;                /* the forward scratch every session's feed uses (calls that
                                    compute never run concurrently on one engine) */
+    int32_t *batch_ids;         /* ms_sessions_feed: a pass's ids [prefill_chunk] */
+    ms_fseg *batch_seg;         /* and its segments [prefill_chunk] (one token each at most) */
     uint64_t model_hash;        /* config.json + tensor table: identifies sessions on disk */
     char error[512];
 };

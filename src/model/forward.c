@@ -1090,30 +1090,29 @@ static void score_rows(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int6
     }
 }
 
-/* The whole model over the pass's T tokens: segments seg[0..nseg) in order,
+/* The whole model over the pass's tokens: segments seg[0..nseg) in order,
  * ids concatenated. all_logits ([T, V], nseg 1): every row, else each
  * segment's last row into seg[i].logits. */
 static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
-                         int64_t T, float *all_logits, ms_err *err) {
+                         float *all_logits, ms_err *err) {
     const ms_model *m = c->m;
     const ms_config *cf = &m->cfg;
     const int64_t H = cf->hidden_size, V = cf->vocab_size, B = cf->attn_res_block_size;
     const float eps = (float)cf->rms_norm_eps;
-    MS_ASSERT(T >= 1 && T <= f->max_T && nseg >= 1);
-    MS_ASSERT(nseg == 1 || (!all_logits && !c->rec && !c->score_lp));
-    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
-                               c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
-    int64_t n_ctx = 0, sum_T = 0;
+    int64_t n_ctx = 0, T = 0;
     for (int is = 0; is < nseg; is++) {
         const ms_state *st = seg[is].st;
         MS_ASSERT(seg[is].T >= 1);
-        sum_T += seg[is].T;
+        T += seg[is].T;
         if (st->n_past + seg[is].T > st->max_ctx)
             return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
                               (long long)st->n_past, (long long)seg[is].T, (long long)st->max_ctx);
         if (st->n_past + seg[is].T > n_ctx) n_ctx = st->n_past + seg[is].T;
     }
-    MS_ASSERT(sum_T == T);
+    MS_ASSERT(T <= f->max_T && nseg >= 1);
+    MS_ASSERT(nseg == 1 || (!all_logits && !c->rec && !c->score_lp));
+    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
+                               c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
     for (int64_t t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= V)
             return ms_err_set(err, MS_E_USAGE, "token id %d out of range [0, %lld)", ids[t], (long long)V);
@@ -1238,12 +1237,10 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
 ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
                      int64_t T, float *logits, int all_logits, ms_err *err) {
     const ms_fseg seg = { st, T, all_logits ? NULL : logits };
-    return forward(c, f, &seg, 1, ids, T, all_logits ? logits : NULL, err);
+    return forward(c, f, &seg, 1, ids, all_logits ? logits : NULL, err);
 }
 
 ms_status ms_forward_batch(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
                            ms_err *err) {
-    int64_t T = 0;
-    for (int is = 0; is < nseg; is++) T += seg[is].T;
-    return forward(c, f, seg, nseg, ids, T, NULL, err);
+    return forward(c, f, seg, nseg, ids, NULL, err);
 }

@@ -373,7 +373,6 @@ typedef struct slot {
     ms_sampler *smp;
     int32_t *full;              /* prompt + forced output */
     int64_t n_full, at;         /* ids read so far */
-    int score;                  /* echo + logprobs: the prompt is scored alone (ms_session_score) */
     int decoding;               /* the prompt is read */
     int32_t pending;            /* the last token picked and not fed (-1: none) */
     srv_pick pk;
@@ -383,9 +382,13 @@ typedef struct slot {
     char msg[256];
 } slot;
 
+/* echo + logprobs: the prompt's own log-probabilities are asked for, so all
+ * of it is read (no reuse), and scored (ms_session_score), alone. */
+static int scores_prompt(const srv_job *j) { return j->logprobs >= 0 && j->echo; }
+
 /* The ids of j's input held by ses as a prefix (reusable), or -1. */
 static int64_t reusable(const ms_session *ses, const srv_job *j) {
-    if (!ses || (j->logprobs >= 0 && j->echo) || !ms_session_logits(ses)) return -1;
+    if (!ses || scores_prompt(j) || !ms_session_logits(ses)) return -1;
     int64_t n_have = 0;
     const int32_t *have = ms_session_tokens(ses, &n_have);
     const int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
@@ -423,9 +426,7 @@ static int slot_start(srv *s, slot *sl) {
     if (n_forced_feed > 0) memcpy(sl->full + j->n_prompt, j->forced, (size_t)n_forced_feed * sizeof *sl->full);
     for (int64_t i = 0; i < j->n_forced; i++)
         if (gen_push(&sl->g, j->forced[i]) != 0) { sl->fail = "out of memory"; return -1; }
-    /* reuse the session when it holds a prefix of the input (not when the
-     * prompt's own log-probabilities are asked for: all of it is scored) */
-    sl->score = j->logprobs >= 0 && j->echo;
+    /* reuse the session when it holds a prefix of the input */
     const int64_t have = reusable(sl->ses, j);
     sl->at = have > 0 ? have : 0;
     if (have < 0 && ms_session_n_past(sl->ses) > 0) ms_session_reset(sl->ses);
@@ -639,7 +640,7 @@ static void step(srv *s, slot *sl, int P) {
         int64_t take = 0;
         const int32_t *from = NULL;
         if (!a->decoding && a->choice > 0) continue;    /* forks from choice 0 (fork_choices) */
-        if (!a->decoding && a->score) {
+        if (!a->decoding && scores_prompt(a->j)) {
             /* scored prompts run alone, a chunk per step */
             take = a->n_full - a->at < s->o.prefill_chunk ? a->n_full - a->at : s->o.prefill_chunk;
             if (score_feed(a->j, &a->g, a->ses, a->full + a->at, take, &a->st) != 0) a->fail = "out of memory";
@@ -696,7 +697,7 @@ static void step(srv *s, slot *sl, int P) {
     /* a prompt that was all reused, or empty: its first pick */
     for (int i = 0; i < P; i++) {
         slot *a = &sl[i];
-        if (!a->j || a->decoding || a->score || a->at < a->n_full || a->choice > 0) continue;
+        if (!a->j || a->decoding || scores_prompt(a->j) || a->at < a->n_full || a->choice > 0) continue;
         slot_pick(s, sl, P, a, 1);
     }
 }
