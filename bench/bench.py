@@ -44,6 +44,10 @@ Environment (all optional):
   BENCH_SVG        plot path (default docs/perf/ladder.svg)
   BENCH_KERNELS    1: also run $BUILD/bench/bench_kernels in the same run and keep
                    its output (default 1, quick 0)
+  BENCH_PACK       1: write the checksum sidecar and the packed trunk of the
+                   checkpoint first (moestream verify, moestream pack), so every
+                   rung reads the trunk from the pack; 0 (default): the rungs run
+                   with --no-pack (a pack left in the directory is not read)
 Does not: assert timings (tests never do), or run as part of `make test`.
 """
 import hashlib
@@ -87,6 +91,7 @@ CFG = {
     "dev_qds": "1,4,16" if QUICK else "1,2,4,8,16",
     "budgets": env("BENCH_BUDGETS", ""),
     "prompt_len": 32,
+    "pack": env("BENCH_PACK", "0") not in ("0", ""),
 }
 MODEL = env("BENCH_DIR", os.path.join(BUILD, "bench-model-quick" if QUICK else "bench-model"))
 OUT = env("BENCH_OUT", os.path.join(BUILD, "bench"))
@@ -225,7 +230,8 @@ def ensure_model():
         for name in os.listdir(MODEL):
             if name.endswith(".safetensors") or name in ("config.json", ".bench-stamp",
                                                          "model.safetensors.index.json",
-                                                         "msgen.json"):
+                                                         "msgen.json", "moestream.sums",
+                                                         "moestream.pack"):
                 os.unlink(os.path.join(MODEL, name))
     t0 = time.time()
     sh(["/usr/bin/python3", msgen, MODEL] + args)
@@ -474,8 +480,24 @@ def prompt_ids():
     return [1 + (i * 7919 + 13) % (v - 2) for i in range(CFG["prompt_len"])]
 
 
+def ensure_pack():
+    """BENCH_PACK=1: the sidecar and the pack (each written when missing)."""
+    out = {}
+    for what, name in (("verify", "moestream.sums"), ("pack", "moestream.pack")):
+        if os.path.exists(os.path.join(MODEL, name)):
+            log("reusing %s" % name)
+            continue
+        t0 = time.time()
+        r = sh([MOESTREAM, what, MODEL])
+        out[what] = {"s": round(time.time() - t0, 1), "out": r.stdout.strip()}
+        log("%s: %s" % (what, r.stdout.strip()))
+    return out
+
+
 def engine_args(rung):
     a = ["--ram", rung["ram"], "--io", CFG["io"], "--queue-depth", str(CFG["qd"])]
+    if not CFG["pack"]:
+        a += ["--no-pack"]
     if CFG["threads"]:
         a += ["--threads", str(CFG["threads"])]
     if rung.get("trunk_ram"):
@@ -1009,6 +1031,8 @@ def main(argv):
     t_start = time.time()
     results = {"config": dict(CFG), "model_dir": os.path.relpath(MODEL, ROOT)}
     results["model"] = ensure_model()
+    if CFG["pack"]:
+        results["pack"] = ensure_pack()
     results["machine"] = machine_info()
     results["layout"] = checkpoint_layout()
     results["device"] = run_device(results["layout"])

@@ -20,7 +20,8 @@
  *   them in one pass (ms_session_decode, as `run --speculate K`); the report
  *   then counts passes, drafted and accepted tokens, and each entry of
  *   decode_tokens is one pass (its "tokens" = tokens it emitted). --ram min:
- *   the smallest plan. --no-verify: do not load the checksum sidecar.
+ *   the smallest plan. --no-verify: do not load the checksum sidecar. --no-pack:
+ *   read the trunk from the shards even when MODEL_DIR/moestream.pack exists.
  *   --pick-among N: the argmax over the first N prompt ids only, a picker
  *   that makes random-weight models cycle, so drafts get accepted on a
  *   full-width benchmark checkpoint (the bytes per pass are what it measures).
@@ -101,6 +102,9 @@ static json_t *phase_json(const ms_stats *a, const ms_stats *b, int64_t n_tokens
     json_object_set_new(j, "guess_issued", json_integer(b->guess_issued - a->guess_issued));
     json_object_set_new(j, "guess_hits", json_integer(b->guess_hits - a->guess_hits));
     json_object_set_new(j, "guess_cancelled", json_integer(b->guess_cancelled - a->guess_cancelled));
+    json_object_set_new(j, "trunk_packed_read", json_integer(b->trunk_packed_read - a->trunk_packed_read));
+    json_object_set_new(j, "trunk_unpacked_bytes", json_integer(b->trunk_unpacked_bytes - a->trunk_unpacked_bytes));
+    json_object_set_new(j, "unpack_s", json_real(b->unpack_s - a->unpack_s));
     return j;
 }
 
@@ -126,7 +130,7 @@ static void print_usage(FILE *f) {
     fprintf(f, "usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]\n"
                "         [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]\n"
                "         [--threads N] [--cache s3fifo|lru] [--no-readahead] [--speculate K] [--chunk N]\n"
-               "         [--no-verify] [--pick-among N]   (--ram min: the smallest plan)\n");
+               "         [--no-verify] [--no-pack] [--pick-among N]   (--ram min: the smallest plan)\n");
 }
 
 int main(int argc, char **argv) {
@@ -141,6 +145,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--no-readahead")) { ep.no_readahead = 1; continue; }
         if (!strcmp(a, "--no-predict-experts")) { ep.no_predict_experts = 1; continue; }
         if (!strcmp(a, "--no-verify")) { ep.no_verify = 1; continue; }
+        if (!strcmp(a, "--no-pack")) { ep.no_pack = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { print_usage(stdout); return 0; }
         if (!v) { fprintf(stderr, "decodebench: %s needs a value\n", a); return 2; }
         i++;

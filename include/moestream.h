@@ -76,6 +76,15 @@ typedef struct ms_engine_params {
     const char *sums_path;      /* NULL = MODEL_DIR/moestream.sums if it exists (else no
                                    verification); a path given here must exist */
     int no_verify;              /* 1: do not load the sidecar, verify nothing */
+    /* packed trunk (moestream.pack, see ms_pack_checkpoint): when it is there and the
+       checksum sidecar is loaded, the trunk regions it holds are read from it (~0.75 of
+       their bytes), decoded without loss and checked against the sidecar; the bytes the
+       model sees, and so every output bit, are the same. Without the sidecar (none, or
+       no_verify) a pack found in MODEL_DIR is ignored with a warning */
+    const char *pack_path;      /* NULL = MODEL_DIR/moestream.pack if it exists; a path
+                                   given here must exist and match the checkpoint and its
+                                   sidecar */
+    int no_pack;                /* 1: read the trunk from the shards only */
     /* speculative decoding (ms_session_decode): > 0 lets every session verify up to
        max_draft drafted tokens per pass (at most 31); the memory this takes per
        session (~ n_kda_layers x (KDA state + (max_draft + 1) x (4P + nh) floats) +
@@ -158,6 +167,14 @@ typedef struct ms_stats {
        drafted tokens verified, drafted tokens accepted; tokens emitted by those
        passes = n_tokens_decode */
     int64_t spec_passes, spec_drafted, spec_accepted;
+    /* packed trunk: trunk_bytes_read counts the packed bytes read; these are the
+       checkpoint bytes they stood for, and the decode time (on the I/O threads) */
+    int pack_on;                /* 1: a pack is loaded */
+    int64_t packed_regions;     /* trunk regions read from it */
+    int64_t trunk_packed_read;  /* part of trunk_bytes_read read from the pack */
+    int64_t trunk_unpacked_bytes; /* the checkpoint bytes those stood for */
+    double unpack_s;
+    int64_t pack_fallbacks;     /* regions given up (decode error or checksum mismatch) */
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);
@@ -367,6 +384,27 @@ typedef struct ms_verify_result {
 ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int write,
                                ms_log_fn log, void *log_user, ms_log_level log_level,
                                ms_verify_result *out, char *errbuf, size_t errbuf_len);
+
+typedef struct ms_pack_result {
+    int n_regions, n_packed;    /* trunk regions seen / packed */
+    int64_t raw_bytes;          /* trunk bytes of the checkpoint */
+    int64_t packed_bytes;       /* image bytes of the packed regions */
+    int64_t packed_raw_bytes;   /* checkpoint bytes those images stand for */
+    double seconds;
+} ms_pack_result;
+
+/* Write the packed trunk of the checkpoint in model_dir to pack_path (NULL =
+ * MODEL_DIR/moestream.pack), atomically: every trunk region (the layers'
+ * dense parts and the lm_head) is read from the shards, verified with the
+ * checksum sidecar (sums_path as in ms_engine_params; it must exist: run
+ * ms_verify_checkpoint first, MS_E_USAGE otherwise), and stored without loss
+ * in ~0.75 of its bytes (docs/ARCHITECTURE.md, "Packed trunk"). Needs the
+ * model's config (its regions come from the model's binding). MS_E_MODEL
+ * for a bad checkpoint, MS_E_IO when a file cannot be read or written
+ * (message in errbuf). */
+ms_status ms_pack_checkpoint(const char *model_dir, const char *pack_path, const char *sums_path,
+                             ms_log_fn log, void *log_user, ms_log_level log_level,
+                             ms_pack_result *out, char *errbuf, size_t errbuf_len);
 
 /* ---- memory plan ---- */
 

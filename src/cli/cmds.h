@@ -19,6 +19,8 @@ typedef struct cli_opts {
     int64_t fault_at_read;
     const char *sums_path;      /* --sums PATH */
     int no_verify;              /* --no-verify */
+    const char *pack_path;      /* --pack PATH */
+    int no_pack;                /* --no-pack */
     int speculate;              /* --speculate K: draft up to K tokens per decode pass */
     int parallel;               /* --parallel N: sequences served together (the plan counts
                                    N sessions' state; 0 = 1) */

@@ -51,6 +51,9 @@ static void usage(FILE *f) {
         "  verify MODEL_DIR [--sums PATH] [--write]   checksum sidecar: without one (or with\n"
         "                       --write) hash every tensor and write MODEL_DIR/moestream.sums;\n"
         "                       with one, re-hash and name every tensor that differs (exit 4)\n"
+        "  pack MODEL_DIR [--out PATH] [--sums PATH]   write MODEL_DIR/moestream.pack: the trunk\n"
+        "                       (bf16) stored without loss in ~0.75 of its bytes; a streamed trunk\n"
+        "                       is then read from it (same output bits; --no-pack to compare)\n"
         "\n"
         "common options:\n"
         "  --threads N          compute threads (default: all cores; output bits do not change)\n"
@@ -75,6 +78,8 @@ static void usage(FILE *f) {
         "                       (serve, batch; plan shows it): the plan counts N sessions (default 1)\n"
         "  --sums PATH          checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
         "                       every weight byte read is verified   --no-verify  do not verify\n"
+        "  --pack PATH          packed trunk (default MODEL_DIR/moestream.pack when present): the\n"
+        "                       trunk is read from it, ~0.75 of the bytes, same bits   --no-pack\n"
         "\n"
         "exit codes: 0 ok, 1 runtime failure, 2 usage or invalid model, 4 output unsound\n");
 }
@@ -89,10 +94,12 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--no-predict-experts")) { o->no_predict_experts = 1; return 1; }
     if (!strcmp(a, "--predict-experts")) { o->no_predict_experts = 0; return 1; }   /* the default */
     if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 1; }
-    if (!strcmp(a, "--sums")) {
+    if (!strcmp(a, "--no-pack")) { o->no_pack = 1; return 1; }
+    if (!strcmp(a, "--sums") || !strcmp(a, "--pack")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
         (*i)++;
-        o->sums_path = v;
+        if (!strcmp(a, "--sums")) o->sums_path = v;
+        else o->pack_path = v;
         return 1;
     }
     if (!strcmp(a, "--io") || !strcmp(a, "--cache") || !strcmp(a, "--trace") || !strcmp(a, "--fault") ||
@@ -192,6 +199,8 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.fault_at_read = o->fault_at_read;
     ep.sums_path = o->sums_path;
     ep.no_verify = o->no_verify;
+    ep.pack_path = o->pack_path;
+    ep.no_pack = o->no_pack;
     ep.max_draft = o->speculate;
     ep.n_seq = o->parallel;
     ep.prefill_chunk = o->chunk;
@@ -269,7 +278,9 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"scale255_groups\": %lld, \"readahead_issued\": %lld, \"readahead_used\": %lld, "
             "\"prefetch_issued\": %lld, \"prefetch_hits\": %lld, \"peak_rss_bytes\": %lld, "
             "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
-            "\"verify_s\": %.6f, \"verify_sync_s\": %.6f, \"decode_passes\": %lld, \"drafted\": %lld, \"accepted\": %lld}",
+            "\"verify_s\": %.6f, \"verify_sync_s\": %.6f, \"decode_passes\": %lld, \"drafted\": %lld, \"accepted\": %lld, "
+            "\"pack\": %s, \"packed_regions\": %lld, \"trunk_packed_read\": %lld, \"trunk_unpacked_bytes\": %lld, \"unpack_s\": %.6f, "
+            "\"pack_fallbacks\": %lld}",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
@@ -279,7 +290,10 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             (long long)st->readahead_used, (long long)st->prefetch_issued, (long long)st->prefetch_hits,
             (long long)st->peak_rss_bytes, st->verify_on ? "true" : "false", (long long)st->verify_bytes,
             (long long)st->verify_retries, (long long)st->verify_failures, st->verify_s, st->verify_sync_s,
-            (long long)st->spec_passes, (long long)st->spec_drafted, (long long)st->spec_accepted);
+            (long long)st->spec_passes, (long long)st->spec_drafted, (long long)st->spec_accepted,
+            st->pack_on ? "true" : "false", (long long)st->packed_regions, (long long)st->trunk_packed_read,
+            (long long)st->trunk_unpacked_bytes,
+            st->unpack_s, (long long)st->pack_fallbacks);
 }
 
 void cli_print_stats_human(FILE *f, const ms_stats *st) {
@@ -298,6 +312,12 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
                 "checksum retries %lld, failures %lld\n",
                 (double)st->verify_bytes / 1e6, st->verify_s, st->verify_sync_s, (long long)st->verify_retries,
                 (long long)st->verify_failures);
+    if (st->pack_on)
+        fprintf(f, "moestream: packed trunk: %lld regions; %.1f MB read stood for %.1f MB of the checkpoint;"
+                " decoded in %.3f s (I/O threads); fallbacks %lld\n", (long long)st->packed_regions,
+                (double)st->trunk_bytes_read / 1e6,
+                (double)(st->trunk_bytes_read - st->trunk_packed_read + st->trunk_unpacked_bytes) / 1e6,
+                st->unpack_s, (long long)st->pack_fallbacks);
     if (st->spec_drafted > 0)
         fprintf(f, "moestream: speculation: %lld tokens in %lld passes (%.2f per pass); drafted %lld, accepted %lld (%.1f%%); "
                 "read per token %.1f MB (trunk %.1f, experts %.1f)\n",
@@ -684,6 +704,33 @@ static int cmd_verify(int argc, char **argv) {
     return EXIT_OK;
 }
 
+static int cmd_pack(int argc, char **argv) {
+    const char *dir = NULL, *out = NULL, *sums = NULL;
+    int quiet = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--sums") && i + 1 < argc) sums = argv[++i];
+        else if (argv[i][0] != '-' && !dir) dir = argv[i];
+        else { fprintf(stderr, "moestream: pack: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
+    }
+    if (!dir) { fprintf(stderr, "moestream: pack MODEL_DIR [--out PATH] [--sums PATH]\n"); return EXIT_USAGE; }
+    ms_pack_result r;
+    char msg[1024];
+    ms_status st = ms_pack_checkpoint(dir, out, sums, cli_log, NULL, quiet ? MS_LOG_ERROR : MS_LOG_INFO,
+                                      &r, msg, sizeof msg);
+    if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", msg); return cli_exit_code(st); }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/moestream.pack", dir);
+    const int64_t saved = r.packed_raw_bytes - r.packed_bytes;
+    printf("wrote %s: %d of %d trunk regions packed, %.3f GB -> %.3f GB (%.4f of the packed regions;"
+           " %.4f of the trunk) in %.2f s\n", out ? out : path, r.n_packed, r.n_regions,
+           (double)r.packed_raw_bytes / 1e9, (double)r.packed_bytes / 1e9,
+           r.packed_raw_bytes ? (double)r.packed_bytes / (double)r.packed_raw_bytes : 1.0,
+           r.raw_bytes ? (double)(r.raw_bytes - saved) / (double)r.raw_bytes : 1.0, r.seconds);
+    return EXIT_OK;
+}
+
 static int cmd_plan(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
@@ -709,6 +756,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "verify")) return cmd_verify(argc - 2, argv + 2);
+    if (!strcmp(cmd, "pack")) return cmd_pack(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "batch")) return cmd_batch(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return ms_serve_main(argc - 2, argv + 2);

@@ -153,6 +153,31 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
                    " (run 'moestream verify %s' once to write it)", MS_SUMS_FILE, p->model_dir);
         }
     }
+    if (!p->no_pack) {
+        char pk_path[4200];
+        snprintf(pk_path, sizeof pk_path, "%s/%s", p->model_dir, MS_PACK_FILE);
+        const char *path_used = p->pack_path ? p->pack_path : pk_path;
+        if ((p->pack_path || access(path_used, F_OK) == 0) && !e->sums) {
+            /* a pack is only as good as the check of what it decodes to */
+            if (p->pack_path) {
+                st = ms_err_set(&err, MS_E_USAGE, "a packed trunk is read only with its checksum sidecar"
+                                " (%s)", p->no_verify ? "not with --no-verify" : "run 'moestream verify' first");
+                goto fail;
+            }
+            ms_log(&e->log, MS_LOG_WARN, "packed trunk %s ignored: it is read only with the checksum sidecar (%s)",
+                   path_used, p->no_verify ? "--no-verify" : "none");
+        } else if (p->pack_path || access(path_used, F_OK) == 0) {
+            ms_err pe;
+            ms_err_clear(&pe);
+            if (ms_pack_load(path_used, e->ckpt, e->sums, &e->pack, &pe) != MS_OK) {
+                if (p->pack_path) { st = ms_err_set(&err, pe.status, "%s", pe.msg); goto fail; }
+                ms_log(&e->log, MS_LOG_WARN, "packed trunk ignored: %s", pe.msg);
+            } else {
+                ms_log(&e->log, MS_LOG_INFO, "packed trunk: %s (%lld regions, decoder %s)", path_used,
+                       (long long)ms_pack_n_entries(e->pack), ms_pack_decoder_name());
+            }
+        }
+    }
     /* the budget left for weights once one session and the process are counted */
     int64_t store_ram = 0;
     if (p->ram_bytes < 0 && p->ram_bytes != MS_RAM_MIN) {
@@ -211,6 +236,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     sp.trace_path = p->trace_path;
     sp.io = &iop;
     sp.sums = e->sums;
+    sp.pack = e->pack;
     sp.log = p->ram_bytes == MS_RAM_MIN ? NULL : &e->log;   /* the floor probe's refusal is expected */
     sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
@@ -277,6 +303,7 @@ void ms_engine_close(ms_engine *e) {
     if (e->model_bound) ms_model_free(&e->model);
     ms_store_close(e->store);
     ms_sums_free(e->sums);
+    ms_pack_free(e->pack);
     ms_ckpt_close(e->ckpt);
     free(e);
 }
@@ -317,6 +344,12 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->guess_cancelled = ss.guess_cancelled;
     st->peak_rss_bytes = peak_rss_bytes();
     st->verify_on = e->sums != NULL;
+    st->pack_on = e->pack != NULL;
+    st->packed_regions = ss.packed_regions;
+    st->trunk_packed_read = ss.trunk_packed_read;
+    st->trunk_unpacked_bytes = ss.trunk_unpacked_bytes;
+    st->unpack_s = (double)ss.unpack_ns * 1e-9;
+    st->pack_fallbacks = ss.pack_fallbacks;
     st->verify_bytes = ss.verify_bytes;
     st->verify_retries = ss.verify_retries;
     st->verify_failures = ss.verify_failures;

@@ -11,6 +11,7 @@
 #include "base/pool.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "format/pack.h"
 #include "format/sums.h"
 #include "model/model.h"
 #include "store/store.h"
@@ -78,6 +79,7 @@ struct ms_engine {
     ms_config cfg;
     ms_ckpt *ckpt;
     ms_sums *sums;              /* NULL: no sidecar (or no_verify); outlives the store */
+    ms_pack *pack;              /* NULL: no packed trunk (or no_pack); outlives the store */
     ms_store *store;
     ms_model model;
     int model_bound;

@@ -9,6 +9,8 @@
  */
 #include "format/sums.h"
 
+#include "format/le.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,14 +45,6 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
 static int64_t n_blocks_of(int64_t n_bytes) { return (n_bytes + B - 1) / B; }
 
@@ -60,14 +54,14 @@ uint64_t ms_sums_table_hash(const ms_ckpt *ck) {
     XXH3_64bits_reset(x);
     uint8_t w[8];
     const int ns = ms_ckpt_n_shards(ck);
-    put64(w, (uint64_t)ns);
+    ms_put64(w, (uint64_t)ns);
     XXH3_64bits_update(x, w, 8);
     for (int i = 0; i < ns; i++) {
         const char *f = ms_ckpt_shard(ck, i)->file;
         XXH3_64bits_update(x, f, strlen(f) + 1);
     }
     const int64_t n = ms_ckpt_n_tensors(ck);
-    put64(w, (uint64_t)n);
+    ms_put64(w, (uint64_t)n);
     XXH3_64bits_update(x, w, 8);
     for (int64_t i = 0; i < n; i++) {
         const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
@@ -78,9 +72,9 @@ uint64_t ms_sums_table_hash(const ms_ckpt *ck) {
         v[k++] = (uint64_t)t->n_dim;
         for (int d = 0; d < t->n_dim; d++) v[k++] = (uint64_t)t->shape[d];
         v[k++] = (uint64_t)t->shard;
-        for (int j = 0; j < k; j++) { put64(w, v[j]); XXH3_64bits_update(x, w, 8); }
-        put64(w, (uint64_t)t->offset); XXH3_64bits_update(x, w, 8);
-        put64(w, (uint64_t)t->n_bytes); XXH3_64bits_update(x, w, 8);
+        for (int j = 0; j < k; j++) { ms_put64(w, v[j]); XXH3_64bits_update(x, w, 8); }
+        ms_put64(w, (uint64_t)t->offset); XXH3_64bits_update(x, w, 8);
+        ms_put64(w, (uint64_t)t->n_bytes); XXH3_64bits_update(x, w, 8);
     }
     uint64_t h = XXH3_64bits_digest(x);
     XXH3_freeState(x);
@@ -219,14 +213,14 @@ ms_status ms_sums_write(const ms_sums *s, const char *path, ms_err *err) {
     uint8_t *img = malloc(n);
     if (!img) return ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
     memcpy(img, MAGIC, 8);
-    put32(img + 8, SUMS_VERSION);
-    put32(img + 12, 0);
-    put64(img + 16, (uint64_t)B);
-    put64(img + 24, s->table_hash);
-    put64(img + 32, (uint64_t)s->n_tensors);
-    put64(img + 40, (uint64_t)s->n_blocks);
-    for (int64_t i = 0; i < s->n_blocks; i++) put64(img + MS_SUMS_HEADER_BYTES + 8 * i, s->hash[i]);
-    put64(img + n - 8, XXH3_64bits(img, n - 8));
+    ms_put32(img + 8, SUMS_VERSION);
+    ms_put32(img + 12, 0);
+    ms_put64(img + 16, (uint64_t)B);
+    ms_put64(img + 24, s->table_hash);
+    ms_put64(img + 32, (uint64_t)s->n_tensors);
+    ms_put64(img + 40, (uint64_t)s->n_blocks);
+    for (int64_t i = 0; i < s->n_blocks; i++) ms_put64(img + MS_SUMS_HEADER_BYTES + 8 * i, s->hash[i]);
+    ms_put64(img + n - 8, XXH3_64bits(img, n - 8));
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     ms_status st = MS_OK;
@@ -275,24 +269,24 @@ ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_er
         goto done;
     }
     if (memcmp(img, MAGIC, 8) != 0) BAD("%s: not a moestream.sums file (bad magic)", path);
-    if (get32(img + 8) != SUMS_VERSION) BAD("%s: version %u, expected %u", path, get32(img + 8), SUMS_VERSION);
-    const uint64_t n_blocks = get64(img + 40);
+    if (ms_get32(img + 8) != SUMS_VERSION) BAD("%s: version %u, expected %u", path, ms_get32(img + 8), SUMS_VERSION);
+    const uint64_t n_blocks = ms_get64(img + 40);
     const int64_t size_says = n_blocks > ((uint64_t)1 << 37) ? -1 : MS_SUMS_HEADER_BYTES + 8 * (int64_t)n_blocks + 8;
     if (size_says != (int64_t)sb.st_size)
         BAD("%s: truncated or damaged: %lld bytes, its header says %lld; rebuild it with 'moestream verify MODEL_DIR --write'",
             path, (long long)sb.st_size, (long long)size_says);
-    const uint64_t tail = get64(img + sb.st_size - 8), calc = XXH3_64bits(img, (size_t)sb.st_size - 8);
+    const uint64_t tail = ms_get64(img + sb.st_size - 8), calc = XXH3_64bits(img, (size_t)sb.st_size - 8);
     if (tail != calc)
         BAD("%s: damaged: its trailing checksum is %016llx, its contents hash to %016llx; rebuild it with 'moestream verify MODEL_DIR --write'",
             path, (unsigned long long)tail, (unsigned long long)calc);
-    if (get64(img + 16) != (uint64_t)B)
-        BAD("%s: block size %llu, expected %lld", path, (unsigned long long)get64(img + 16), (long long)B);
-    if (get64(img + 24) != s->table_hash || get64(img + 32) != (uint64_t)s->n_tensors || size_says != want)
+    if (ms_get64(img + 16) != (uint64_t)B)
+        BAD("%s: block size %llu, expected %lld", path, (unsigned long long)ms_get64(img + 16), (long long)B);
+    if (ms_get64(img + 24) != s->table_hash || ms_get64(img + 32) != (uint64_t)s->n_tensors || size_says != want)
         BAD("%s: belongs to a different checkpoint (tensor table hash %016llx, %llu tensors; this checkpoint: %016llx, %lld tensors); "
             "rebuild it with 'moestream verify MODEL_DIR --write' or run with --no-verify",
-            path, (unsigned long long)get64(img + 24), (unsigned long long)get64(img + 32),
+            path, (unsigned long long)ms_get64(img + 24), (unsigned long long)ms_get64(img + 32),
             (unsigned long long)s->table_hash, (long long)s->n_tensors);
-    for (int64_t i = 0; i < s->n_blocks; i++) s->hash[i] = get64(img + MS_SUMS_HEADER_BYTES + 8 * i);
+    for (int64_t i = 0; i < s->n_blocks; i++) s->hash[i] = ms_get64(img + MS_SUMS_HEADER_BYTES + 8 * i);
 #undef BAD
 done:
     fclose(f);
@@ -300,6 +294,21 @@ done:
     if (st != MS_OK) { ms_sums_free(s); return st; }
     *out = s;
     return MS_OK;
+}
+
+uint64_t ms_sums_content_hash(const ms_sums *s) {
+    XXH3_state_t *x = XXH3_createState();
+    MS_ASSERT(x != NULL);
+    XXH3_64bits_reset(x);
+    uint8_t buf[8 * 512];
+    for (int64_t i = 0; i < s->n_blocks; i += 512) {
+        const int64_t k = s->n_blocks - i < 512 ? s->n_blocks - i : 512;
+        for (int64_t j = 0; j < k; j++) ms_put64(buf + 8 * j, s->hash[i + j]);
+        XXH3_64bits_update(x, buf, (size_t)(8 * k));
+    }
+    const uint64_t h = XXH3_64bits_digest(x);
+    XXH3_freeState(x);
+    return h;
 }
 
 /* Index (into the table) of the tensor holding byte `offset` of `shard`, or -1. */

@@ -55,6 +55,11 @@ typedef struct ms_sums ms_sums;
 /* XXH3-64 of the checkpoint's tensor table (see the header comment). Pure. */
 uint64_t ms_sums_table_hash(const ms_ckpt *ck);
 
+/* XXH3-64 of the block hashes (little-endian u64s, in table order): what the
+ * sidecar says about the bytes. The packed trunk records it, so a pack made
+ * against other bytes is refused. Pure. */
+uint64_t ms_sums_content_hash(const ms_sums *s);
+
 /* Build the sidecar of `ck` by reading every tensor's bytes with ordinary
  * reads and hashing them block by block; logs a progress line at INFO every
  * 5 s. Errors: MS_E_IO (a shard cannot be read; the message names it),

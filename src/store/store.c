@@ -87,7 +87,13 @@ typedef struct region {
     int stream_pos;             /* streamed TRUNK: index in stream[], else -1 */
     int ring_slot;              /* streamed TRUNK: slot holding it, else -1 */
     int key;                    /* EXPERT: cache key, else -1 */
+    const ms_pack_entry *pk;    /* packed TRUNK region: its image, else NULL (fixed at
+                                   declaration: the checker threads read it) */
+    uint8_t pk_gone;            /* the image was given up: read the shards */
 } region;
+
+/* Region r is read from the pack. */
+static int packed(const region *r) { return r->pk && !r->pk_gone; }
 
 enum { RS_FREE = 0, RS_LOADING = 1, RS_READY = 2 };
 
@@ -148,6 +154,12 @@ struct ms_store {
     int64_t bc_begin, bc_end;
     ms_trace_writer *trace;
     ms_store_stats stats;
+    /* packed trunk */
+    const ms_pack *pack;
+    int pk_file;                /* I/O file index of the pack, -1 = none */
+    int *pk_by_off;             /* packed region ids by image offset (io_check's lookup) */
+    int n_pk;
+    int64_t unpack_ns;          /* added by the checker threads (atomic) */
 };
 
 static int64_t now_ns(void) {
@@ -163,11 +175,15 @@ static int64_t now_ns(void) {
  * widened to whole blocks, minus a first / last block that reaches outside
  * the stretch (another chunk completes it later). Reads only the sums
  * (read-only) and the landed bytes: thread-safe. */
+static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, const uint8_t *run,
+                             int64_t *n_checked, ms_err *err);
+
 static ms_status io_check(void *user, int file, int64_t rb, int64_t re, int64_t nb, int64_t ne,
                           const uint8_t *run, int64_t *n_checked, ms_err *err) {
-    const ms_store *s = user;
+    ms_store *s = user;
     const int shard = file;     /* the store adds its files in shard order (asserted at open) */
     *n_checked = 0;
+    if (file == s->pk_file) return check_unpack(s, rb, re, run, n_checked, err);
     int64_t c0, c1, b0, b1;
     ms_status st = ms_sums_cover(s->sums, shard, nb, ne - nb, &c0, &c1, err);
     if (st != MS_OK) return st;
@@ -181,6 +197,37 @@ static ms_status io_check(void *user, int file, int64_t rb, int64_t re, int64_t 
     st = ms_sums_check(s->sums, shard, c0, c1 - c0, run + (c0 - rb), err);
     if (st == MS_OK) *n_checked = c1 - c0;
     return st;
+}
+
+/* A packed region's image has landed when the run is the whole image: find
+ * its region, decode it in place (its buffer starts `shift` bytes before the
+ * image) and, with the sidecar, hash the decoded ranges. The buffer belongs to
+ * this request until its ticket is waited, so writing all of it is safe. */
+static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, const uint8_t *run,
+                              int64_t *n_checked, ms_err *err) {
+    int a = 0, b = s->n_pk;
+    while (a < b) {
+        int m = a + (b - a) / 2;
+        if (s->regions[s->pk_by_off[m]].pk->image_off < rb) a = m + 1;
+        else b = m;
+    }
+    if (a == s->n_pk) return MS_OK;
+    const region *r = &s->regions[s->pk_by_off[a]];
+    if (r->pk->image_off != rb || rb + r->pk->image_bytes != re) return MS_OK;   /* not all landed yet */
+    uint8_t *buf = (uint8_t *)run - r->pk->shift;
+    uint8_t scratch[MS_PACK_CHUNK_BYTES];
+    const int64_t t0 = now_ns();
+    ms_status st = ms_pack_decode_image(buf, r->buf_bytes, r->pk, r->pos, scratch, 1, err);
+    __atomic_fetch_add(&s->unpack_ns, now_ns() - t0, __ATOMIC_RELAXED);
+    if (st != MS_OK) return st;
+    if (!s->sums || s->p.verify_sync) return MS_OK;
+    for (int i = 0; i < r->n_ranges; i++) {
+        const ms_range *g = &r->ranges[i];
+        if ((st = ms_sums_check(s->sums, g->shard, g->offset, g->n_bytes, buf + r->pos[i], err)) != MS_OK)
+            return st;
+        *n_checked += g->n_bytes;
+    }
+    return MS_OK;
 }
 
 ms_store_params ms_store_default_params(void) {
@@ -209,7 +256,10 @@ ms_status ms_store_open_paths(const ms_store_params *p, const char *const *paths
     s->sums = p->sums;
     s->p.sums = NULL;
     s->bc_shard = -1;
-    if (s->sums && !s->p.verify_sync) {
+    s->pack = p->pack;
+    s->p.pack = NULL;
+    s->pk_file = -1;
+    if ((s->sums && !s->p.verify_sync) || s->pack) {
         s->io_p.check = io_check;
         s->io_p.check_user = s;
     }
@@ -243,6 +293,7 @@ ms_status ms_store_open_paths(const ms_store_params *p, const char *const *paths
         if (st == MS_OK) s->file_bytes[i] = ms_io_file_size(s->io, s->file_of[i]);
         MS_ASSERT(st != MS_OK || s->file_of[i] == i);   /* io_check takes file index = shard */
     }
+    if (st == MS_OK && s->pack) st = ms_io_add_file(s->io, ms_pack_path(s->pack), &s->pk_file, err);
     if (st != MS_OK) { ms_store_close(s); return st; }
     s->n_files = n_paths;
     *out = s;
@@ -291,6 +342,7 @@ void ms_store_close(ms_store *s) {
     free(s->b_miss);
     free(s->b_ok);
     free(s->reqs);
+    free(s->pk_by_off);
     free(s->file_of);
     free(s->file_bytes);
     free(s->policy);
@@ -299,6 +351,18 @@ void ms_store_close(ms_store *s) {
 }
 
 /* --------------------------------------------------------------- regions */
+
+/* The pack's image of region r, when the pack holds exactly its ranges and
+ * the image fits its buffer at its shift (the writer made sure; a pack of
+ * the same table with other layout rules would not). */
+static const ms_pack_entry *pack_entry(const ms_store *s, const region *r) {
+    ms_pack_range q[64];
+    if (r->n_ranges > 64) return NULL;
+    for (int i = 0; i < r->n_ranges; i++) q[i] = (ms_pack_range){ r->ranges[i].shard, r->ranges[i].offset, r->ranges[i].n_bytes };
+    const ms_pack_entry *e = ms_pack_find(s->pack, q, r->n_ranges);
+    if (!e || e->shift + ms_io_span(e->image_off, e->image_bytes) > r->buf_bytes) return NULL;
+    return e;
+}
 
 int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges,
                         int n_ranges, int64_t *range_pos, ms_err *err) {
@@ -353,6 +417,7 @@ int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges
     r->buf_bytes = (at + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN;
     if (r->buf_bytes == 0) r->buf_bytes = STORE_ALIGN;
     if (cls == MS_REGION_EXPERT) r->key = s->n_expert++;
+    if (cls == MS_REGION_TRUNK && s->pack) r->pk = pack_entry(s, r);
     if (n_ranges > s->max_ranges) s->max_ranges = n_ranges;
     return s->n_regions++;
 }
@@ -394,6 +459,13 @@ int ms_store_expert_capacity(const ms_store *s) { return s->cache_on ? s->cache.
 /* ------------------------------------------------------------------- I/O */
 
 static void count_read(ms_store *s, const region *r) {
+    if (packed(r)) {
+        s->stats.reads_issued++;
+        s->stats.trunk_bytes_read += r->pk->image_bytes;
+        s->stats.trunk_packed_read += r->pk->image_bytes;
+        s->stats.trunk_unpacked_bytes += r->data_bytes;
+        return;
+    }
     s->stats.reads_issued += r->n_ranges;
     if (r->cls == MS_REGION_TRUNK) s->stats.trunk_bytes_read += r->data_bytes;
     else if (r->cls == MS_REGION_EXPERT) s->stats.expert_bytes_read += r->data_bytes;
@@ -403,6 +475,12 @@ static void count_read(ms_store *s, const region *r) {
 /* Submit the reads of region r into buf (laid out as the region buffer). */
 static ms_status submit_region_prio(ms_store *s, const region *r, uint8_t *buf, int prio,
                                     uint64_t *ticket, ms_err *err) {
+    if (packed(r)) {    /* the image at buf + shift, decoded by check_unpack as it lands */
+        const ms_io_req q = { s->pk_file, r->pk->image_off, r->pk->image_bytes, buf + r->pk->shift, 1 };
+        ms_status st = ms_io_submit_prio(s->io, &q, 1, prio, ticket, err);
+        if (st == MS_OK) count_read(s, r);
+        return st;
+    }
     for (int i = 0; i < r->n_ranges; i++) {
         const ms_range *g = &r->ranges[i];
         s->reqs[i] = (ms_io_req){ s->file_of[g->shard], g->offset, g->n_bytes,
@@ -462,25 +540,31 @@ static ms_status check_region(ms_store *s, const region *r, const uint8_t *buf, 
  * verify_sync. */
 static ms_status verdict(ms_store *s, const region *r, const uint8_t *buf, const ms_err *check,
                          ms_err *err) {
-    if (!s->sums) return MS_OK;
-    if (s->p.verify_sync) return check_region(s, r, buf, err);
-    if (check->status == MS_OK) return MS_OK;
-    return ms_err_set(err, check->status, "%s", check->msg);
+    if (check->status != MS_OK) return ms_err_set(err, check->status, "%s", check->msg);
+    if (s->sums && s->p.verify_sync) return check_region(s, r, buf, err);
+    return MS_OK;
 }
 
 /* Wait for the read of region r into buf (ticket) and take the verdict on
  * its bytes; on a mismatch read it again (synchronously, into the same
  * buffer) and judge once more. MS_OK, or the wait's error, the second
  * mismatch or the re-read's error in err. ns_extra as in wait_ticket. */
-static ms_status land(ms_store *s, const region *r, uint8_t *buf, uint64_t ticket,
+static ms_status land(ms_store *s, region *r, uint8_t *buf, uint64_t ticket,
                       int64_t *ns_extra, ms_err *err) {
     ms_err check, first;
     ms_err_clear(&first);
     ms_status st = wait_ticket(s, ticket, ns_extra, &check, err);
     if (st != MS_OK) return st;
     if (verdict(s, r, buf, &check, &first) == MS_OK) return MS_OK;
-    s->stats.verify_retries++;
-    ms_log(s->p.log, MS_LOG_WARN, "store: %s; reading it again", first.msg);
+    if (packed(r)) {    /* the checkpoint is the truth: give the packed image up for good */
+        s->stats.pack_fallbacks++;
+        r->pk_gone = 1;
+        ms_log(s->p.log, MS_LOG_WARN, "store: packed trunk %s: %s; reading the checkpoint instead"
+               " (run 'moestream pack' again)", ms_pack_path(s->pack), first.msg);
+    } else {
+        s->stats.verify_retries++;
+        ms_log(s->p.log, MS_LOG_WARN, "store: %s; reading it again", first.msg);
+    }
     uint64_t t;
     st = submit_region(s, r, buf, &t, err);
     if (st == MS_OK) st = wait_ticket(s, t, NULL, &check, err);
@@ -658,9 +742,34 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
     return MS_OK;
 }
 
+static int64_t pk_off_of(const ms_store *s, int id) { return s->regions[id].pk->image_off; }
+
+static const ms_store *pk_sort_store;   /* qsort has no user pointer; start is single-threaded */
+static int pk_cmp(const void *a, const void *b) {
+    int64_t x = pk_off_of(pk_sort_store, *(const int *)a), y = pk_off_of(pk_sort_store, *(const int *)b);
+    return (x > y) - (x < y);
+}
+
+/* The packed regions by image offset, for check_unpack. */
+static ms_status index_packed(ms_store *s, ms_err *err) {
+    if (!s->pack) return MS_OK;
+    s->pk_by_off = malloc(((size_t)s->n_regions + 1) * sizeof *s->pk_by_off);
+    if (!s->pk_by_off) return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    for (int i = 0; i < s->n_regions; i++)
+        if (s->regions[i].pk) s->pk_by_off[s->n_pk++] = i;
+    pk_sort_store = s;
+    qsort(s->pk_by_off, (size_t)s->n_pk, sizeof *s->pk_by_off, pk_cmp);
+    for (int i = 1; i < s->n_pk; i++)     /* two regions with one image: never from a valid pack */
+        if (pk_off_of(s, s->pk_by_off[i - 1]) == pk_off_of(s, s->pk_by_off[i]))
+            return ms_err_set(err, MS_E_MODEL, "%s: two regions share an image", ms_pack_path(s->pack));
+    s->stats.packed_regions = s->n_pk;
+    return MS_OK;
+}
+
 ms_status ms_store_start(ms_store *s, ms_err *err) {
     MS_ASSERT(!s->started && !s->start_failed);
     ms_status st = plan_and_allocate(s, err);
+    if (st == MS_OK) st = index_packed(s, err);
     if (st == MS_OK && s->trace_path) st = ms_trace_open(s->trace_path, &s->trace, err);
     if (st == MS_OK) st = load_resident(s, err);
     if (st != MS_OK) { s->start_failed = 1; return st; }
@@ -1276,6 +1385,7 @@ ms_status ms_store_read_part(ms_store *s, int region_id, int64_t rel, int64_t n_
 
 void ms_store_get_stats(const ms_store *s, ms_store_stats *st) {
     *st = s->stats;
+    st->unpack_ns = __atomic_load_n(&s->unpack_ns, __ATOMIC_RELAXED);
     if (!s->io) return;
     /* the hashing done on the I/O threads (counted there since open, like verify_*) */
     ms_io_stats io;
@@ -1294,4 +1404,57 @@ void ms_store_reset_stats(ms_store *s) {
     s->stats.verify_failures = keep.verify_failures;
     s->stats.verify_ns = keep.verify_ns;
     s->stats.verify_sync_ns = keep.verify_sync_ns;
+    s->stats.packed_regions = keep.packed_regions;
+    __atomic_store_n(&s->unpack_ns, 0, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------ write pack */
+
+ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash, int64_t *raw,
+                              int64_t *packed_bytes, int64_t *packed_raw, int *n_packed, int *n_regions,
+                              ms_err *err) {
+    MS_ASSERT(!s->started && !s->pack);
+    *raw = *packed_bytes = *packed_raw = 0;
+    *n_packed = *n_regions = 0;
+    int64_t cap = 0;
+    for (int i = 0; i < s->n_regions; i++)
+        if (s->regions[i].cls == MS_REGION_TRUNK && s->regions[i].buf_bytes > cap) cap = s->regions[i].buf_bytes;
+    if (cap == 0) return ms_err_set(err, MS_E_MODEL, "store: no trunk regions to pack");
+    if (!s->sums) return ms_err_set(err, MS_E_USAGE, "store: a pack is made against the checksum sidecar");
+    uint8_t *buf = ms_buf_alloc(cap, cap >= MS_BUF_HUGE_PAGE);
+    ms_pack_range *q = malloc(((size_t)s->max_ranges + 1) * sizeof *q);
+    if (!s->reqs) s->reqs = malloc(((size_t)s->max_ranges + 1) * sizeof *s->reqs);
+    ms_pack_writer *w = NULL;
+    ms_status st = buf && q && s->reqs ? MS_OK : ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    if (st == MS_OK) st = ms_pack_writer_open(path, table_hash, ms_sums_content_hash(s->sums), &w, err);
+    int64_t total = 0, done = 0, t_log = now_ns();
+    for (int i = 0; i < s->n_regions; i++)
+        if (s->regions[i].cls == MS_REGION_TRUNK) total += s->regions[i].data_bytes;
+    for (int i = 0; i < s->n_regions && st == MS_OK; i++) {
+        region *r = &s->regions[i];
+        if (r->cls != MS_REGION_TRUNK) continue;
+        uint64_t t;
+        if ((st = submit_region(s, r, buf, &t, err)) != MS_OK) break;
+        if ((st = land(s, r, buf, t, NULL, err)) != MS_OK) break;
+        for (int k = 0; k < r->n_ranges; k++) q[k] = (ms_pack_range){ r->ranges[k].shard, r->ranges[k].offset, r->ranges[k].n_bytes };
+        int64_t img = 0;
+        if ((st = ms_pack_writer_add(w, q, r->n_ranges, r->pos, buf, r->buf_bytes, &img, err)) != MS_OK) break;
+        (*n_regions)++;
+        *raw += r->data_bytes;
+        done += r->data_bytes;
+        if (img > 0) {
+            (*n_packed)++;
+            *packed_bytes += img;
+            *packed_raw += r->data_bytes;
+        }
+        if (now_ns() - t_log > 5000000000LL) {
+            t_log = now_ns();
+            ms_log(s->p.log, MS_LOG_INFO, "pack: %.1f of %.1f GB", (double)done / 1e9, (double)total / 1e9);
+        }
+    }
+    if (st == MS_OK) st = ms_pack_writer_finish(w, err);
+    else ms_pack_writer_abort(w);
+    free(q);
+    ms_buf_free(buf, cap, cap >= MS_BUF_HUGE_PAGE);
+    return st;
 }

@@ -50,6 +50,16 @@
  *   row of the same block) is copied out without a read.
  *   Every region range must be made of whole blocks of whole tensors (bind.c
  *   guarantees it; ms_store_add_region refuses anything else).
+ * Packed trunk (params.pack): a TRUNK region whose exact ranges the pack
+ *   holds is read as ONE request of its packed image into its buffer at the
+ *   image's shift, and decoded in place on the I/O layer's checker threads
+ *   when the last chunk lands (the same hook that hashes, so by the time the
+ *   wait returns the bytes are the checkpoint's); with the sidecar the decoded
+ *   ranges are then hashed there too. A decode error or a mismatch gives the
+ *   region up: it is read again from the shards, and from then on always
+ *   (pack_fallbacks, a warning). The buffers and the plan are those without a
+ *   pack (the writer only packs images that fit), so a pack changes the
+ *   bytes read, never the bytes handed out or the memory used.
  * Does not: know layers, tensors or dtypes; detect silent corruption without
  *   a sidecar (safetensors have no checksums: a read that "succeeds" with
  *   wrong bytes is then handed out as is - tests/test_store.c documents it).
@@ -60,6 +70,7 @@
 #include "base/err.h"
 #include "base/io.h"
 #include "base/log.h"
+#include "format/pack.h"
 #include "format/safetensors.h"
 #include "format/sums.h"
 #include "store/plan.h"
@@ -98,6 +109,9 @@ typedef struct ms_store_params {
     int verify_sync;            /* 1: hash on the compute thread after each wait (the old
                                    way, kept as the reference and for A/B); 0 (default):
                                    the I/O threads hash as the data lands */
+    const ms_pack *pack;        /* the packed trunk (format/pack.h; must outlive the store):
+                                   a TRUNK region found in it is read from it and decoded
+                                   (see "Packed trunk" below); NULL = read the shards */
 } ms_store_params;
 
 /* Counters since open or the last reset. "Hits" are resident hits: uses of
@@ -139,6 +153,13 @@ typedef struct ms_store_stats {
                                    params.verify_sync) */
     int64_t part_hits;          /* by-part reads (pieces) served from the last verified
                                    blocks kept in the bounce buffer, without a read */
+    /* packed trunk (params.pack); trunk_bytes_read counts the packed bytes read */
+    int64_t trunk_packed_read;  /* part of trunk_bytes_read read from the pack */
+    int64_t trunk_unpacked_bytes; /* checkpoint bytes those packed reads delivered */
+    int64_t unpack_ns;          /* time decoding them, on the I/O layer's checker threads */
+    int64_t pack_fallbacks;     /* packed regions given up (a decode error or, with sums, a
+                                   mismatch after decoding): read from the shards since */
+    int64_t packed_regions;     /* TRUNK regions the pack holds (set at start, never reset) */
 } ms_store_stats;
 
 /* Defaults for every field (ram_bytes 0, no logger). Pure. */
@@ -194,6 +215,18 @@ const uint8_t *ms_store_acquire(ms_store *s, int region, ms_err *err);
 ms_status ms_store_acquire_batch(ms_store *s, const int *regions, int n,
                                  const uint8_t **ptrs, ms_err *err);
 void ms_store_release(ms_store *s, int region);
+
+/* Write the packed trunk of every TRUNK region declared so far to `path`
+ * (format/pack.h): each region is read from the shards (verified with the
+ * sidecar, which the store must have: MS_E_USAGE otherwise), encoded, and
+ * kept when it shrinks and fits its buffer. Call before ms_store_start, on a
+ * store opened without a pack. Progress is
+ * logged at INFO every 5 s. *raw: the TRUNK bytes seen; *packed / *packed_raw:
+ * the image bytes written and the bytes they stand for; *n_packed /
+ * *n_regions: regions packed / seen. */
+ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash, int64_t *raw,
+                              int64_t *packed, int64_t *packed_raw, int *n_packed, int *n_regions,
+                              ms_err *err);
 
 /* Experts that can be held at once (the cache's slot count; 0 before start
  * or without experts). A model batches its expert acquires to this. */

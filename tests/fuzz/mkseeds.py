@@ -396,6 +396,59 @@ DICTS = {
 }
 
 
+def pack_chunks(raw):
+    """format/pack.h's encoding of one range (the C encoder's output, for seeds)."""
+    out = b""
+    for at in range(0, len(raw), 65536):
+        c = raw[at:at + 65536]
+        n, W = len(c), len(c) // 2
+        if n % 2:
+            out += struct.pack("<I", 1 << 31) + c
+            continue
+        exps = [(c[2 * w] >> 7) | (c[2 * w + 1] & 0x7f) << 1 for w in range(W)]
+        count = {}
+        for e in exps:
+            count[e] = count.get(e, 0) + 1
+        top = sorted(count, key=lambda e: (-count[e], e))[:15]
+        code = {e: k for k, e in enumerate(top)}
+        esc = [w for w in range(W) if exps[w] not in code]
+        if 16 + W + (W + 1) // 2 + 3 * len(esc) >= n:
+            out += struct.pack("<I", 1 << 31) + c
+            continue
+        sm = bytes((c[2 * w + 1] & 0x80) | (c[2 * w] & 0x7f) for w in range(W))
+        nib = bytearray((W + 1) // 2)
+        for w in range(W):
+            nib[w // 2] |= code.get(exps[w], 15) << (4 * (w & 1))
+        tab = bytes(top) + bytes(16 - len(top))
+        out += struct.pack("<I", len(esc)) + tab + sm + bytes(nib)
+        out += b"".join(struct.pack("<H", w) for w in esc) + bytes(exps[w] for w in esc)
+    return out
+
+
+def seeds_pack():
+    import random
+    rnd = random.Random(5)
+
+    def gauss_bf16(n_words, sd):
+        return b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", rnd.gauss(0, sd)))[0] >> 16)
+                        for _ in range(n_words))
+    s = {}
+    for n in (16, 1000, 20000):
+        s["roundtrip_gauss_%d" % n] = b"\x00" + gauss_bf16(n, 0.02)
+    s["roundtrip_odd"] = b"\x00" + gauss_bf16(100, 1.0) + b"\x07"
+    s["roundtrip_random"] = b"\x02" + bytes(rnd.randrange(256) for _ in range(3000))
+    wide = b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", rnd.uniform(1, 2) * 2.0 ** rnd.randrange(-40, 40)))[0] >> 16)
+                    for _ in range(2000))
+    s["roundtrip_escapes"] = b"\x04" + wide
+    # decode: [mode 1] [d0: n_ranges - 1, d1..d3: offsets / 16, d4..d6: lengths / 1024,
+    # d7: low byte of every length (1 + 1024 d + d7)] then the image
+    one = gauss_bf16(612, 0.02)
+    s["decode_one_range"] = bytes([1, 0, 0, 0, 0, 1, 0, 0, 199]) + pack_chunks(one)
+    a, b = gauss_bf16(612, 0.02), gauss_bf16(612, 1.0)
+    s["decode_two_ranges"] = bytes([1, 1, 3, 5, 0, 1, 1, 0, 199]) + pack_chunks(a) + pack_chunks(b)
+    return s
+
+
 def write_corpus(out, name, seeds):
     d = os.path.join(out, "corpus", name)
     if os.path.isdir(d):
@@ -426,6 +479,7 @@ def main(argv):
             "chat_parse": seeds_chat_parse(),
             "chat_json": seeds_chat_json(),
             "server_api": seeds_server_api(),
+            "pack": seeds_pack(),
         }
     finally:
         shutil.rmtree(tmp)

@@ -1,0 +1,563 @@
+/* format/pack.c - the packed trunk: chunk codec, in-place image decode, the
+ * pack file's writer and reader (format/pack.h has the format).
+ *
+ * The decode has two forms that give the same bytes: a portable loop and an
+ * SSSE3 one (16 words per step: one byte shuffle looks up 16 exponents), chosen
+ * per call from the CPU. Tests compare both with the encoder's input.
+ */
+#include "format/pack.h"
+
+#include "format/le.h"
+#include "format/sums.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MS_PACK_X86 1
+#endif
+
+#define R MS_PACK_CHUNK_BYTES
+#define HEADER_BYTES 72
+#define INDEX_ENTRY_BYTES 40
+#define INDEX_RANGE_BYTES 24
+
+static const uint8_t MAGIC[8] = { 'M', 'S', 'P', 'A', 'C', 'K', 0, 1 };
+
+/* ------------------------------------------------------------------ codec */
+
+/* Packed payload bytes of a chunk of W words with E escapes. */
+static int64_t packed_payload(int64_t W, int64_t E) { return 16 + W + (W + 1) / 2 + 3 * E; }
+
+int64_t ms_pack_range_bound(int64_t n) { return n + 4 * ((n + R - 1) / R); }
+
+/* Encode one chunk of n <= R bytes; returns the bytes written (payload +
+ * trailer). */
+static int64_t encode_chunk(const uint8_t *src, int64_t n, uint8_t *dst) {
+    const int64_t W = n / 2;
+    int64_t count[256] = { 0 };
+    if (n % 2 == 0) {
+        for (int64_t w = 0; w < W; w++) count[(src[2 * w] >> 7) | (src[2 * w + 1] & 0x7f) << 1]++;
+    }
+    /* the 15 most frequent exponents, ties to the smaller exponent */
+    uint8_t tab[16] = { 0 }, code[256];
+    uint8_t used[256] = { 0 };
+    memset(code, 15, sizeof code);
+    int64_t E = W;
+    for (int k = 0; k < 15; k++) {
+        int best = -1;
+        for (int e = 0; e < 256; e++)
+            if (!used[e] && count[e] > 0 && (best < 0 || count[e] > count[best])) best = e;
+        if (best < 0) break;
+        used[best] = 1;
+        tab[k] = (uint8_t)best;
+        code[best] = (uint8_t)k;
+        E -= count[best];
+    }
+    if (n % 2 != 0 || packed_payload(W, E) >= n) {
+        ms_put32(dst, MS_PACK_RAW_FLAG);
+        memcpy(dst + 4, src, (size_t)n);
+        return n + 4;
+    }
+    ms_put32(dst, (uint32_t)E);
+    dst += 4;
+    uint8_t *sm = dst + 16, *nib = sm + W, *epos = nib + (W + 1) / 2, *eexp = epos + 2 * E;
+    memcpy(dst, tab, 16);
+    memset(nib, 0, (size_t)((W + 1) / 2));
+    int64_t k = 0;
+    for (int64_t w = 0; w < W; w++) {
+        const uint8_t lo = src[2 * w], hi = src[2 * w + 1];
+        const int e = (lo >> 7) | (hi & 0x7f) << 1;
+        sm[w] = (uint8_t)((hi & 0x80) | (lo & 0x7f));
+        nib[w / 2] |= (uint8_t)(code[e] << (4 * (w & 1)));
+        if (code[e] == 15) {
+            epos[2 * k] = (uint8_t)w;
+            epos[2 * k + 1] = (uint8_t)(w >> 8);
+            eexp[k++] = (uint8_t)e;
+        }
+    }
+    return 4 + packed_payload(W, E);
+}
+
+int64_t ms_pack_encode_range(const uint8_t *src, int64_t n, uint8_t *dst) {
+    int64_t out = 0;
+    for (int64_t at = 0; at < n; at += R) out += encode_chunk(src + at, n - at < R ? n - at : R, dst + out);
+    return out;
+}
+
+/* words [w0, W) of a packed chunk, portable */
+static void decode_words_ref(uint8_t *out, const uint8_t *tab, const uint8_t *sm, const uint8_t *nib,
+                             int64_t w0, int64_t W) {
+    for (int64_t w = w0; w < W; w++) {
+        const uint8_t e = tab[(nib[w / 2] >> (4 * (w & 1))) & 15], s = sm[w];
+        out[2 * w] = (uint8_t)((s & 0x7f) | (e << 7));
+        out[2 * w + 1] = (uint8_t)((s & 0x80) | (e >> 1));
+    }
+}
+
+#ifdef MS_PACK_X86
+/* 16 words per step; the tail goes to the portable loop. Returns words done. */
+__attribute__((target("ssse3")))
+static int64_t decode_words_ssse3(uint8_t *out, const uint8_t *tab, const uint8_t *sm, const uint8_t *nib,
+                                  int64_t W) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)tab);
+    const __m128i m0f = _mm_set1_epi8(0x0f), m7f = _mm_set1_epi8(0x7f), m80 = _mm_set1_epi8((char)0x80);
+    int64_t w = 0;
+    for (; w + 16 <= W; w += 16) {
+        const __m128i nb = _mm_loadl_epi64((const __m128i *)(nib + w / 2));
+        const __m128i lo = _mm_and_si128(nb, m0f);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(nb, 4), m0f);
+        const __m128i codes = _mm_unpacklo_epi8(lo, hi);            /* word order */
+        const __m128i e = _mm_shuffle_epi8(t, codes);
+        const __m128i s = _mm_loadu_si128((const __m128i *)(sm + w));
+        const __m128i lb = _mm_or_si128(_mm_and_si128(s, m7f), _mm_and_si128(_mm_slli_epi16(e, 7), m80));
+        const __m128i hb = _mm_or_si128(_mm_and_si128(s, m80), _mm_and_si128(_mm_srli_epi16(e, 1), m7f));
+        _mm_storeu_si128((__m128i *)(out + 2 * w), _mm_unpacklo_epi8(lb, hb));
+        _mm_storeu_si128((__m128i *)(out + 2 * w + 16), _mm_unpackhi_epi8(lb, hb));
+    }
+    return w;
+}
+
+/* 32 words per step. out 32-byte aligned: non-temporal stores (the region is
+ * read by the compute thread later, usually from memory: no read for ownership). */
+__attribute__((target("avx2")))
+static int64_t decode_words_avx2(uint8_t *out, const uint8_t *tab, const uint8_t *sm, const uint8_t *nib,
+                                 int64_t W) {
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
+    const __m128i n0f = _mm_set1_epi8(0x0f);
+    const __m256i m7f = _mm256_set1_epi8(0x7f), m80 = _mm256_set1_epi8((char)0x80);
+    const int nt = ((uintptr_t)out & 31) == 0;
+    int64_t w = 0;
+    for (; w + 32 <= W; w += 32) {
+        const __m128i nb = _mm_loadu_si128((const __m128i *)(nib + w / 2));
+        const __m128i lo = _mm_and_si128(nb, n0f), hi = _mm_and_si128(_mm_srli_epi16(nb, 4), n0f);
+        const __m256i codes = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+        const __m256i e = _mm256_shuffle_epi8(t, codes);
+        const __m256i s = _mm256_loadu_si256((const __m256i *)(sm + w));
+        const __m256i lb = _mm256_or_si256(_mm256_and_si256(s, m7f), _mm256_and_si256(_mm256_slli_epi16(e, 7), m80));
+        const __m256i hb = _mm256_or_si256(_mm256_and_si256(s, m80), _mm256_and_si256(_mm256_srli_epi16(e, 1), m7f));
+        const __m256i a = _mm256_unpacklo_epi8(lb, hb), b = _mm256_unpackhi_epi8(lb, hb);   /* [0-7|16-23], [8-15|24-31] */
+        const __m256i o0 = _mm256_permute2x128_si256(a, b, 0x20), o1 = _mm256_permute2x128_si256(a, b, 0x31);
+        if (nt) {
+            _mm256_stream_si256((__m256i *)(out + 2 * w), o0);
+            _mm256_stream_si256((__m256i *)(out + 2 * w + 32), o1);
+        } else {
+            _mm256_storeu_si256((__m256i *)(out + 2 * w), o0);
+            _mm256_storeu_si256((__m256i *)(out + 2 * w + 32), o1);
+        }
+    }
+    return w;
+}
+
+static int x86_level(void) {    /* 0 portable, 1 ssse3, 2 avx2 */
+    static int v = -1;
+    if (v < 0) v = __builtin_cpu_supports("avx2") ? 2 : __builtin_cpu_supports("ssse3") ? 1 : 0;
+    return v;
+}
+#endif
+
+const char *ms_pack_decoder_name(void) {
+#ifdef MS_PACK_X86
+    static const char *names[] = { "portable", "ssse3", "avx2" };
+    return names[x86_level()];
+#endif
+    return "portable";
+}
+
+/* Decode one packed chunk's payload p (len bytes, W words, E escapes) to out. */
+static ms_status decode_chunk(uint8_t *out, const uint8_t *p, int64_t W, int64_t E, int use_simd,
+                              ms_err *err) {
+    const uint8_t *tab = p, *sm = p + 16, *nib = sm + W, *epos = nib + (W + 1) / 2, *eexp = epos + 2 * E;
+    if (tab[15] != 0) return ms_err_set(err, MS_E_MODEL, "pack: chunk table entry 15 is not 0");
+    int64_t w0 = 0;
+#ifdef MS_PACK_X86
+    /* use_simd: 0 portable, 1 the best the CPU has, 2 at most ssse3 (tests) */
+    const int lv = use_simd ? x86_level() : 0;
+    if (lv == 2 && use_simd == 1) w0 = decode_words_avx2(out, tab, sm, nib, W);
+    if (lv >= 1) w0 += decode_words_ssse3(out + 2 * w0, tab, sm + w0, nib + w0 / 2, W - w0);
+#else
+    (void)use_simd;
+#endif
+    decode_words_ref(out, tab, sm, nib, w0, W);
+    for (int64_t k = 0; k < E; k++) {
+        const int64_t w = epos[2 * k] | (int64_t)epos[2 * k + 1] << 8;
+        if (w >= W) return ms_err_set(err, MS_E_MODEL, "pack: escape at word %lld of a %lld-word chunk",
+                                      (long long)w, (long long)W);
+        const uint8_t e = eexp[k];
+        out[2 * w] = (uint8_t)((out[2 * w] & 0x7f) | (e << 7));
+        out[2 * w + 1] = (uint8_t)((out[2 * w + 1] & 0x80) | (e >> 1));
+    }
+    return MS_OK;
+}
+
+ms_status ms_pack_decode_image(uint8_t *buf, int64_t buf_bytes, const ms_pack_entry *e,
+                               const int64_t *pos, uint8_t *scratch, int use_simd, ms_err *err) {
+    int64_t in = e->shift;
+    const int64_t end = e->shift + e->image_bytes;
+    if (in < 0 || e->image_bytes < 0 || end > buf_bytes)
+        return ms_err_set(err, MS_E_MODEL, "pack: image [%lld, %lld) outside its %lld-byte buffer",
+                          (long long)in, (long long)end, (long long)buf_bytes);
+    for (int i = 0; i < e->n_ranges; i++) {
+        const int64_t n = e->ranges[i].n_bytes, k_last = (n + R - 1) / R - 1;
+        if (pos[i] < 0 || n < 0 || pos[i] > buf_bytes - n)
+            return ms_err_set(err, MS_E_MODEL, "pack: range %d outside its buffer", i);
+        for (int64_t c = 0; c <= k_last; c++) {
+            const int64_t nc = n - c * R < R ? n - c * R : R;
+            uint8_t *out = buf + pos[i] + c * R;
+            if (end - in < 4) return ms_err_set(err, MS_E_MODEL, "pack: image too short");
+            const uint32_t hd = ms_get32(buf + in);
+            int64_t len;
+            if (hd == MS_PACK_RAW_FLAG) len = nc;
+            else if (hd & MS_PACK_RAW_FLAG || nc % 2 || (int64_t)hd > nc / 2)
+                return ms_err_set(err, MS_E_MODEL, "pack: bad chunk header %08x", (unsigned)hd);
+            else if ((len = packed_payload(nc / 2, hd)) >= nc)
+                return ms_err_set(err, MS_E_MODEL, "pack: a packed chunk no smaller than its output");
+            const int64_t next = in + 4 + len;
+            /* the output may cover this chunk's input (copied first), never a later chunk's */
+            const int last = i == e->n_ranges - 1 && c == k_last;
+            if (next > end || (!last && out + nc > buf + next))
+                return ms_err_set(err, MS_E_MODEL, "pack: chunk %lld of range %d lies outside the image"
+                                  " or its output reaches the next chunk", (long long)c, i);
+            if (hd == MS_PACK_RAW_FLAG) {
+                memmove(out, buf + in + 4, (size_t)nc);
+            } else {
+                const uint8_t *src = buf + in + 4;
+                if (out + nc > src) {   /* the output covers its own input: copy it first */
+                    memcpy(scratch, src, (size_t)len);
+                    src = scratch;
+                }
+                ms_status st = decode_chunk(out, src, nc / 2, hd, use_simd, err);
+                if (st != MS_OK) return st;
+            }
+            in = next;
+        }
+    }
+#ifdef MS_PACK_X86
+    if (use_simd && x86_level() == 2) _mm_sfence();     /* the non-temporal stores, before anyone reads */
+#endif
+    if (in != end) return ms_err_set(err, MS_E_MODEL, "pack: %lld image bytes left over", (long long)(end - in));
+    return MS_OK;
+}
+
+/* ----------------------------------------------------------------- writer */
+
+struct ms_pack_writer {
+    char *path, *tmp;
+    int fd;
+    uint64_t table_hash, sums_hash;
+    int64_t at;                 /* next image offset */
+    uint8_t *img;               /* scratch for one image */
+    int64_t img_cap;
+    uint8_t *index;             /* serialized entries */
+    int64_t index_len, index_cap;
+    int64_t n_entries;
+};
+
+ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t sums_hash,
+                              ms_pack_writer **out, ms_err *err) {
+    *out = NULL;
+    ms_pack_writer *w = calloc(1, sizeof *w);
+    if (!w) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    w->fd = -1;
+    w->path = strdup(path);
+    w->tmp = malloc(strlen(path) + 5);
+    if (!w->path || !w->tmp) { ms_pack_writer_abort(w); return ms_err_set(err, MS_E_NOMEM, "out of memory"); }
+    sprintf(w->tmp, "%s.tmp", path);
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        ms_err_set(err, MS_E_IO, "%s: %s", w->tmp, strerror(errno));
+        ms_pack_writer_abort(w);
+        return MS_E_IO;
+    }
+    w->table_hash = table_hash;
+    w->sums_hash = sums_hash;
+    w->at = MS_PACK_ALIGN;
+    *out = w;
+    return MS_OK;
+}
+
+static ms_status write_all(int fd, const uint8_t *p, int64_t n, int64_t off, const char *path, ms_err *err) {
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, (size_t)(n < ((int64_t)1 << 30) ? n : (int64_t)1 << 30), (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return ms_err_set(err, MS_E_IO, "%s: write: %s", path, k < 0 ? strerror(errno) : "no progress");
+        p += k; n -= k; off += k;
+    }
+    return MS_OK;
+}
+
+static ms_status grow(uint8_t **p, int64_t *cap, int64_t need, ms_err *err) {
+    if (need <= *cap) return MS_OK;
+    int64_t c = *cap ? *cap : 4096;
+    while (c < need) c *= 2;
+    uint8_t *q = realloc(*p, (size_t)c);
+    if (!q) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    *p = q;
+    *cap = c;
+    return MS_OK;
+}
+
+ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int n_ranges,
+                             const int64_t *pos, const uint8_t *buf, int64_t buf_bytes,
+                             int64_t *image_bytes, ms_err *err) {
+    *image_bytes = 0;
+    int64_t bound = 0, raw = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        bound += ms_pack_range_bound(ranges[i].n_bytes);
+        raw += ranges[i].n_bytes;
+    }
+    ms_status st = grow(&w->img, &w->img_cap, bound, err);
+    if (st != MS_OK) return st;
+    /* encode; the image goes at the end of the buffer (shift = buf_bytes - its
+     * 4096-rounded size), and every chunk's output but the last must end at or
+     * before the next chunk's input: out_end(k) <= shift + prefix(k + 1) */
+    int64_t len = 0, need = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        const int64_t n = ranges[i].n_bytes;
+        for (int64_t at = 0; at < n; at += R) {
+            const int64_t nc = n - at < R ? n - at : R;
+            len += encode_chunk(buf + pos[i] + at, nc, w->img + len);
+            const int last = i == n_ranges - 1 && at + nc == n;
+            if (!last && pos[i] + at + nc - len > need) need = pos[i] + at + nc - len;
+        }
+    }
+    const int64_t span = (len + MS_PACK_ALIGN - 1) / MS_PACK_ALIGN * MS_PACK_ALIGN;
+    const int64_t shift = (buf_bytes - span) / MS_PACK_ALIGN * MS_PACK_ALIGN;
+    if (len >= raw || shift < 0 || shift < need) return MS_OK;
+    if ((st = write_all(w->fd, w->img, len, w->at, w->tmp, err)) != MS_OK) return st;
+    if ((st = grow(&w->index, &w->index_cap, w->index_len + INDEX_ENTRY_BYTES +
+                   (int64_t)n_ranges * INDEX_RANGE_BYTES, err)) != MS_OK) return st;
+    uint8_t *q = w->index + w->index_len;
+    ms_put32(q, (uint32_t)n_ranges);
+    ms_put32(q + 4, 0);
+    ms_put64(q + 8, (uint64_t)w->at);
+    ms_put64(q + 16, (uint64_t)len);
+    ms_put64(q + 24, (uint64_t)shift);
+    ms_put64(q + 32, (uint64_t)raw);
+    q += INDEX_ENTRY_BYTES;
+    for (int i = 0; i < n_ranges; i++, q += INDEX_RANGE_BYTES) {
+        ms_put32(q, (uint32_t)ranges[i].shard);
+        ms_put32(q + 4, 0);
+        ms_put64(q + 8, (uint64_t)ranges[i].offset);
+        ms_put64(q + 16, (uint64_t)ranges[i].n_bytes);
+    }
+    w->index_len = q - w->index;
+    w->at += span;
+    w->n_entries++;
+    *image_bytes = len;
+    return MS_OK;
+}
+
+ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
+    uint8_t h[HEADER_BYTES] = { 0 };
+    memcpy(h, MAGIC, 8);
+    ms_put32(h + 8, 1);
+    ms_put32(h + 12, (uint32_t)R);
+    ms_put64(h + 16, w->table_hash);
+    ms_put64(h + 24, w->sums_hash);
+    ms_put64(h + 32, (uint64_t)w->n_entries);
+    ms_put64(h + 40, (uint64_t)w->at);
+    ms_put64(h + 48, (uint64_t)w->index_len);
+    ms_put64(h + 56, XXH3_64bits(w->index, (size_t)w->index_len));
+    ms_put64(h + 64, XXH3_64bits(h, 64));
+    ms_status st = write_all(w->fd, w->index, w->index_len, w->at, w->tmp, err);
+    if (st == MS_OK) st = write_all(w->fd, h, HEADER_BYTES, 0, w->tmp, err);
+    if (st == MS_OK && fsync(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: fsync: %s", w->tmp, strerror(errno));
+    if (st == MS_OK && close(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: close: %s", w->tmp, strerror(errno));
+    w->fd = -1;
+    if (st == MS_OK && rename(w->tmp, w->path) != 0)
+        st = ms_err_set(err, MS_E_IO, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
+    if (st != MS_OK) { ms_pack_writer_abort(w); return st; }
+    free(w->path); free(w->tmp); free(w->img); free(w->index);
+    free(w);
+    return MS_OK;
+}
+
+void ms_pack_writer_abort(ms_pack_writer *w) {
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    if (w->tmp) unlink(w->tmp);
+    free(w->path); free(w->tmp); free(w->img); free(w->index);
+    free(w);
+}
+
+/* ----------------------------------------------------------------- reader */
+
+struct ms_pack {
+    char *path;
+    ms_pack_entry *entries;     /* sorted by (shard, offset) of the first range */
+    ms_pack_range *ranges;
+    int64_t n_entries, n_ranges;
+};
+
+static ms_status read_at(int fd, uint8_t *p, int64_t n, int64_t off, const char *path, ms_err *err) {
+    while (n > 0) {
+        ssize_t k = pread(fd, p, (size_t)n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return ms_err_set(err, MS_E_IO, "%s: read: %s", path, strerror(errno));
+        if (k == 0) return ms_err_set(err, MS_E_MODEL, "%s: truncated", path);
+        p += k; n -= k; off += k;
+    }
+    return MS_OK;
+}
+
+static int range_cmp(const ms_pack_range *a, const ms_pack_range *b) {
+    if (a->shard != b->shard) return a->shard < b->shard ? -1 : 1;
+    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+    return 0;
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    const ms_pack_entry *x = a, *y = b;
+    return range_cmp(&x->ranges[0], &y->ranges[0]);
+}
+
+ms_status ms_pack_load(const char *path, const ms_ckpt *ck, const ms_sums *sums, ms_pack **out,
+                       ms_err *err) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ms_err_set(err, MS_E_IO, "%s: %s", path, strerror(errno));
+    ms_pack *p = calloc(1, sizeof *p);
+    uint8_t h[HEADER_BYTES], *ix = NULL;
+    struct stat sb;
+    ms_status st = fstat(fd, &sb) == 0 ? MS_OK : ms_err_set(err, MS_E_IO, "%s: %s", path, strerror(errno));
+    if (st == MS_OK && !p) st = ms_err_set(err, MS_E_NOMEM, "out of memory");
+    if (st == MS_OK) st = read_at(fd, h, HEADER_BYTES, 0, path, err);
+    if (st != MS_OK) goto done;
+    const int64_t fsize = sb.st_size;
+    if (memcmp(h, MAGIC, 8) != 0 || ms_get64(h + 64) != XXH3_64bits(h, 64)) {
+        st = ms_err_set(err, MS_E_MODEL, "%s: not a moestream pack (bad magic or header hash)", path);
+        goto done;
+    }
+    if (ms_get32(h + 8) != 1 || ms_get32(h + 12) != (uint32_t)R) {
+        st = ms_err_set(err, MS_E_MODEL, "%s: version %u, chunk %u bytes; this build reads version 1, %lld",
+                        path, ms_get32(h + 8), ms_get32(h + 12), (long long)R);
+        goto done;
+    }
+    if (ms_get64(h + 16) != ms_sums_table_hash(ck)) {
+        st = ms_err_set(err, MS_E_MODEL, "%s was packed from another checkpoint (or tensors moved since):"
+                        " run 'moestream pack' again", path);
+        goto done;
+    }
+    if (ms_get64(h + 24) != ms_sums_content_hash(sums)) {
+        st = ms_err_set(err, MS_E_MODEL, "%s was packed from other bytes than the checksum sidecar describes"
+                        " (the checkpoint or its sidecar changed since): run 'moestream pack' again", path);
+        goto done;
+    }
+    const uint64_t n_entries = ms_get64(h + 32), ix_off = ms_get64(h + 40), ix_len = ms_get64(h + 48);
+    if (ix_off > (uint64_t)fsize || ix_len > (uint64_t)fsize - ix_off || n_entries > ix_len / INDEX_ENTRY_BYTES) {
+        st = ms_err_set(err, MS_E_MODEL, "%s: index outside the file (truncated?)", path);
+        goto done;
+    }
+    ix = malloc(ix_len ? ix_len : 1);
+    if (!ix) { st = ms_err_set(err, MS_E_NOMEM, "out of memory"); goto done; }
+    if ((st = read_at(fd, ix, (int64_t)ix_len, (int64_t)ix_off, path, err)) != MS_OK) goto done;
+    if (XXH3_64bits(ix, ix_len) != ms_get64(h + 56)) {
+        st = ms_err_set(err, MS_E_MODEL, "%s: index hash mismatch", path);
+        goto done;
+    }
+    /* two passes: count the ranges, then fill */
+    int64_t n_ranges = 0;
+    for (uint64_t k = 0, at = 0; k < n_entries; k++) {
+        if (ix_len - at < INDEX_ENTRY_BYTES) { st = ms_err_set(err, MS_E_MODEL, "%s: short index", path); goto done; }
+        const uint32_t nr = ms_get32(ix + at);
+        if (nr == 0 || (ix_len - at - INDEX_ENTRY_BYTES) / INDEX_RANGE_BYTES < nr) {
+            st = ms_err_set(err, MS_E_MODEL, "%s: short index", path);
+            goto done;
+        }
+        n_ranges += nr;
+        at += INDEX_ENTRY_BYTES + (uint64_t)nr * INDEX_RANGE_BYTES;
+    }
+    p->entries = calloc(n_entries ? n_entries : 1, sizeof *p->entries);
+    p->ranges = calloc(n_ranges ? (size_t)n_ranges : 1, sizeof *p->ranges);
+    p->path = strdup(path);
+    if (!p->entries || !p->ranges || !p->path) { st = ms_err_set(err, MS_E_NOMEM, "out of memory"); goto done; }
+    const int ns = ms_ckpt_n_shards(ck);
+    int64_t r = 0;
+    for (uint64_t k = 0, at = 0; k < n_entries; k++) {
+        const uint8_t *q = ix + at;
+        ms_pack_entry *e = &p->entries[k];
+        e->n_ranges = (int)ms_get32(q);
+        e->image_off = (int64_t)ms_get64(q + 8);
+        e->image_bytes = (int64_t)ms_get64(q + 16);
+        e->shift = (int64_t)ms_get64(q + 24);
+        e->raw_bytes = (int64_t)ms_get64(q + 32);
+        e->ranges = &p->ranges[r];
+        if (e->image_off < MS_PACK_ALIGN || e->image_off % MS_PACK_ALIGN || e->image_bytes <= 0 ||
+            e->image_off > (int64_t)ix_off || e->image_bytes > (int64_t)ix_off - e->image_off ||
+            e->shift < 0 || e->shift % MS_PACK_ALIGN || e->raw_bytes <= 0 || e->shift > e->raw_bytes) {
+            st = ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
+            goto done;
+        }
+        int64_t sum = 0;
+        q += INDEX_ENTRY_BYTES;
+        for (int i = 0; i < e->n_ranges; i++, q += INDEX_RANGE_BYTES, r++) {
+            ms_pack_range *g = &p->ranges[r];
+            g->shard = (int)ms_get32(q);
+            g->offset = (int64_t)ms_get64(q + 8);
+            g->n_bytes = (int64_t)ms_get64(q + 16);
+            if (g->shard < 0 || g->shard >= ns || g->offset < 0 || g->n_bytes <= 0 ||
+                g->n_bytes > ms_ckpt_shard(ck, g->shard)->file_bytes ||
+                g->offset > ms_ckpt_shard(ck, g->shard)->file_bytes - g->n_bytes) {
+                st = ms_err_set(err, MS_E_MODEL, "%s: entry %llu range %d lies outside its shard", path,
+                                (unsigned long long)k, i);
+                goto done;
+            }
+            sum += g->n_bytes;
+        }
+        if (sum != e->raw_bytes) {
+            st = ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
+            goto done;
+        }
+        at = (uint64_t)(q - ix);
+    }
+    p->n_entries = (int64_t)n_entries;
+    p->n_ranges = n_ranges;
+    qsort(p->entries, n_entries, sizeof *p->entries, entry_cmp);
+    for (int64_t k = 1; k < p->n_entries; k++)
+        if (entry_cmp(&p->entries[k - 1], &p->entries[k]) == 0) {
+            st = ms_err_set(err, MS_E_MODEL, "%s: two entries start at the same range", path);
+            goto done;
+        }
+done:
+    close(fd);
+    free(ix);
+    if (st != MS_OK) { ms_pack_free(p); return st; }
+    *out = p;
+    return MS_OK;
+}
+
+void ms_pack_free(ms_pack *p) {
+    if (!p) return;
+    free(p->path);
+    free(p->entries);
+    free(p->ranges);
+    free(p);
+}
+
+const char *ms_pack_path(const ms_pack *p) { return p->path; }
+int64_t ms_pack_n_entries(const ms_pack *p) { return p->n_entries; }
+const ms_pack_entry *ms_pack_entry_at(const ms_pack *p, int64_t i) { return &p->entries[i]; }
+
+const ms_pack_entry *ms_pack_find(const ms_pack *p, const ms_pack_range *ranges, int n_ranges) {
+    int64_t a = 0, b = p->n_entries;
+    while (a < b) {
+        int64_t m = a + (b - a) / 2;
+        if (range_cmp(&p->entries[m].ranges[0], &ranges[0]) < 0) a = m + 1;
+        else b = m;
+    }
+    if (a == p->n_entries) return NULL;
+    const ms_pack_entry *e = &p->entries[a];
+    if (e->n_ranges != n_ranges) return NULL;
+    for (int i = 0; i < n_ranges; i++)
+        if (e->ranges[i].shard != ranges[i].shard || e->ranges[i].offset != ranges[i].offset ||
+            e->ranges[i].n_bytes != ranges[i].n_bytes) return NULL;
+    return e;
+}
