@@ -260,6 +260,10 @@ int main(int argc, char **argv) {
     json_object_set_new(out, "generated_ids", g);
     json_object_set_new(out, "scale255_groups", json_integer(s2.scale255_groups));
     json_object_set_new(out, "peak_rss_bytes", json_integer(s2.peak_rss_bytes));
+    json_object_set_new(out, "verify", json_boolean(s2.verify_on));
+    json_object_set_new(out, "pack", json_boolean(s2.pack_on));
+    json_object_set_new(out, "packed_regions", json_integer(s2.packed_regions));
+    json_object_set_new(out, "pack_fallbacks", json_integer(s2.pack_fallbacks));
     char *text = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (text) { printf("%s\n", text); free(text); }
     json_decref(out);

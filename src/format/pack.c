@@ -370,6 +370,9 @@ ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
     ms_status st = write_all(w->fd, w->index, w->index_len, w->at, w->tmp, err);
     if (st == MS_OK) st = write_all(w->fd, h, HEADER_BYTES, 0, w->tmp, err);
     if (st == MS_OK && fsync(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: fsync: %s", w->tmp, strerror(errno));
+    /* the engine reads the pack with O_DIRECT: written pages left in the page
+     * cache would only make its first reads invalidate them (and hold memory) */
+    if (st == MS_OK) (void)posix_fadvise(w->fd, 0, 0, POSIX_FADV_DONTNEED);
     if (st == MS_OK && close(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: close: %s", w->tmp, strerror(errno));
     w->fd = -1;
     if (st == MS_OK && rename(w->tmp, w->path) != 0)
