@@ -7,7 +7,8 @@
  *     compare with the input; Gaussian words pack to < 0.8 of their bytes,
  *     random bytes stay raw (one header per chunk);
  *   - a region of 3 ranges at the store's layout (skews, pads) through the
- *     writer and the reader: the image lands at its shift and decodes in place;
+ *     writer and the reader: the image lands at its shift and decodes in place,
+ *     and its block hashes refuse a flipped byte;
  *     2000 images with random bytes flipped decode to MS_OK or MS_E_MODEL,
  *     never outside the buffer (the sanitizer builds run this too);
  *   - the file: a pack loads against its checkpoint and is refused against
@@ -72,7 +73,7 @@ static int64_t roundtrip(const uint8_t *src, int64_t n, int use_simd) {
     const int64_t img = ms_pack_encode_range(src, n, buf + n);
     ms_pack_range r = { 0, 0, n };
     int64_t pos = 0;
-    ms_pack_entry e = { 1, &r, 0, img, n, n };
+    ms_pack_entry e = { 1, &r, 0, img, n, n, NULL };
     ms_err err;
     ms_err_clear(&err);
     ms_status st = ms_pack_decode_image(buf, n + img, &e, &pos, scratch, use_simd, &err);
@@ -183,6 +184,12 @@ static void region_and_file(const char *tmp, const char *model_a, const char *mo
             CHECK(f && fseek(f, e->image_off, SEEK_SET) == 0 &&
                   fread(image, 1, (size_t)e->image_bytes, f) == (size_t)e->image_bytes, "read image");
             if (f) fclose(f);
+            ms_err_clear(&err);
+            CHECK(ms_pack_check_image(e, image, path, &err) == MS_OK, "image hashes: %s", err.msg);
+            image[e->image_bytes - 1] ^= 4;
+            CHECK(ms_pack_check_image(e, image, path, &err) == MS_E_IO && strstr(err.msg, "checksum mismatch"),
+                  "a flipped image byte passed its hash");
+            image[e->image_bytes - 1] ^= 4;
             for (int simd = 0; simd < 3; simd++) {
                 memset(buf, 0xAB, (size_t)bb);
                 memcpy(buf + e->shift, image, (size_t)e->image_bytes);

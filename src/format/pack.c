@@ -28,6 +28,9 @@
 #define HEADER_BYTES 72
 #define INDEX_ENTRY_BYTES 40
 #define INDEX_RANGE_BYTES 24
+#define HB MS_PACK_HASH_BYTES
+
+static int64_t n_hashes_of(int64_t image_bytes) { return (image_bytes + HB - 1) / HB; }
 
 static const uint8_t MAGIC[8] = { 'M', 'S', 'P', 'A', 'C', 'K', 0, 1 };
 
@@ -255,6 +258,8 @@ struct ms_pack_writer {
     int64_t at;                 /* next image offset */
     uint8_t *img;               /* scratch for one image */
     int64_t img_cap;
+    uint8_t *chk;               /* a region buffer: each image is decoded there and compared */
+    int64_t chk_cap;
     uint8_t *index;             /* serialized entries */
     int64_t index_len, index_cap;
     int64_t n_entries;
@@ -331,9 +336,22 @@ ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int
     const int64_t span = (len + MS_PACK_ALIGN - 1) / MS_PACK_ALIGN * MS_PACK_ALIGN;
     const int64_t shift = (buf_bytes - span) / MS_PACK_ALIGN * MS_PACK_ALIGN;
     if (len >= raw || shift < 0 || shift < need) return MS_OK;
+    /* every image decodes, in place, to the bytes it was made of, or it is not written */
+    if ((st = grow(&w->chk, &w->chk_cap, buf_bytes, err)) != MS_OK) return st;
+    memcpy(w->chk + shift, w->img, (size_t)len);
+    uint8_t *scratch = malloc((size_t)R);
+    if (!scratch) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    ms_pack_entry e = { n_ranges, ranges, w->at, len, shift, raw, NULL };
+    st = ms_pack_decode_image(w->chk, buf_bytes, &e, pos, scratch, 1, err);
+    free(scratch);
+    for (int i = 0; i < n_ranges && st == MS_OK; i++)
+        if (memcmp(w->chk + pos[i], buf + pos[i], (size_t)ranges[i].n_bytes) != 0)
+            st = ms_err_set(err, MS_E_INTERNAL, "pack: an image did not decode to its bytes (range %d)", i);
+    if (st != MS_OK) return st;
     if ((st = write_all(w->fd, w->img, len, w->at, w->tmp, err)) != MS_OK) return st;
+    const int64_t nh = n_hashes_of(len);
     if ((st = grow(&w->index, &w->index_cap, w->index_len + INDEX_ENTRY_BYTES +
-                   (int64_t)n_ranges * INDEX_RANGE_BYTES, err)) != MS_OK) return st;
+                   (int64_t)n_ranges * INDEX_RANGE_BYTES + 8 * nh, err)) != MS_OK) return st;
     uint8_t *q = w->index + w->index_len;
     ms_put32(q, (uint32_t)n_ranges);
     ms_put32(q + 4, 0);
@@ -348,6 +366,8 @@ ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int
         ms_put64(q + 8, (uint64_t)ranges[i].offset);
         ms_put64(q + 16, (uint64_t)ranges[i].n_bytes);
     }
+    for (int64_t b = 0; b < nh; b++, q += 8)
+        ms_put64(q, XXH3_64bits(w->img + b * HB, (size_t)(len - b * HB < HB ? len - b * HB : HB)));
     w->index_len = q - w->index;
     w->at += span;
     w->n_entries++;
@@ -378,7 +398,7 @@ ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
     if (st == MS_OK && rename(w->tmp, w->path) != 0)
         st = ms_err_set(err, MS_E_IO, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
     if (st != MS_OK) { ms_pack_writer_abort(w); return st; }
-    free(w->path); free(w->tmp); free(w->img); free(w->index);
+    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->index);
     free(w);
     return MS_OK;
 }
@@ -387,7 +407,7 @@ void ms_pack_writer_abort(ms_pack_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (w->tmp) unlink(w->tmp);
-    free(w->path); free(w->tmp); free(w->img); free(w->index);
+    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->index);
     free(w);
 }
 
@@ -397,6 +417,7 @@ struct ms_pack {
     char *path;
     ms_pack_entry *entries;     /* sorted by (shard, offset) of the first range */
     ms_pack_range *ranges;
+    uint64_t *hashes;
     int64_t n_entries, n_ranges;
 };
 
@@ -466,24 +487,32 @@ ms_status ms_pack_load(const char *path, const ms_ckpt *ck, const ms_sums *sums,
         st = ms_err_set(err, MS_E_MODEL, "%s: index hash mismatch", path);
         goto done;
     }
-    /* two passes: count the ranges, then fill */
-    int64_t n_ranges = 0;
+    /* two passes: count the ranges and image hashes, then fill */
+    int64_t n_ranges = 0, n_hashes = 0;
     for (uint64_t k = 0, at = 0; k < n_entries; k++) {
         if (ix_len - at < INDEX_ENTRY_BYTES) { st = ms_err_set(err, MS_E_MODEL, "%s: short index", path); goto done; }
         const uint32_t nr = ms_get32(ix + at);
-        if (nr == 0 || (ix_len - at - INDEX_ENTRY_BYTES) / INDEX_RANGE_BYTES < nr) {
+        const uint64_t ib = ms_get64(ix + at + 16);
+        const uint64_t nh = ib <= ix_off ? (uint64_t)n_hashes_of((int64_t)ib) : UINT64_MAX / 16;
+        const uint64_t left = ix_len - at - INDEX_ENTRY_BYTES;
+        if (nr == 0 || left / INDEX_RANGE_BYTES < nr || (left - (uint64_t)nr * INDEX_RANGE_BYTES) / 8 < nh) {
             st = ms_err_set(err, MS_E_MODEL, "%s: short index", path);
             goto done;
         }
         n_ranges += nr;
-        at += INDEX_ENTRY_BYTES + (uint64_t)nr * INDEX_RANGE_BYTES;
+        n_hashes += (int64_t)nh;
+        at += INDEX_ENTRY_BYTES + (uint64_t)nr * INDEX_RANGE_BYTES + 8 * nh;
     }
     p->entries = calloc(n_entries ? n_entries : 1, sizeof *p->entries);
     p->ranges = calloc(n_ranges ? (size_t)n_ranges : 1, sizeof *p->ranges);
+    p->hashes = calloc(n_hashes ? (size_t)n_hashes : 1, sizeof *p->hashes);
     p->path = strdup(path);
-    if (!p->entries || !p->ranges || !p->path) { st = ms_err_set(err, MS_E_NOMEM, "out of memory"); goto done; }
+    if (!p->entries || !p->ranges || !p->hashes || !p->path) {
+        st = ms_err_set(err, MS_E_NOMEM, "out of memory");
+        goto done;
+    }
     const int ns = ms_ckpt_n_shards(ck);
-    int64_t r = 0;
+    int64_t r = 0, hk = 0;
     for (uint64_t k = 0, at = 0; k < n_entries; k++) {
         const uint8_t *q = ix + at;
         ms_pack_entry *e = &p->entries[k];
@@ -519,6 +548,8 @@ ms_status ms_pack_load(const char *path, const ms_ckpt *ck, const ms_sums *sums,
             st = ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
             goto done;
         }
+        e->hashes = &p->hashes[hk];
+        for (int64_t b = 0; b < n_hashes_of(e->image_bytes); b++, q += 8) p->hashes[hk++] = ms_get64(q);
         at = (uint64_t)(q - ix);
     }
     p->n_entries = (int64_t)n_entries;
@@ -542,7 +573,19 @@ void ms_pack_free(ms_pack *p) {
     free(p->path);
     free(p->entries);
     free(p->ranges);
+    free(p->hashes);
     free(p);
+}
+
+ms_status ms_pack_check_image(const ms_pack_entry *e, const uint8_t *img, const char *path, ms_err *err) {
+    for (int64_t b = 0; b < n_hashes_of(e->image_bytes); b++) {
+        const int64_t n = e->image_bytes - b * HB < HB ? e->image_bytes - b * HB : HB;
+        if (XXH3_64bits(img + b * HB, (size_t)n) != e->hashes[b])
+            return ms_err_set(err, MS_E_IO, "%s: image at byte %lld (for shard %d, offset %lld): block %lld"
+                              " checksum mismatch", path, (long long)e->image_off, e->ranges[0].shard,
+                              (long long)e->ranges[0].offset, (long long)b);
+    }
+    return MS_OK;
 }
 
 const char *ms_pack_path(const ms_pack *p) { return p->path; }

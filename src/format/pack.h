@@ -51,14 +51,17 @@
  *     4096 ...  region images, each at a multiple of 4096
  *     index:  per entry: u32 n_ranges, u32 0, u64 image offset, u64 image
  *             bytes, u64 shift, raw bytes (u64), then per range u32 shard,
- *             u32 0, u64 offset, u64 n_bytes
+ *             u32 0, u64 offset, u64 n_bytes, then the XXH3-64 of every
+ *             1 MiB block of the image (the last one shorter)
  *   A pack is made from a checkpoint WITH its checksum sidecar and is used
  *   only with it: the table hash ties it to the tensor table, the sums hash
  *   to the bytes the sidecar describes (a pack of another checkpoint, or of
- *   this one before its bytes or tensors changed, is refused), and the store
- *   checks every DECODED region against the sidecar's block hashes, reading
- *   the shards instead on a mismatch (store/store.h). The index hash refuses
- *   a truncated or edited index; the images need no hash of their own.
+ *   this one before its bytes or tensors changed, is refused). The writer
+ *   packs bytes the sidecar verified and writes an image only after decoding
+ *   it back to those bytes; each image carries block hashes, which the store
+ *   checks before decoding (0.75x the bytes to hash), reading the shards
+ *   instead on a mismatch (store/store.h). The index hash refuses a truncated
+ *   or edited index.
  * Thread safety: a loaded pack is read-only; decode works on caller memory.
  * Does not: read the checkpoint (the store reads the raw regions and hands
  *   them to the writer), choose the regions (the model's binding does).
@@ -75,6 +78,7 @@
 #define MS_PACK_CHUNK_BYTES ((int64_t)65536)
 #define MS_PACK_ALIGN 4096
 #define MS_PACK_RAW_FLAG 0x80000000u
+#define MS_PACK_HASH_BYTES ((int64_t)1 << 20)
 
 typedef struct ms_pack_range {
     int shard;
@@ -88,6 +92,7 @@ typedef struct ms_pack_entry {
     int64_t image_bytes;
     int64_t shift;                  /* the image lands at region buffer + shift */
     int64_t raw_bytes;              /* sum of the ranges' n_bytes */
+    const uint64_t *hashes;         /* XXH3-64 of each MS_PACK_HASH_BYTES block of the image */
 } ms_pack_entry;
 
 typedef struct ms_pack ms_pack;
@@ -108,6 +113,10 @@ int64_t ms_pack_encode_range(const uint8_t *src, int64_t n, uint8_t *dst);
  * portable one, 2 at most SSSE3 (tests compare all three). */
 ms_status ms_pack_decode_image(uint8_t *buf, int64_t buf_bytes, const ms_pack_entry *e,
                                const int64_t *pos, uint8_t *scratch, int use_simd, ms_err *err);
+
+/* Check an image (img: its image_bytes bytes) against its block hashes.
+ * MS_E_IO naming path, the image and the block on a mismatch. */
+ms_status ms_pack_check_image(const ms_pack_entry *e, const uint8_t *img, const char *path, ms_err *err);
 
 /* The decoder the build and the CPU give ("avx2", "ssse3" or "portable"). */
 const char *ms_pack_decoder_name(void);

@@ -200,9 +200,12 @@ static ms_status io_check(void *user, int file, int64_t rb, int64_t re, int64_t 
 }
 
 /* A packed region's image has landed when the run is the whole image: find
- * its region, decode it in place (its buffer starts `shift` bytes before the
- * image) and, with the sidecar, hash the decoded ranges. The buffer belongs to
- * this request until its ticket is waited, so writing all of it is safe. */
+ * its region, check the image against its block hashes (with the sidecar,
+ * which a pack is only read with; with verify_sync the compute thread hashes
+ * the decoded ranges instead), then decode it in place (its buffer starts
+ * `shift` bytes before the image). The buffer belongs to this request until
+ * its ticket is waited, and the request's other chunks' calls here returned
+ * without touching it, so writing all of it is safe. */
 static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, const uint8_t *run,
                               int64_t *n_checked, ms_err *err) {
     int a = 0, b = s->n_pk;
@@ -215,19 +218,16 @@ static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, const uint8_t
     const region *r = &s->regions[s->pk_by_off[a]];
     if (r->pk->image_off != rb || rb + r->pk->image_bytes != re) return MS_OK;   /* not all landed yet */
     uint8_t *buf = (uint8_t *)run - r->pk->shift;
+    ms_status st;
+    if (s->sums && !s->p.verify_sync) {     /* the image's own hashes, before a byte is decoded */
+        if ((st = ms_pack_check_image(r->pk, run, ms_pack_path(s->pack), err)) != MS_OK) return st;
+        *n_checked = r->pk->image_bytes;
+    }
     uint8_t scratch[MS_PACK_CHUNK_BYTES];
     const int64_t t0 = now_ns();
-    ms_status st = ms_pack_decode_image(buf, r->buf_bytes, r->pk, r->pos, scratch, 1, err);
+    st = ms_pack_decode_image(buf, r->buf_bytes, r->pk, r->pos, scratch, 1, err);
     __atomic_fetch_add(&s->unpack_ns, now_ns() - t0, __ATOMIC_RELAXED);
-    if (st != MS_OK) return st;
-    if (!s->sums || s->p.verify_sync) return MS_OK;
-    for (int i = 0; i < r->n_ranges; i++) {
-        const ms_range *g = &r->ranges[i];
-        if ((st = ms_sums_check(s->sums, g->shard, g->offset, g->n_bytes, buf + r->pos[i], err)) != MS_OK)
-            return st;
-        *n_checked += g->n_bytes;
-    }
-    return MS_OK;
+    return st;
 }
 
 ms_store_params ms_store_default_params(void) {

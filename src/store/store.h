@@ -52,12 +52,13 @@
  *   guarantees it; ms_store_add_region refuses anything else).
  * Packed trunk (params.pack): a TRUNK region whose exact ranges the pack
  *   holds is read as ONE request of its packed image into its buffer at the
- *   image's shift, and decoded in place on the I/O layer's checker threads
- *   when the last chunk lands (the same hook that hashes, so by the time the
- *   wait returns the bytes are the checkpoint's); with the sidecar the decoded
- *   ranges are then hashed there too. A decode error or a mismatch gives the
- *   region up: it is read again from the shards, and from then on always
- *   (pack_fallbacks, a warning). The buffers and the plan are those without a
+ *   image's shift, and when its last chunk lands it is checked against its
+ *   block hashes (with the sidecar; verify_sync: the compute thread hashes the
+ *   decoded ranges instead) and decoded in place, on the I/O layer's checker
+ *   threads (the hook that hashes shard reads, so by the time the wait
+ *   returns the bytes are the checkpoint's). A mismatch or a decode error
+ *   gives the region up: it is read again from the shards, and from then on
+ *   always (pack_fallbacks, a warning). The buffers and the plan are those without a
  *   pack (the writer only packs images that fit), so a pack changes the
  *   bytes read, never the bytes handed out or the memory used.
  * Does not: know layers, tensors or dtypes; detect silent corruption without

@@ -28,7 +28,7 @@ static void roundtrip(const uint8_t *src, int64_t n) {
         const int64_t img = ms_pack_encode_range(src, n, buf + n);
         if (img > bound) fz_fail("image of %lld bytes over its bound %lld", (long long)img, (long long)bound);
         ms_pack_range r = { 0, 0, n };
-        ms_pack_entry e = { 1, &r, 0, img, n, n };
+        ms_pack_entry e = { 1, &r, 0, img, n, n, NULL };
         int64_t pos = 0;
         ms_err err;
         ms_err_clear(&err);
@@ -57,7 +57,7 @@ static void decode_any(const uint8_t *d, size_t size) {
     uint8_t *buf = malloc((size_t)bb + 1);
     memset(buf, 0, (size_t)bb);
     memcpy(buf + bb - len, img, (size_t)len);
-    ms_pack_entry e = { n, r, 0, len, bb - len, at };
+    ms_pack_entry e = { n, r, 0, len, bb - len, at, NULL };
     ms_err err;
     ms_err_clear(&err);
     ms_status st = ms_pack_decode_image(buf, bb, &e, pos, scratch, d[0] / 3 % 3, &err);
