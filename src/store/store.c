@@ -637,11 +637,6 @@ static ms_status plan_and_allocate(ms_store *s, ms_err *err) {
      * ~0.17 s at start for 3.4 GB (machine B). */
     for (int i = BK_RING; i <= BK_BOUNCE; i++)
         ms_buf_prefault(s->blk[i].p, s->blk[i].bytes, s->blk[i].bytes >= MS_BUF_HUGE_PAGE);
-    /* with a pack, pinned trunk regions are decoded in place on a checker
-     * thread, which would otherwise fault every page the image did not land
-     * on, one at a time: 6.3-7.1 s instead of 3.8 s to open at 6.64G (bench
-     * checkpoint, 1.7 GB/s) */
-    if (s->pack) ms_buf_prefault(s->blk[BK_TRUNK].p, s->blk[BK_TRUNK].bytes, s->blk[BK_TRUNK].bytes >= MS_BUF_HUGE_PAGE);
     int64_t acc = 0;
     for (int i = 0; i < BK_N; i++) acc += ms_plan_alloc_bytes(s->blk[i].bytes);
     MS_ASSERT(acc == pl->total_bytes);     /* every byte the plan promised, no more */
