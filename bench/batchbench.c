@@ -14,7 +14,7 @@
  *   token, and the generated ids (sequence j's ids are those it gets alone:
  *   test_batch proves the bits; the report lets a reader check the ids).
  * Usage: batchbench MODEL_DIR --ids 1,2,3 [--gen N] [--parallel 1,2,4]
- *          [--rounds R] [--ram S] [--threads N] [--chunk N] [--no-verify]
+ *          [--rounds R] [--ram S] [--threads N] [--chunk N] [--no-verify] [--no-pack]
  *          [--no-predict-experts]
  *   Output: one JSON object.
  * Does not: assert anything, sample (greedy only), or print text.
@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-') { ep.model_dir = a; continue; }
         if (!strcmp(a, "--no-verify")) { ep.no_verify = 1; continue; }
+        if (!strcmp(a, "--no-pack")) { ep.no_pack = 1; continue; }
         if (!strcmp(a, "--no-predict-experts")) { ep.no_predict_experts = 1; continue; }
         if (!v) { fprintf(stderr, "batchbench: %s needs a value\n", a); return 2; }
         i++;
@@ -166,7 +167,7 @@ int main(int argc, char **argv) {
     const int n_par = parse_list(par_arg, par, MAX_CONF);
     if (!ep.model_dir || n_prompt < 1 || n_par < 1 || n_gen < 1 || rounds < 1) {
         fprintf(stderr, "usage: batchbench MODEL_DIR --ids 1,2,3 [--gen N] [--parallel 1,2,4] [--rounds R]\n"
-                        "         [--ram S|min] [--threads N] [--chunk N] [--no-verify] [--no-predict-experts]\n");
+                        "         [--ram S|min] [--threads N] [--chunk N] [--no-verify] [--no-pack] [--no-predict-experts]\n");
         return 2;
     }
     for (int i = 0; i < n_par; i++)
