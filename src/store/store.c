@@ -354,7 +354,9 @@ void ms_store_close(ms_store *s) {
 
 /* The pack's image of region r, when the pack holds exactly its ranges and
  * the image fits its buffer at its shift (the writer made sure; a pack of
- * the same table with other layout rules would not). */
+ * the same table with other layout rules would not). Regions of more than
+ * 64 ranges (none today: bind.c merges a layer part's tensors into a few)
+ * are read from the shards. */
 static const ms_pack_entry *pack_entry(const ms_store *s, const region *r) {
     ms_pack_range q[64];
     if (r->n_ranges > 64) return NULL;
@@ -742,11 +744,10 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
     return MS_OK;
 }
 
-static int64_t pk_off_of(const ms_store *s, int id) { return s->regions[id].pk->image_off; }
+typedef struct pk_key { int64_t off; int id; } pk_key;
 
-static const ms_store *pk_sort_store;   /* qsort has no user pointer; start is single-threaded */
 static int pk_cmp(const void *a, const void *b) {
-    int64_t x = pk_off_of(pk_sort_store, *(const int *)a), y = pk_off_of(pk_sort_store, *(const int *)b);
+    const int64_t x = ((const pk_key *)a)->off, y = ((const pk_key *)b)->off;
     return (x > y) - (x < y);
 }
 
@@ -754,16 +755,20 @@ static int pk_cmp(const void *a, const void *b) {
 static ms_status index_packed(ms_store *s, ms_err *err) {
     if (!s->pack) return MS_OK;
     s->pk_by_off = malloc(((size_t)s->n_regions + 1) * sizeof *s->pk_by_off);
-    if (!s->pk_by_off) return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
+    pk_key *k = malloc(((size_t)s->n_regions + 1) * sizeof *k);
+    if (!s->pk_by_off || !k) { free(k); return ms_err_set(err, MS_E_NOMEM, "store: out of memory"); }
     for (int i = 0; i < s->n_regions; i++)
-        if (s->regions[i].pk) s->pk_by_off[s->n_pk++] = i;
-    pk_sort_store = s;
-    qsort(s->pk_by_off, (size_t)s->n_pk, sizeof *s->pk_by_off, pk_cmp);
-    for (int i = 1; i < s->n_pk; i++)     /* two regions with one image: never from a valid pack */
-        if (pk_off_of(s, s->pk_by_off[i - 1]) == pk_off_of(s, s->pk_by_off[i]))
-            return ms_err_set(err, MS_E_MODEL, "%s: two regions share an image", ms_pack_path(s->pack));
+        if (s->regions[i].pk) k[s->n_pk++] = (pk_key){ s->regions[i].pk->image_off, i };
+    qsort(k, (size_t)s->n_pk, sizeof *k, pk_cmp);
+    ms_status st = MS_OK;
+    for (int i = 0; i < s->n_pk; i++) {
+        s->pk_by_off[i] = k[i].id;
+        if (i > 0 && k[i - 1].off == k[i].off)  /* two regions with one image: never from a valid pack */
+            st = ms_err_set(err, MS_E_MODEL, "%s: two regions share an image", ms_pack_path(s->pack));
+    }
+    free(k);
     s->stats.packed_regions = s->n_pk;
-    return MS_OK;
+    return st;
 }
 
 ms_status ms_store_start(ms_store *s, ms_err *err) {
