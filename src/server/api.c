@@ -993,10 +993,11 @@ char *srv_api_model(srv *s) { return dump(model_json(s)); }
 
 char *srv_api_health(srv *s) {
     int draining = atomic_load(&s->draining);
-    return dump(json_pack("{s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I}", "status", draining ? "draining" : "ok",
+    return dump(json_pack("{s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:b, s:b}", "status", draining ? "draining" : "ok",
                           "model", s->o.model_name, "queue", (json_int_t)srv_queue_depth(s),
                           "requests", (json_int_t)atomic_load(&s->n_requests), "parallel", s->o.parallel,
                           "decode_steps", (json_int_t)atomic_load(&s->n_steps),
                           "decode_tokens", (json_int_t)atomic_load(&s->n_step_tokens),
-                          "prompt_tokens_read", (json_int_t)atomic_load(&s->n_prompt_fed)));
+                          "prompt_tokens_read", (json_int_t)atomic_load(&s->n_prompt_fed),
+                          "verify", s->verify_on, "pack", s->pack_on));
 }

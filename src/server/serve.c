@@ -67,6 +67,11 @@ static void usage(FILE *f) {
         "                         of them (their decode tokens and up to one prompt chunk)\n"
         "  --shutdown-timeout S   on SIGTERM wait this long for in-flight requests (default 30)\n"
         "  --idle-timeout S       close idle keep-alive connections after S seconds (default 60)\n"
+        "  --sums PATH            checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
+        "                         every weight byte read is verified   --no-verify  do not verify\n"
+        "  --pack PATH            packed trunk (default MODEL_DIR/moestream.pack when present, read\n"
+        "                         only with the sidecar): ~0.75 of the trunk bytes, same bits\n"
+        "  --no-pack              read the trunk from the shards only\n"
         "  --quiet                log errors only\n");
 }
 
@@ -135,6 +140,8 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 1; }
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+        if (!strcmp(a, "--no-verify")) { o->no_verify = 1; continue; }
+        if (!strcmp(a, "--no-pack")) { o->no_pack = 1; continue; }
         if (a[0] != '-') {
             if (o->model_dir) { fprintf(stderr, "moestream serve: unexpected argument '%s'\n", a); return -1; }
             o->model_dir = a;
@@ -147,6 +154,8 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
         if (!strcmp(a, "--host")) o->host = v;
         else if (!strcmp(a, "--port")) { bad = parse_int(v, 0, 65535, &x); o->port = (int)x; }
         else if (!strcmp(a, "--api-key")) o->api_key = v;
+        else if (!strcmp(a, "--sums")) o->sums_path = v;
+        else if (!strcmp(a, "--pack")) o->pack_path = v;
         else if (!strcmp(a, "--model-name")) o->model_name = v;
         else if (!strcmp(a, "--ram")) { o->ram = parse_ram(v); bad = o->ram < 0 && o->ram != MS_RAM_MIN; }
         else if (!strcmp(a, "--threads")) { bad = parse_int(v, 0, 1024, &x); o->threads = (int)x; }
@@ -259,6 +268,10 @@ int ms_serve_main(int argc, char **argv) {
     ep.max_draft = s->o.speculate;
     ep.n_seq = s->o.parallel;
     ep.prefill_chunk = s->o.chunk;
+    ep.sums_path = s->o.sums_path;
+    ep.no_verify = s->o.no_verify;
+    ep.pack_path = s->o.pack_path;
+    ep.no_pack = s->o.no_pack;
     ep.log = engine_log;
     ep.log_level = s->o.quiet ? MS_LOG_WARN : MS_LOG_INFO;
     char errbuf[512];
@@ -273,6 +286,10 @@ int ms_serve_main(int argc, char **argv) {
         return EXIT_USAGE_;
     }
     ms_engine_info(s->e, &s->info);
+    ms_stats est;
+    ms_engine_stats(s->e, &est);    /* before the worker starts: nothing else calls the engine */
+    s->verify_on = est.verify_on;
+    s->pack_on = est.pack_on;
     /* one engine call per pass over the weights: a call shorter than the engine's chunk
        would make its own pass and read a streamed model once more */
     if (s->o.prefill_chunk == 0) s->o.prefill_chunk = s->info.prefill_chunk;

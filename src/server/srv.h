@@ -69,6 +69,10 @@ typedef struct srv_opts {
     int thinking;               /* default of "thinking" when a request does not say */
     double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
     int idle_timeout_s;         /* close idle keep-alive connections after this */
+    const char *sums_path;      /* --sums PATH (default MODEL_DIR/moestream.sums when present) */
+    int no_verify;              /* --no-verify */
+    const char *pack_path;      /* --pack PATH (default MODEL_DIR/moestream.pack when present) */
+    int no_pack;                /* --no-pack */
 } srv_opts;
 
 /* ---- byte buffer ------------------------------------------------------------ */
@@ -214,6 +218,7 @@ typedef struct srv {
     atomic_llong n_requests, n_errors;
     atomic_llong n_steps, n_step_tokens;   /* decode steps of the worker, tokens they decoded */
     atomic_llong n_prompt_fed;             /* prompt tokens the worker read (reused ones not) */
+    int verify_on, pack_on;                /* the engine's, read once at open (/health) */
 } srv;
 
 /* worker.c */

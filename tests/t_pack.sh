@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# tests/t_pack.sh - `moestream pack` end to end: the CLI and the server read the
+# packed trunk and answer exactly as without it.
+#
+# On a copy of the bundled model (its shards, config, tokenizer; the sidecar is
+# written here): `pack` without a sidecar is refused (exit 2); with one it
+# writes moestream.pack. `run --json --ram min` with the pack reads fewer trunk
+# bytes (trunk_packed_read > 0, standing for trunk_unpacked_bytes) and generates
+# the same ids and text as `--no-pack`; `--no-verify` does not read the pack and
+# `--no-verify --pack PATH` is refused. `serve` with and without `--no-pack`:
+# /health says pack true / false and verify true, and a greedy completion and a
+# seeded chat answer are the same text. Last line: "t_pack: N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+BIN=${MS_BIN:-$BUILD/moestream}
+PY=/usr/bin/python3
+SRC=models/k3-tiny
+tmp=$(mktemp -d)
+PIDS=
+cleanup() { for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+[ -x "$BIN" ] || { bad "$BIN not found"; echo "t_pack: $pass passed, $fail failed"; exit 1; }
+
+M=$tmp/k3-tiny
+mkdir "$M"
+cp "$SRC"/*.safetensors "$SRC"/config.json "$SRC"/model.safetensors.index.json "$SRC"/tiktoken.model \
+   "$SRC"/tokenizer_config.json "$M"/
+
+# 1. a pack needs the sidecar
+"$BIN" pack "$M" > "$tmp/p0.out" 2> "$tmp/p0.err"; rc=$?
+if [ $rc = 2 ] && grep -q "moestream verify" "$tmp/p0.err" && [ ! -e "$M/moestream.pack" ]; then ok
+else bad "pack without a sidecar: exit $rc, $(cat "$tmp/p0.err")"; fi
+"$BIN" verify "$M" --quiet > /dev/null 2>&1 || bad "verify"
+if "$BIN" pack "$M" --quiet > "$tmp/p1.out" 2> "$tmp/p1.err" && [ -s "$M/moestream.pack" ] &&
+   grep -q "trunk regions packed" "$tmp/p1.out"; then ok
+else bad "pack: $(cat "$tmp/p1.out" "$tmp/p1.err")"; fi
+
+# 2. run: fewer bytes, the same ids and text
+PROMPT="And the LORD spake unto Moses, saying"
+"$BIN" run "$M" --prompt "$PROMPT" --max-tokens 24 --ram min --json --quiet > "$tmp/r1.json" 2> "$tmp/r1.err" || bad "run with the pack: $(cat "$tmp/r1.err")"
+"$BIN" run "$M" --prompt "$PROMPT" --max-tokens 24 --ram min --json --quiet --no-pack > "$tmp/r0.json" 2> "$tmp/r0.err" || bad "run --no-pack: $(cat "$tmp/r0.err")"
+"$BIN" run "$M" --prompt "$PROMPT" --max-tokens 24 --ram min --json --quiet --no-verify > "$tmp/r2.json" 2> "$tmp/r2.err" || bad "run --no-verify: $(cat "$tmp/r2.err")"
+$PY - "$tmp" <<'EOF' > "$tmp/r.check"
+import json, sys
+t = sys.argv[1]
+r1, r0, r2 = (json.load(open("%s/%s.json" % (t, n))) for n in ("r1", "r0", "r2"))
+s1, s0, s2 = r1["stats"], r0["stats"], r2["stats"]
+print("same_ids", r1["generated_ids"] == r0["generated_ids"] == r2["generated_ids"] and len(r1["generated_ids"]) > 0)
+print("same_text", r1["text"] == r0["text"] == r2["text"])
+print("pack_read", s1["pack"] and s1["trunk_packed_read"] > 0 and s1["trunk_unpacked_bytes"] > s1["trunk_packed_read"]
+      and s1["trunk_bytes_read"] < s0["trunk_bytes_read"] and s1["pack_fallbacks"] == 0)
+print("stood_for", s1["trunk_bytes_read"] - s1["trunk_packed_read"] + s1["trunk_unpacked_bytes"] == s0["trunk_bytes_read"])
+print("nopack_plain", (not s0["pack"]) and s0["trunk_packed_read"] == 0)
+print("noverify_ignores", (not s2["pack"]) and s2["trunk_packed_read"] == 0 and not s2["verify"])
+EOF
+for k in same_ids same_text pack_read stood_for nopack_plain noverify_ignores; do
+    if grep -q "^$k True" "$tmp/r.check"; then ok; else bad "run: $k ($(cat "$tmp/r.check" | tr '\n' ' '))"; fi
+done
+if grep -q "ignored" "$tmp/r2.err" || "$BIN" run "$M" --prompt "$PROMPT" --max-tokens 2 --ram min --no-verify 2>&1 | grep -q "ignored"; then ok
+else bad "--no-verify with a pack present says nothing"; fi
+"$BIN" run "$M" --prompt "$PROMPT" --max-tokens 2 --no-verify --pack "$M/moestream.pack" > /dev/null 2> "$tmp/r3.err"; rc=$?
+if [ $rc = 2 ] && grep -q "checksum sidecar" "$tmp/r3.err"; then ok; else bad "--no-verify --pack: exit $rc, $(cat "$tmp/r3.err")"; fi
+
+# 3. serve with and without the pack: /health says which, the answers are equal
+start() {   # name, args... -> URL in $tmp/url.NAME
+    local name=$1; shift
+    "$BIN" serve "$M" --port 0 --quiet --ram min "$@" > "$tmp/srv.$name.log" 2>&1 &
+    PIDS="$PIDS $!"
+    disown $!
+    for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.$name.log" && break; sleep 0.1; done
+    grep -o 'listening on http://[^/]*' "$tmp/srv.$name.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url.$name"
+}
+start pk
+start np --no-pack
+upk=$(cat "$tmp/url.pk"); unp=$(cat "$tmp/url.np")
+if [ -z "$upk" ] || [ -z "$unp" ]; then
+    bad "the servers did not start: $(tail -n 3 "$tmp/srv.pk.log" "$tmp/srv.np.log")"
+    echo "t_pack: $pass passed, $fail failed"; exit 1
+fi
+ask() {   # url, path, body -> stdout
+    curl -s -m 120 -H 'Content-Type: application/json' -d "$3" "$1/v1/$2"
+}
+B1="{\"model\":\"k3-tiny\",\"prompt\":\"$PROMPT\",\"max_tokens\":30,\"temperature\":0,\"ignore_eos\":true}"
+B2="{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"In the beginning\"}],\"max_tokens\":20,\"temperature\":0.8,\"seed\":3}"
+for u in pk np; do
+    url=$(cat "$tmp/url.$u")
+    ask "$url" completions "$B1" > "$tmp/c1.$u.json"
+    ask "$url" chat/completions "$B2" > "$tmp/c2.$u.json"
+    curl -s -m 10 "$url/health" > "$tmp/h.$u.json"
+done
+$PY - "$tmp" <<'EOF' > "$tmp/s.check"
+import json, sys
+t = sys.argv[1]
+def load(n):
+    try:
+        return json.load(open("%s/%s" % (t, n)))
+    except Exception:
+        return {}
+c1p, c1n, c2p, c2n = load("c1.pk.json"), load("c1.np.json"), load("c2.pk.json"), load("c2.np.json")
+hp, hn = load("h.pk.json"), load("h.np.json")
+def text(r, chat):
+    try:
+        return r["choices"][0]["message"]["content"] if chat else r["choices"][0]["text"]
+    except Exception:
+        return None
+print("completion_equal", text(c1p, 0) is not None and text(c1p, 0) == text(c1n, 0) and len(text(c1p, 0)) > 0)
+print("chat_equal", text(c2p, 1) is not None and text(c2p, 1) == text(c2n, 1))
+print("health_pack", hp.get("pack") is True and hp.get("verify") is True)
+print("health_nopack", hn.get("pack") is False and hn.get("verify") is True)
+EOF
+for k in completion_equal chat_equal health_pack health_nopack; do
+    if grep -q "^$k True" "$tmp/s.check"; then ok; else bad "serve: $k ($(cat "$tmp/s.check" | tr '\n' ' '))"; fi
+done
+echo "t_pack: $pass passed, $fail failed"
+[ $fail = 0 ]
