@@ -29,16 +29,9 @@ ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 [ -x "$BIN" ] || { bad "$BIN not found"; echo "t_parallel: $pass passed, $fail failed"; exit 1; }
 
-start() {   # name, args... -> URL in $tmp/url.NAME
-    local name=$1; shift
-    "$BIN" serve $M --port 0 --quiet "$@" > "$tmp/srv.$name.log" 2>&1 &
-    PIDS="$PIDS $!"
-    disown $!
-    for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.$name.log" && break; sleep 0.1; done
-    grep -o 'listening on http://[^/]*' "$tmp/srv.$name.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url.$name"
-}
-start one --parallel 1
-start par --parallel 3 --speculate 4
+. tests/lib_serve.sh
+serve_start one $M --parallel 1
+serve_start par $M --parallel 3 --speculate 4
 u1=$(cat "$tmp/url.one"); u3=$(cat "$tmp/url.par")
 if [ -z "$u1" ] || [ -z "$u3" ]; then
     bad "the servers did not start: $(tail -n 3 "$tmp/srv.one.log" "$tmp/srv.par.log")"

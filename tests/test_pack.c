@@ -376,11 +376,10 @@ static int damage_first_image(const char *path, const char *model, int header) {
 }
 
 static void engine(const char *tmp, const char *src, const char *name, const char *other) {
-    char dir[4200], pk[4400], sums[4400], msg[1024];
+    char dir[4200], pk[4400], msg[1024];
     snprintf(dir, sizeof dir, "%s/%s", tmp, name);
     if (!copy_model(src, dir)) { CHECK(0, "%s: copy", name); return; }
     snprintf(pk, sizeof pk, "%s/%s", dir, MS_PACK_FILE);
-    snprintf(sums, sizeof sums, "%s/%s", dir, MS_SUMS_FILE);
     int64_t V = 0;
     ms_stats s0, s1;
     cfg ref_c = { 0, 0, 2, 1, 0, NULL };

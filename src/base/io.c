@@ -37,6 +37,8 @@
  */
 #include "base/io.h"
 
+#include "base/clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -170,12 +172,6 @@ static const char *errtext(int e, char *buf, size_t n) {
     return strerror_r(e, buf, n);
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* ----------------------------------------------------------------- queue */
 
 /* Chunks wait in one FIFO per priority (the batch's); the backends take the
@@ -303,10 +299,10 @@ static void chunk_check(ms_io *io, io_chunk *c) {
         ms_err_clear(&e);
         int64_t n_ok = 0;
         pthread_mutex_unlock(&io->mu);
-        const int64_t t0 = now_ns();
+        const int64_t t0 = ms_now_ns();
         ms_status st = io->p.check(io->p.check_user, c->file, c->run_b, c->run_e, nb, c->need,
                                    c->base + (c->run_b - c->abeg), &n_ok, &e);
-        const int64_t dt = now_ns() - t0;
+        const int64_t dt = ms_now_ns() - t0;
         pthread_mutex_lock(&io->mu);
         io->st.checks++;
         io->st.check_ns += dt;
@@ -971,7 +967,7 @@ int64_t ms_io_cancel(ms_io *io, uint64_t ticket) {
 ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *err) {
     if (check) ms_err_clear(check);
     if (!io) return ms_err_set(err, MS_E_USAGE, "io: ms_io_wait needs io");
-    int64_t t0 = now_ns();
+    int64_t t0 = ms_now_ns();
     pthread_mutex_lock(&io->mu);
     io_batch **pp = &io->active;
     while (*pp && (*pp)->ticket != ticket) pp = &(*pp)->next;
@@ -993,7 +989,7 @@ ms_status ms_io_wait_checked(ms_io *io, uint64_t ticket, ms_err *check, ms_err *
     else if (b->check_failed) st = ms_err_set(err, b->check_err.status, "%s", b->check_err.msg);
     b->next = io->spare;
     io->spare = b;
-    io->st.wait_ns += now_ns() - t0;
+    io->st.wait_ns += ms_now_ns() - t0;
     pthread_mutex_unlock(&io->mu);
     return st;
 }

@@ -12,16 +12,17 @@
  */
 #include "moestream.h"
 
+#include "base/clock.h"
 #include "base/err.h"
+#include "base/io.h"
 #include "base/log.h"
 #include "base/pool.h"
+#include "engine/engine_int.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "store/store.h"
-#include "base/io.h"
-#include "engine/engine_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,12 +52,6 @@ ms_engine_params ms_engine_default_params(void) {
     memset(&p, 0, sizeof p);
     p.log_level = MS_LOG_INFO;
     return p;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int64_t rss_bytes(void) {
@@ -153,11 +148,11 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
                    " (run 'moestream verify %s' once to write it)", MS_SUMS_FILE, p->model_dir);
         }
     }
-    if (!p->no_pack) {
-        char pk_path[4200];
-        snprintf(pk_path, sizeof pk_path, "%s/%s", p->model_dir, MS_PACK_FILE);
-        const char *path_used = p->pack_path ? p->pack_path : pk_path;
-        if ((p->pack_path || access(path_used, F_OK) == 0) && !e->sums) {
+    char pk_path[4200];
+    snprintf(pk_path, sizeof pk_path, "%s/%s", p->model_dir, MS_PACK_FILE);
+    const char *path_used = p->pack_path ? p->pack_path : pk_path;
+    if (!p->no_pack && (p->pack_path || access(path_used, F_OK) == 0)) {
+        if (!e->sums) {
             /* a pack is only as good as the check of what it decodes to */
             if (p->pack_path) {
                 st = ms_err_set(&err, MS_E_USAGE, "a packed trunk is read only with its checksum sidecar"
@@ -166,7 +161,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
             }
             ms_log(&e->log, MS_LOG_WARN, "packed trunk %s ignored: it is read only with the checksum sidecar (%s)",
                    path_used, p->no_verify ? "--no-verify" : "none");
-        } else if (p->pack_path || access(path_used, F_OK) == 0) {
+        } else {
             ms_err pe;
             ms_err_clear(&pe);
             if (ms_pack_load(path_used, e->ckpt, e->sums, &e->pack, &pe) != MS_OK) {
@@ -486,7 +481,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     ms_err_clear(&err);
     ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, record ? &s->rb : NULL,
                        NULL, 0, NULL, 0, NULL, NULL };
-    double t0 = now_s();
+    double t0 = ms_now_s();
     ms_status st = MS_OK;
     const int64_t chunk = e->p.prefill_chunk;
     for (int64_t i = 0; i < n && st == MS_OK; i += chunk) {
@@ -505,7 +500,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         if (st == MS_OK && all_logits)
             memcpy(s->logits, all_logits + (i + T - 1) * V, (size_t)V * sizeof(float));
     }
-    double dt = now_s() - t0;
+    double dt = ms_now_s() - t0;
     if (dt_out) *dt_out = dt;
     e->scale255 += ctx.scale255;
     if (count) {
@@ -599,7 +594,7 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
     ms_err err;
     ms_err_clear(&err);
     ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, NULL, NULL, 0, NULL, 0, NULL, NULL };
-    double t0 = now_s();
+    double t0 = ms_now_s();
     ms_status st = MS_OK;
     /* passes of up to `chunk` tokens (so at most `chunk` segments), filled in
      * session order: sessions before i0 are done, i0 has read `off` of its
@@ -624,7 +619,7 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
         }
         st = ms_forward_batch(&ctx, e->fwd, seg, ns, pid, &err);
     }
-    const double dt = now_s() - t0;
+    const double dt = ms_now_s() - t0;
     e->scale255 += ctx.scale255;
     if (all_one) { e->stats.n_tokens_decode += k; e->stats.decode_s += dt; }
     else { e->stats.n_tokens_prefill += total; e->stats.prefill_s += dt; }

@@ -10,6 +10,7 @@
  */
 #include "moestream.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "format/config.h"
@@ -24,12 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 ms_status ms_pack_checkpoint(const char *model_dir, const char *pack_path, const char *sums_path,
                              ms_log_fn log, void *log_user, ms_log_level log_level,
                              ms_pack_result *out, char *errbuf, size_t errbuf_len) {
@@ -37,7 +32,7 @@ ms_status ms_pack_checkpoint(const char *model_dir, const char *pack_path, const
     const ms_logger lg = { log, log_user, log_level };
     ms_err err;
     ms_err_clear(&err);
-    const double t0 = now_s();
+    const double t0 = ms_now_s();
     ms_config cfg;
     ms_ckpt *ck = NULL;
     ms_sums *sums = NULL;
@@ -71,7 +66,7 @@ ms_status ms_pack_checkpoint(const char *model_dir, const char *pack_path, const
     st = ms_store_write_pack(store, path, ms_sums_table_hash(ck), &out->raw_bytes, &out->packed_bytes,
                              &out->packed_raw_bytes, &out->n_packed, &out->n_regions, &err);
 done:
-    out->seconds = now_s() - t0;
+    out->seconds = ms_now_s() - t0;
     if (st != MS_OK && errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);
     if (bound) ms_model_free(&m);
     ms_store_close(store);

@@ -8,6 +8,7 @@
  */
 #include "moestream.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "format/safetensors.h"
@@ -17,12 +18,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct bad_ctx { const ms_logger *log; const ms_sums *sums; } bad_ctx;
 
@@ -43,7 +38,7 @@ ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int
     ms_err_clear(&err);
     ms_ckpt *ck = NULL;
     ms_sums *sums = NULL;
-    const double t0 = now_s();
+    const double t0 = ms_now_s();
     char path[4200];
     ms_status st;
     if (!model_dir) { st = ms_err_set(&err, MS_E_USAGE, "no model directory given"); goto done; }
@@ -75,7 +70,7 @@ ms_status ms_verify_checkpoint(const char *model_dir, const char *sums_path, int
     }
     out->n_blocks = ms_sums_n_blocks(sums);
 done:
-    out->seconds = now_s() - t0;
+    out->seconds = ms_now_s() - t0;
     if (st != MS_OK && errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);
     ms_sums_free(sums);
     ms_ckpt_close(ck);

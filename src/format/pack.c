@@ -260,6 +260,7 @@ struct ms_pack_writer {
     int64_t img_cap;
     uint8_t *chk;               /* a region buffer: each image is decoded there and compared */
     int64_t chk_cap;
+    uint8_t *scratch;           /* the decoder's, MS_PACK_CHUNK_BYTES */
     uint8_t *index;             /* serialized entries */
     int64_t index_len, index_cap;
     int64_t n_entries;
@@ -273,7 +274,8 @@ ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t su
     w->fd = -1;
     w->path = strdup(path);
     w->tmp = malloc(strlen(path) + 5);
-    if (!w->path || !w->tmp) { ms_pack_writer_abort(w); return ms_err_set(err, MS_E_NOMEM, "out of memory"); }
+    w->scratch = malloc((size_t)R);
+    if (!w->path || !w->tmp || !w->scratch) { ms_pack_writer_abort(w); return ms_err_set(err, MS_E_NOMEM, "out of memory"); }
     sprintf(w->tmp, "%s.tmp", path);
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
@@ -339,11 +341,8 @@ ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int
     /* every image decodes, in place, to the bytes it was made of, or it is not written */
     if ((st = grow(&w->chk, &w->chk_cap, buf_bytes, err)) != MS_OK) return st;
     memcpy(w->chk + shift, w->img, (size_t)len);
-    uint8_t *scratch = malloc((size_t)R);
-    if (!scratch) return ms_err_set(err, MS_E_NOMEM, "out of memory");
     ms_pack_entry e = { n_ranges, ranges, w->at, len, shift, raw, NULL };
-    st = ms_pack_decode_image(w->chk, buf_bytes, &e, pos, scratch, 1, err);
-    free(scratch);
+    st = ms_pack_decode_image(w->chk, buf_bytes, &e, pos, w->scratch, 1, err);
     for (int i = 0; i < n_ranges && st == MS_OK; i++)
         if (memcmp(w->chk + pos[i], buf + pos[i], (size_t)ranges[i].n_bytes) != 0)
             st = ms_err_set(err, MS_E_INTERNAL, "pack: an image did not decode to its bytes (range %d)", i);
@@ -398,7 +397,7 @@ ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
     if (st == MS_OK && rename(w->tmp, w->path) != 0)
         st = ms_err_set(err, MS_E_IO, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
     if (st != MS_OK) { ms_pack_writer_abort(w); return st; }
-    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->index);
+    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->scratch); free(w->index);
     free(w);
     return MS_OK;
 }
@@ -407,7 +406,7 @@ void ms_pack_writer_abort(ms_pack_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (w->tmp) unlink(w->tmp);
-    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->index);
+    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->scratch); free(w->index);
     free(w);
 }
 

@@ -9,6 +9,7 @@
  */
 #include "format/sums.h"
 
+#include "base/clock.h"
 #include "format/le.h"
 
 #include <errno.h>
@@ -38,12 +39,6 @@ struct ms_sums {
     int64_t **by_off;           /* [shard] non-empty tensor indices sorted by offset */
     int64_t *n_by_off;          /* [shard] */
 };
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 
 static int64_t n_blocks_of(int64_t n_bytes) { return (n_bytes + B - 1) / B; }
@@ -148,7 +143,7 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
     if (!buf) return ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
     int64_t total = 0, done = 0;
     for (int64_t i = 0; i < s->n_tensors; i++) total += ms_ckpt_tensor(s->ck, i)->n_bytes;
-    const int64_t t0 = now_ns();
+    const int64_t t0 = ms_now_ns();
     int64_t last = t0;
     int fd = -1, fd_shard = -1;
     ms_status st = MS_OK;
@@ -183,7 +178,7 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
                 hash[blk++] = XXH3_64bits(buf + k, (size_t)(want - k < B ? want - k : B));
             at += want;
             done += want;
-            int64_t now = now_ns();
+            int64_t now = ms_now_ns();
             if (now - last >= PROGRESS_NS) {
                 last = now;
                 double sec = 1e-9 * (double)(now - t0);

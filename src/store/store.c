@@ -67,6 +67,7 @@
 #include "store/store.h"
 
 #include "base/bufalloc.h"
+#include "base/clock.h"
 #include "store/cache.h"
 #include "store/trace.h"
 
@@ -162,12 +163,6 @@ struct ms_store {
     int64_t unpack_ns;          /* added by the checker threads (atomic) */
 };
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The I/O layer's check hook (base/io.h): called on an I/O thread when a
  * chunk of a region or part read lands, with the landed stretch [rb, re) of
  * its request around the chunk's data [nb, ne). Hashes the checksum blocks
@@ -224,9 +219,9 @@ static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, const uint8_t
         *n_checked = r->pk->image_bytes;
     }
     uint8_t scratch[MS_PACK_CHUNK_BYTES];
-    const int64_t t0 = now_ns();
+    const int64_t t0 = ms_now_ns();
     st = ms_pack_decode_image(buf, r->buf_bytes, r->pk, r->pos, scratch, 1, err);
-    __atomic_fetch_add(&s->unpack_ns, now_ns() - t0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->unpack_ns, ms_now_ns() - t0, __ATOMIC_RELAXED);
     return st;
 }
 
@@ -505,10 +500,10 @@ static ms_status submit_region(ms_store *s, const region *r, uint8_t *buf, uint6
  * (the bytes are dropped too). */
 static ms_status wait_ticket(ms_store *s, uint64_t ticket, int64_t *ns_extra, ms_err *check,
                              ms_err *err) {
-    int64_t t0 = now_ns();
+    int64_t t0 = ms_now_ns();
     ms_err dropped;
     ms_status st = ms_io_wait_checked(s->io, ticket, check ? check : &dropped, err);
-    int64_t dt = now_ns() - t0;
+    int64_t dt = ms_now_ns() - t0;
     s->stats.io_wait_ns += dt;
     if (ns_extra) *ns_extra += dt;
     return st;
@@ -519,9 +514,9 @@ static ms_status wait_ticket(ms_store *s, uint64_t ticket, int64_t *ns_extra, ms
  * timed and counted. */
 static ms_status check_sync(ms_store *s, int shard, int64_t off, int64_t n, const uint8_t *p,
                             ms_err *err) {
-    const int64_t t0 = now_ns();
+    const int64_t t0 = ms_now_ns();
     ms_status st = ms_sums_check(s->sums, shard, off, n, p, err);
-    const int64_t dt = now_ns() - t0;
+    const int64_t dt = ms_now_ns() - t0;
     s->stats.verify_ns += dt;
     s->stats.verify_sync_ns += dt;
     if (st == MS_OK) s->stats.verify_bytes += n;
@@ -1432,7 +1427,7 @@ ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash
     ms_pack_writer *w = NULL;
     ms_status st = buf && q && s->reqs ? MS_OK : ms_err_set(err, MS_E_NOMEM, "store: out of memory");
     if (st == MS_OK) st = ms_pack_writer_open(path, table_hash, ms_sums_content_hash(s->sums), &w, err);
-    int64_t total = 0, done = 0, t_log = now_ns();
+    int64_t total = 0, done = 0, t_log = ms_now_ns();
     for (int i = 0; i < s->n_regions; i++)
         if (s->regions[i].cls == MS_REGION_TRUNK) total += s->regions[i].data_bytes;
     for (int i = 0; i < s->n_regions && st == MS_OK; i++) {
@@ -1452,8 +1447,8 @@ ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash
             *packed_bytes += img;
             *packed_raw += r->data_bytes;
         }
-        if (now_ns() - t_log > 5000000000LL) {
-            t_log = now_ns();
+        if (ms_now_ns() - t_log > 5000000000LL) {
+            t_log = ms_now_ns();
             ms_log(s->p.log, MS_LOG_INFO, "pack: %.1f of %.1f GB", (double)done / 1e9, (double)total / 1e9);
         }
     }

@@ -1,0 +1,16 @@
+# tests/lib_serve.sh - sourced by the server tests (t_parallel.sh, t_pack.sh):
+# start `moestream serve` on a free port.
+#
+# serve_start NAME MODEL_DIR [ARGS...]: runs "$BIN serve MODEL_DIR --port 0 --quiet
+#   ARGS" in the background (its PID appended to $PIDS, for the caller's cleanup),
+#   waits up to 30 s for 'listening on', and writes its base URL to $tmp/url.NAME
+#   (empty when it did not start; its log is $tmp/srv.NAME.log).
+serve_start() {
+    local name=$1 model=$2
+    shift 2
+    "$BIN" serve "$model" --port 0 --quiet "$@" > "$tmp/srv.$name.log" 2>&1 &
+    PIDS="$PIDS $!"
+    disown $!
+    for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.$name.log" && break; sleep 0.1; done
+    grep -o 'listening on http://[^/]*' "$tmp/srv.$name.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url.$name"
+}
