@@ -13,7 +13,7 @@
  *   phase (a fault during steady-state decode is memory touched for the first
  *   time in that token). Output: one JSON object.
  * Usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]
- *          [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]
+ *          [--expert-ram S] [--io pread|direct|uring] [--queue-depth N] [--io-chunk S]
  *          [--threads N] [--cache s3fifo|lru] [--no-readahead]
  *   --gen N: N tokens are generated, N - 1 of them fed back (as `run`).
  *   --speculate K: decode steps draft up to K tokens by prompt lookup and verify
@@ -128,7 +128,7 @@ static int32_t pick_greedy(void *user, const float *logits, const int32_t *hist,
 
 static void print_usage(FILE *f) {
     fprintf(f, "usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]\n"
-               "         [--expert-ram S] [--io pread|direct|uring] [--queue-depth N]\n"
+               "         [--expert-ram S] [--io pread|direct|uring] [--queue-depth N] [--io-chunk S]\n"
                "         [--threads N] [--cache s3fifo|lru] [--no-readahead] [--speculate K] [--chunk N]\n"
                "         [--no-verify] [--no-pack] [--pick-among N]   (--ram min: the smallest plan)\n");
 }
@@ -163,6 +163,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--pick-among")) pick_among = atoi(v);
         else if (!strcmp(a, "--trunk-ram")) ep.trunk_bytes = sz = parse_size(v);
         else if (!strcmp(a, "--expert-ram")) ep.expert_bytes = sz = parse_size(v);
+        else if (!strcmp(a, "--io-chunk")) ep.io_chunk_bytes = sz = parse_size(v);
         else { fprintf(stderr, "decodebench: unknown option '%s'\n", a); return 2; }
         if (sz == -1) { fprintf(stderr, "decodebench: bad size '%s' for %s\n", v, a); return 2; }
     }

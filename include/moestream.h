@@ -64,6 +64,8 @@ typedef struct ms_engine_params {
     int64_t expert_bytes;       /* > 0: ceiling on the expert cache */
     const char *io_backend;     /* "direct" (default), "pread", "uring" */
     int io_queue_depth;         /* reads in flight (default 4) */
+    int64_t io_chunk_bytes;     /* reads are split into pieces of at most this many bytes,
+                                   rounded up to 4 KiB (default 2 MiB; at most 1 GiB) */
     const char *cache_policy;   /* "s3fifo" (default), "lru" */
     int no_readahead;           /* 1: read streamed trunk regions synchronously */
     const char *trace_path;     /* append every expert request here */

@@ -8,7 +8,9 @@
  *     random bytes stay raw (one header per chunk);
  *   - a region of 3 ranges at the store's layout (skews, pads) through the
  *     writer and the reader: the image lands at its shift and decodes in place,
- *     and its block hashes refuse a flipped byte;
+ *     at once or in steps as it lands (random step sizes; no step writes
+ *     over bytes not yet decoded from or past what has landed), and its block
+ *     hashes refuse a flipped byte;
  *     2000 images with random bytes flipped decode to MS_OK or MS_E_MODEL,
  *     never outside the buffer (the sanitizer builds run this too);
  *   - the file: a pack loads against its checkpoint and is refused against
@@ -200,6 +202,49 @@ static void region_and_file(const char *tmp, const char *model_a, const char *mo
                     same = same && memcmp(buf + pos[i], want + pos[i], (size_t)r[i].n_bytes) == 0;
                 CHECK(same, "region decode simd %d: %s", simd, err.msg);
             }
+            /* as it lands: the image arrives in pieces of random sizes (past what
+             * has landed the buffer holds junk, 0xAB: a bad chunk header) and is
+             * decoded after each; no step reads or writes past what has landed,
+             * and the result is the whole decode's */
+            uint8_t *junk = malloc((size_t)e->image_bytes);
+            memset(junk, 0xAB, (size_t)e->image_bytes);
+            for (int t = 0; t < 40; t++) {
+                memset(buf, 0xAB, (size_t)bb);
+                ms_pack_cursor cur;
+                ms_pack_cursor_init(&cur, e);
+                ms_err_clear(&err);
+                int64_t k = 0;
+                int ok = 1, steps = 0;
+                while (ok && !cur.done && steps < 100000) {
+                    const uint64_t u = next();
+                    const int64_t k0 = k;
+                    k += t == 0 ? 13 : t == 1 ? 4096 : (int64_t)(u % (t < 20 ? 5000 : 70000));
+                    if (k > e->image_bytes) k = e->image_bytes;
+                    memcpy(buf + e->shift + k0, image + k0, (size_t)(k - k0));
+                    const int64_t at = cur.in;
+                    ok = ms_pack_decode_upto(buf, bb, e, pos, &cur, e->shift + k, scratch, t % 3, &err) == MS_OK &&
+                         memcmp(buf + e->shift + k, junk, (size_t)(e->image_bytes - k)) == 0 &&
+                         cur.in >= at && cur.in <= e->shift + k;
+                    steps++;
+                }
+                int same = ok && cur.done && cur.in == e->shift + e->image_bytes;
+                for (int i = 0; i < 3; i++)
+                    same = same && memcmp(buf + pos[i], want + pos[i], (size_t)r[i].n_bytes) == 0;
+                CHECK(same, "stepwise decode %d (%d steps, at %lld of %lld): %s", t, steps, (long long)k,
+                      (long long)e->image_bytes, err.msg);
+                /* a finished cursor stays finished */
+                CHECK(ms_pack_decode_upto(buf, bb, e, pos, &cur, e->shift + e->image_bytes, scratch, 1, &err) == MS_OK &&
+                      cur.done, "a second call on a finished cursor");
+            }
+            free(junk);
+            {   /* nothing landed past the first header's 3 bytes: nothing decoded */
+                memcpy(buf + e->shift, image, (size_t)e->image_bytes);
+                ms_pack_cursor cur;
+                ms_pack_cursor_init(&cur, e);
+                CHECK(ms_pack_decode_upto(buf, bb, e, pos, &cur, e->shift + 3, scratch, 1, &err) == MS_OK &&
+                      !cur.done && cur.in == e->shift && cur.range == 0 && cur.chunk == 0,
+                      "decoded with 3 bytes landed");
+            }
             /* the same image at the buffer's start breaks the ordering rule: refused */
             ms_pack_entry e0 = *e;
             e0.shift = 0;
@@ -281,6 +326,7 @@ typedef struct cfg {
     int64_t ram, trunk;
     int threads, no_pack, no_verify;
     const char *pack_path;
+    int64_t io_chunk;           /* 0: the default 2 MiB reads */
 } cfg;
 
 /* teacher-forced logits [N_IDS, V] one token at a time (decode, with guesses) */
@@ -293,6 +339,7 @@ static float *logits(const char *dir, const cfg *c, int64_t *V, ms_stats *stats,
     p.no_pack = c->no_pack;
     p.no_verify = c->no_verify;
     p.pack_path = c->pack_path;
+    p.io_chunk_bytes = c->io_chunk;
     ms_engine *e;
     if (ms_engine_open(&p, &e, msg, len) != MS_OK) return NULL;
     ms_model_info info;
@@ -382,7 +429,7 @@ static void engine(const char *tmp, const char *src, const char *name, const cha
     snprintf(pk, sizeof pk, "%s/%s", dir, MS_PACK_FILE);
     int64_t V = 0;
     ms_stats s0, s1;
-    cfg ref_c = { 0, 0, 2, 1, 0, NULL };
+    cfg ref_c = { 0, 0, 2, 1, 0, NULL, 0 };
     float *ref = logits(dir, &ref_c, &V, &s0, msg, sizeof msg);
     CHECK(ref != NULL, "%s: reference: %s", name, msg);
     ms_pack_result pr;
@@ -391,7 +438,7 @@ static void engine(const char *tmp, const char *src, const char *name, const cha
     ms_verify_result vr;
     st = ms_verify_checkpoint(dir, NULL, 1, NULL, NULL, MS_LOG_ERROR, &vr, msg, sizeof msg);
     CHECK(st == MS_OK, "%s: sums: %s", name, msg);
-    cfg floor_np = { MS_RAM_MIN, 0, 2, 1, 0, NULL };    /* the bytes a floor run reads without the pack */
+    cfg floor_np = { MS_RAM_MIN, 0, 2, 1, 0, NULL, 0 };    /* the bytes a floor run reads without the pack */
     float *fl = logits(dir, &floor_np, &V, &s0, msg, sizeof msg);
     CHECK(fl && ref && memcmp(fl, ref, (size_t)(N_IDS * V) * 4) == 0, "%s: floor without a pack", name);
     free(fl);
@@ -401,8 +448,12 @@ static void engine(const char *tmp, const char *src, const char *name, const cha
     if (!ref || st != MS_OK) { free(ref); return; }
     /* the same bits at every budget and thread count, with the pack */
     const int64_t trunk_mid = pr.raw_bytes * 6 / 10;       /* most of the trunk pinned, the rest streamed */
-    cfg rungs[] = { { MS_RAM_MIN, 0, 1, 0, 0, NULL }, { MS_RAM_MIN, 0, 2, 0, 0, NULL },
-                    { 0, trunk_mid, 2, 0, 0, NULL }, { 0, 0, 1, 0, 0, NULL } };
+    /* the last two read in 4 and 8 KiB pieces: every image lands in many pieces,
+     * out of order, on both checker threads, and is decoded as far as it has
+     * landed (streamed at the floor; pinned at open) */
+    cfg rungs[] = { { MS_RAM_MIN, 0, 1, 0, 0, NULL, 0 }, { MS_RAM_MIN, 0, 2, 0, 0, NULL, 0 },
+                    { 0, trunk_mid, 2, 0, 0, NULL, 0 }, { 0, 0, 1, 0, 0, NULL, 0 },
+                    { MS_RAM_MIN, 0, 2, 0, 0, NULL, 4096 }, { 0, 0, 2, 0, 0, NULL, 8192 } };
     for (size_t k = 0; k < sizeof rungs / sizeof rungs[0]; k++) {
         float *lg = logits(dir, &rungs[k], &V, &s1, msg, sizeof msg);
         CHECK(lg && memcmp(lg, ref, (size_t)(N_IDS * V) * 4) == 0, "%s: rung %zu with the pack: %s", name, k,
@@ -425,12 +476,12 @@ static void engine(const char *tmp, const char *src, const char *name, const cha
         free(lg);
     }
     /* without the sidecar the pack is not read: ignored when found, refused when named */
-    cfg nv = { MS_RAM_MIN, 0, 2, 0, 1, NULL };
+    cfg nv = { MS_RAM_MIN, 0, 2, 0, 1, NULL, 0 };
     float *lg0 = logits(dir, &nv, &V, &s1, msg, sizeof msg);
     CHECK(lg0 && memcmp(lg0, ref, (size_t)(N_IDS * V) * 4) == 0 && s1.pack_on == 0 && s1.trunk_packed_read == 0,
           "%s: --no-verify: %s, pack_on %d", name, lg0 ? "ran" : msg, s1.pack_on);
     free(lg0);
-    cfg nvp = { MS_RAM_MIN, 0, 2, 0, 1, pk };
+    cfg nvp = { MS_RAM_MIN, 0, 2, 0, 1, pk, 0 };
     lg0 = logits(dir, &nvp, &V, &s1, msg, sizeof msg);
     CHECK(!lg0 && strstr(msg, "checksum sidecar"), "%s: --no-verify --pack: %s", name, lg0 ? "ran" : msg);
     free(lg0);
@@ -439,7 +490,7 @@ static void engine(const char *tmp, const char *src, const char *name, const cha
     for (int header = 0; header < 2; header++) {
         st = ms_pack_checkpoint(dir, NULL, NULL, NULL, NULL, MS_LOG_ERROR, &pr, msg, sizeof msg);
         CHECK(st == MS_OK && damage_first_image(pk, dir, header), "%s: damage", name);
-        cfg c = { MS_RAM_MIN, 0, 2, 0, 0, NULL };
+        cfg c = { MS_RAM_MIN, 0, 2, 0, 0, NULL, 0 };
         float *lg = logits(dir, &c, &V, &s1, msg, sizeof msg);
         CHECK(lg && memcmp(lg, ref, (size_t)(N_IDS * V) * 4) == 0, "%s: damaged (header %d): %s", name, header,
               lg ? "different bits" : msg);
@@ -451,12 +502,12 @@ static void engine(const char *tmp, const char *src, const char *name, const cha
     char opk[4400];
     snprintf(opk, sizeof opk, "%s/%s/%s", tmp, other, MS_PACK_FILE);
     if (access(opk, F_OK) == 0) {
-        cfg named = { 0, 0, 2, 0, 0, opk };
+        cfg named = { 0, 0, 2, 0, 0, opk, 0 };
         float *lg = logits(dir, &named, &V, &s1, msg, sizeof msg);
         CHECK(!lg && strstr(msg, "another checkpoint"), "%s: another model's pack named: %s", name, msg);
         free(lg);
         CHECK(copy_file(opk, pk), "copy pack");
-        cfg found = { MS_RAM_MIN, 0, 2, 0, 0, NULL };
+        cfg found = { MS_RAM_MIN, 0, 2, 0, 0, NULL, 0 };
         lg = logits(dir, &found, &V, &s1, msg, sizeof msg);
         CHECK(lg && memcmp(lg, ref, (size_t)(N_IDS * V) * 4) == 0 && s1.pack_on == 0,
               "%s: another model's pack found: %s, pack_on %d", name, lg ? "ran" : msg, s1.pack_on);

@@ -208,6 +208,8 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
         else { st = ms_err_set(&err, MS_E_USAGE, "unknown I/O backend '%s' (pread, direct, uring)", p->io_backend); goto fail; }
     }
     if (p->io_queue_depth > 0) iop.queue_depth = p->io_queue_depth;
+    if (p->io_chunk_bytes < 0) { st = ms_err_set(&err, MS_E_USAGE, "negative I/O chunk size"); goto fail; }
+    if (p->io_chunk_bytes > 0) iop.chunk_bytes = p->io_chunk_bytes;
     if (p->fault_kind < 0 || p->fault_kind > 4) { st = ms_err_set(&err, MS_E_USAGE, "unknown fault kind %d", p->fault_kind); goto fail; }
     iop.fault.kind = (ms_fault_kind)p->fault_kind;
     iop.fault.at_read = p->fault_at_read;

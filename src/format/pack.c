@@ -200,53 +200,96 @@ static ms_status decode_chunk(uint8_t *out, const uint8_t *p, int64_t W, int64_t
     return MS_OK;
 }
 
-ms_status ms_pack_decode_image(uint8_t *buf, int64_t buf_bytes, const ms_pack_entry *e,
-                               const int64_t *pos, uint8_t *scratch, int use_simd, ms_err *err) {
-    int64_t in = e->shift;
+void ms_pack_cursor_init(ms_pack_cursor *c, const ms_pack_entry *e) {
+    c->in = e->shift;
+    c->range = 0;
+    c->chunk = 0;
+    c->done = 0;
+}
+
+ms_status ms_pack_decode_upto(uint8_t *buf, int64_t buf_bytes, const ms_pack_entry *e,
+                              const int64_t *pos, ms_pack_cursor *cur, int64_t avail,
+                              uint8_t *scratch, int use_simd, ms_err *err) {
     const int64_t end = e->shift + e->image_bytes;
-    if (in < 0 || e->image_bytes < 0 || end > buf_bytes)
+    if (e->shift < 0 || e->image_bytes < 0 || end > buf_bytes)
         return ms_err_set(err, MS_E_MODEL, "pack: image [%lld, %lld) outside its %lld-byte buffer",
-                          (long long)in, (long long)end, (long long)buf_bytes);
-    for (int i = 0; i < e->n_ranges; i++) {
+                          (long long)e->shift, (long long)end, (long long)buf_bytes);
+    if (avail > end) avail = end;
+    int64_t in = cur->in;
+    int decoded = 0;
+    ms_status st = MS_OK;
+    while (cur->range < e->n_ranges) {
+        const int i = cur->range;
         const int64_t n = e->ranges[i].n_bytes, k_last = (n + R - 1) / R - 1;
-        if (pos[i] < 0 || n < 0 || pos[i] > buf_bytes - n)
-            return ms_err_set(err, MS_E_MODEL, "pack: range %d outside its buffer", i);
-        for (int64_t c = 0; c <= k_last; c++) {
-            const int64_t nc = n - c * R < R ? n - c * R : R;
-            uint8_t *out = buf + pos[i] + c * R;
-            if (end - in < 4) return ms_err_set(err, MS_E_MODEL, "pack: image too short");
-            const uint32_t hd = ms_get32(buf + in);
-            int64_t len;
-            if (hd == MS_PACK_RAW_FLAG) len = nc;
-            else if (hd & MS_PACK_RAW_FLAG || nc % 2 || (int64_t)hd > nc / 2)
-                return ms_err_set(err, MS_E_MODEL, "pack: bad chunk header %08x", (unsigned)hd);
-            else if ((len = packed_payload(nc / 2, hd)) >= nc)
-                return ms_err_set(err, MS_E_MODEL, "pack: a packed chunk no smaller than its output");
-            const int64_t next = in + 4 + len;
-            /* the output may cover this chunk's input (copied first), never a later chunk's */
-            const int last = i == e->n_ranges - 1 && c == k_last;
-            if (next > end || (!last && out + nc > buf + next))
-                return ms_err_set(err, MS_E_MODEL, "pack: chunk %lld of range %d lies outside the image"
-                                  " or its output reaches the next chunk", (long long)c, i);
-            if (hd == MS_PACK_RAW_FLAG) {
-                memmove(out, buf + in + 4, (size_t)nc);
-            } else {
-                const uint8_t *src = buf + in + 4;
-                if (out + nc > src) {   /* the output covers its own input: copy it first */
-                    memcpy(scratch, src, (size_t)len);
-                    src = scratch;
-                }
-                ms_status st = decode_chunk(out, src, nc / 2, hd, use_simd, err);
-                if (st != MS_OK) return st;
-            }
-            in = next;
+        if (pos[i] < 0 || n < 0 || pos[i] > buf_bytes - n) {
+            st = ms_err_set(err, MS_E_MODEL, "pack: range %d outside its buffer", i);
+            break;
         }
+        if (cur->chunk > k_last) {  /* this range is done (or empty) */
+            cur->range++;
+            cur->chunk = 0;
+            continue;
+        }
+        const int64_t c = cur->chunk, nc = n - c * R < R ? n - c * R : R;
+        uint8_t *out = buf + pos[i] + c * R;
+        if (end - in < 4) { st = ms_err_set(err, MS_E_MODEL, "pack: image too short"); break; }
+        if (avail - in < 4) break;  /* the header has not landed yet */
+        const uint32_t hd = ms_get32(buf + in);
+        int64_t len;
+        if (hd == MS_PACK_RAW_FLAG) len = nc;
+        else if (hd & MS_PACK_RAW_FLAG || nc % 2 || (int64_t)hd > nc / 2) {
+            st = ms_err_set(err, MS_E_MODEL, "pack: bad chunk header %08x", (unsigned)hd);
+            break;
+        } else if ((len = packed_payload(nc / 2, hd)) >= nc) {
+            st = ms_err_set(err, MS_E_MODEL, "pack: a packed chunk no smaller than its output");
+            break;
+        }
+        const int64_t next = in + 4 + len;
+        /* the output may cover this chunk's input (copied first), never a later chunk's */
+        const int last = i == e->n_ranges - 1 && c == k_last;
+        if (next > end || (!last && out + nc > buf + next)) {
+            st = ms_err_set(err, MS_E_MODEL, "pack: chunk %lld of range %d lies outside the image"
+                            " or its output reaches the next chunk", (long long)c, i);
+            break;
+        }
+        if (next > avail) break;    /* the payload has not landed yet */
+        if (hd == MS_PACK_RAW_FLAG) {
+            memmove(out, buf + in + 4, (size_t)nc);
+        } else {
+            const uint8_t *src = buf + in + 4;
+            if (out + nc > src) {   /* the output covers its own input: copy it first */
+                memcpy(scratch, src, (size_t)len);
+                src = scratch;
+            }
+            if ((st = decode_chunk(out, src, nc / 2, hd, use_simd, err)) != MS_OK) break;
+        }
+        decoded = 1;
+        in = next;
+        cur->chunk++;
     }
 #ifdef MS_PACK_X86
-    if (use_simd && x86_level() == 2) _mm_sfence();     /* the non-temporal stores, before anyone reads */
+    if (decoded && use_simd && x86_level() == 2) _mm_sfence();  /* the non-temporal stores, before anyone reads */
+#else
+    (void)decoded;
 #endif
-    if (in != end) return ms_err_set(err, MS_E_MODEL, "pack: %lld image bytes left over", (long long)(end - in));
+    cur->in = in;
+    if (st != MS_OK) return st;
+    if (cur->range == e->n_ranges) {
+        if (in != end)
+            return ms_err_set(err, MS_E_MODEL, "pack: %lld image bytes left over", (long long)(end - in));
+        cur->done = 1;
+    }
     return MS_OK;
+}
+
+ms_status ms_pack_decode_image(uint8_t *buf, int64_t buf_bytes, const ms_pack_entry *e,
+                               const int64_t *pos, uint8_t *scratch, int use_simd, ms_err *err) {
+    ms_pack_cursor c;
+    ms_pack_cursor_init(&c, e);
+    ms_status st = ms_pack_decode_upto(buf, buf_bytes, e, pos, &c, INT64_MAX, scratch, use_simd, err);
+    if (st == MS_OK && !c.done)     /* cannot happen: with everything landed it decodes to the end */
+        return ms_err_set(err, MS_E_MODEL, "pack: image not decoded to its end");
+    return st;
 }
 
 /* ----------------------------------------------------------------- writer */
@@ -576,8 +619,15 @@ void ms_pack_free(ms_pack *p) {
     free(p);
 }
 
+int64_t ms_pack_n_blocks(const ms_pack_entry *e) { return n_hashes_of(e->image_bytes); }
+
 ms_status ms_pack_check_image(const ms_pack_entry *e, const uint8_t *img, const char *path, ms_err *err) {
-    for (int64_t b = 0; b < n_hashes_of(e->image_bytes); b++) {
+    return ms_pack_check_blocks(e, img, 0, n_hashes_of(e->image_bytes), path, err);
+}
+
+ms_status ms_pack_check_blocks(const ms_pack_entry *e, const uint8_t *img, int64_t b0, int64_t b1,
+                               const char *path, ms_err *err) {
+    for (int64_t b = b0; b < b1; b++) {
         const int64_t n = e->image_bytes - b * HB < HB ? e->image_bytes - b * HB : HB;
         if (XXH3_64bits(img + b * HB, (size_t)n) != e->hashes[b])
             return ms_err_set(err, MS_E_IO, "%s: image at byte %lld (for shard %d, offset %lld): block %lld"

@@ -114,9 +114,35 @@ int64_t ms_pack_encode_range(const uint8_t *src, int64_t n, uint8_t *dst);
 ms_status ms_pack_decode_image(uint8_t *buf, int64_t buf_bytes, const ms_pack_entry *e,
                                const int64_t *pos, uint8_t *scratch, int use_simd, ms_err *err);
 
+/* The same decode in steps, as the image lands (the store decodes on the I/O
+ * layer's checker threads while the rest of the image is still being read).
+ * A cursor starts at the image's first chunk; each call decodes, in order,
+ * every chunk whose header and payload lie below buffer offset `avail` (the
+ * bytes below it have landed, and been checked where that is asked for) and
+ * stops at the first that does not. Because a chunk's output ends at or
+ * before the next chunk's input, no call writes at or above `avail`, so the
+ * rest of the image may still be landing. c->done is set when the last chunk
+ * is decoded; errors are those of ms_pack_decode_image, and a cursor that
+ * returned one is not used again. */
+typedef struct ms_pack_cursor {
+    int64_t in;                 /* buffer offset of the next chunk's header */
+    int range;                  /* next chunk: range index, chunk within the range */
+    int64_t chunk;
+    int done;
+} ms_pack_cursor;
+void ms_pack_cursor_init(ms_pack_cursor *c, const ms_pack_entry *e);
+ms_status ms_pack_decode_upto(uint8_t *buf, int64_t buf_bytes, const ms_pack_entry *e,
+                              const int64_t *pos, ms_pack_cursor *c, int64_t avail,
+                              uint8_t *scratch, int use_simd, ms_err *err);
+
 /* Check an image (img: its image_bytes bytes) against its block hashes.
  * MS_E_IO naming path, the image and the block on a mismatch. */
 ms_status ms_pack_check_image(const ms_pack_entry *e, const uint8_t *img, const char *path, ms_err *err);
+/* The image's hash blocks (MS_PACK_HASH_BYTES each, the last one shorter), and
+ * the check of blocks [b0, b1) only (img: the image's start). */
+int64_t ms_pack_n_blocks(const ms_pack_entry *e);
+ms_status ms_pack_check_blocks(const ms_pack_entry *e, const uint8_t *img, int64_t b0, int64_t b1,
+                               const char *path, ms_err *err);
 
 /* The decoder the build and the CPU give ("avx2", "ssse3" or "portable"). */
 const char *ms_pack_decoder_name(void);

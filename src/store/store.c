@@ -71,6 +71,7 @@
 #include "store/cache.h"
 #include "store/trace.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -91,7 +92,20 @@ typedef struct region {
     const ms_pack_entry *pk;    /* packed TRUNK region: its image, else NULL (fixed at
                                    declaration: the checker threads read it) */
     uint8_t pk_gone;            /* the image was given up: read the shards */
+    struct pk_prog *prog;       /* packed: its decode as it lands (check_unpack) */
 } region;
+
+/* A packed region's image as it lands (check_unpack): how much of it has
+ * landed from its start, been hashed and been decoded, and whether a checker
+ * thread is at work on it. Reset when the region's read is submitted; `hashed`
+ * and `cur` are touched only by the thread that set `busy`. */
+typedef struct pk_prog {
+    pthread_mutex_t mu;
+    int64_t landed;             /* image bytes [0, landed) are in memory */
+    int64_t hashed;             /* image blocks [0, hashed) matched their hashes */
+    int busy, failed;
+    ms_pack_cursor cur;
+} pk_prog;
 
 /* Region r is read from the pack. */
 static int packed(const region *r) { return r->pk && !r->pk_gone; }
@@ -160,6 +174,7 @@ struct ms_store {
     int pk_file;                /* I/O file index of the pack, -1 = none */
     int *pk_by_off;             /* packed region ids by image offset (io_check's lookup) */
     int n_pk;
+    pk_prog *pk_prog;           /* [n_pk], by image offset */
     int64_t unpack_ns;          /* added by the checker threads (atomic) */
 };
 
@@ -170,7 +185,7 @@ struct ms_store {
  * widened to whole blocks, minus a first / last block that reaches outside
  * the stretch (another chunk completes it later). Reads only the sums
  * (read-only) and the landed bytes: thread-safe. */
-static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, const uint8_t *run,
+static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, int64_t nb, const uint8_t *run,
                              int64_t *n_checked, ms_err *err);
 
 static ms_status io_check(void *user, int file, int64_t rb, int64_t re, int64_t nb, int64_t ne,
@@ -178,7 +193,7 @@ static ms_status io_check(void *user, int file, int64_t rb, int64_t re, int64_t 
     ms_store *s = user;
     const int shard = file;     /* the store adds its files in shard order (asserted at open) */
     *n_checked = 0;
-    if (file == s->pk_file) return check_unpack(s, rb, re, run, n_checked, err);
+    if (file == s->pk_file) return check_unpack(s, rb, re, nb, run, n_checked, err);
     int64_t c0, c1, b0, b1;
     ms_status st = ms_sums_cover(s->sums, shard, nb, ne - nb, &c0, &c1, err);
     if (st != MS_OK) return st;
@@ -194,34 +209,72 @@ static ms_status io_check(void *user, int file, int64_t rb, int64_t re, int64_t 
     return st;
 }
 
-/* A packed region's image has landed when the run is the whole image: find
- * its region, check the image against its block hashes (with the sidecar,
- * which a pack is only read with; with verify_sync the compute thread hashes
- * the decoded ranges instead), then decode it in place (its buffer starts
- * `shift` bytes before the image). The buffer belongs to this request until
- * its ticket is waited, and the request's other chunks' calls here returned
- * without touching it, so writing all of it is safe. */
-static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, const uint8_t *run,
+/* A chunk of a packed region's image has landed ([nb, ...) in the pack file,
+ * inside the landed stretch [rb, re) of the image's one request). The image
+ * is decoded in place as it lands, first chunk first (format/pack.h): when
+ * the stretch starts at the image's start, the landed prefix grows to re;
+ * then, with the sidecar (a pack is only read with it; with verify_sync the
+ * compute thread hashes the decoded ranges instead), every hash block wholly
+ * inside the prefix is checked before a byte of it is overwritten, and the
+ * chunks inside the checked prefix are decoded. One checker thread at a time
+ * works on a region; one whose chunk lands meanwhile records the prefix and
+ * returns, and the working thread picks it up before it returns itself, so
+ * the ticket (complete when every chunk's call has returned) waits for the
+ * whole decode. The decode of all but the last landed piece so overlaps the
+ * reading of the rest, instead of following it. The buffer belongs to this
+ * request until its ticket is waited. */
+static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, int64_t nb, const uint8_t *run,
                               int64_t *n_checked, ms_err *err) {
-    int a = 0, b = s->n_pk;
+    int a = 0, b = s->n_pk;     /* the first image starting after nb */
     while (a < b) {
         int m = a + (b - a) / 2;
-        if (s->regions[s->pk_by_off[m]].pk->image_off < rb) a = m + 1;
+        if (s->regions[s->pk_by_off[m]].pk->image_off <= nb) a = m + 1;
         else b = m;
     }
-    if (a == s->n_pk) return MS_OK;
-    const region *r = &s->regions[s->pk_by_off[a]];
-    if (r->pk->image_off != rb || rb + r->pk->image_bytes != re) return MS_OK;   /* not all landed yet */
-    uint8_t *buf = (uint8_t *)run - r->pk->shift;
-    ms_status st;
-    if (s->sums && !s->p.verify_sync) {     /* the image's own hashes, before a byte is decoded */
-        if ((st = ms_pack_check_image(r->pk, run, ms_pack_path(s->pack), err)) != MS_OK) return st;
-        *n_checked = r->pk->image_bytes;
+    if (a == 0) return MS_OK;
+    const region *r = &s->regions[s->pk_by_off[a - 1]];
+    const ms_pack_entry *e = r->pk;
+    if (nb >= e->image_off + e->image_bytes || rb != e->image_off) return MS_OK;  /* no new prefix */
+    pk_prog *g = r->prog;
+    uint8_t *img = (uint8_t *)run, *buf = img - e->shift;
+    const int hash = s->sums && !s->p.verify_sync;
+    const int64_t n_blocks = ms_pack_n_blocks(e);
+    ms_status st = MS_OK;
+    pthread_mutex_lock(&g->mu);
+    if (re - rb > g->landed) g->landed = re - rb;
+    if (g->busy || g->failed) {
+        pthread_mutex_unlock(&g->mu);
+        return MS_OK;
     }
-    uint8_t scratch[MS_PACK_CHUNK_BYTES];
-    const int64_t t0 = ms_now_ns();
-    st = ms_pack_decode_image(buf, r->buf_bytes, r->pk, r->pos, scratch, 1, err);
-    __atomic_fetch_add(&s->unpack_ns, ms_now_ns() - t0, __ATOMIC_RELAXED);
+    g->busy = 1;
+    for (;;) {
+        const int64_t landed = g->landed;
+        pthread_mutex_unlock(&g->mu);
+        int64_t avail = landed;
+        if (hash) {             /* whole blocks only: a block is checked before any of it is overwritten */
+            const int64_t b1 = landed == e->image_bytes ? n_blocks : landed / MS_PACK_HASH_BYTES;
+            if (b1 > g->hashed) {
+                st = ms_pack_check_blocks(e, img, g->hashed, b1, ms_pack_path(s->pack), err);
+                if (st == MS_OK) {
+                    const int64_t end = b1 == n_blocks ? e->image_bytes : b1 * MS_PACK_HASH_BYTES;
+                    *n_checked += end - g->hashed * MS_PACK_HASH_BYTES;
+                    g->hashed = b1;
+                }
+            }
+            avail = g->hashed == n_blocks ? e->image_bytes : g->hashed * MS_PACK_HASH_BYTES;
+        }
+        if (st == MS_OK) {
+            uint8_t scratch[MS_PACK_CHUNK_BYTES];
+            const int64_t t0 = ms_now_ns();
+            st = ms_pack_decode_upto(buf, r->buf_bytes, e, r->pos, &g->cur, e->shift + avail, scratch, 1, err);
+            __atomic_fetch_add(&s->unpack_ns, ms_now_ns() - t0, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_lock(&g->mu);
+        if (st != MS_OK) g->failed = 1;
+        if (st != MS_OK || g->landed == landed) break;
+    }
+    g->busy = 0;
+    pthread_mutex_unlock(&g->mu);
     return st;
 }
 
@@ -338,6 +391,8 @@ void ms_store_close(ms_store *s) {
     free(s->b_ok);
     free(s->reqs);
     free(s->pk_by_off);
+    for (int i = 0; i < s->n_pk && s->pk_prog; i++) pthread_mutex_destroy(&s->pk_prog[i].mu);
+    free(s->pk_prog);
     free(s->file_of);
     free(s->file_bytes);
     free(s->policy);
@@ -473,6 +528,10 @@ static void count_read(ms_store *s, const region *r) {
 static ms_status submit_region_prio(ms_store *s, const region *r, uint8_t *buf, int prio,
                                     uint64_t *ticket, ms_err *err) {
     if (packed(r)) {    /* the image at buf + shift, decoded by check_unpack as it lands */
+        pk_prog *g = r->prog;   /* no checker thread touches it: its last read was waited */
+        g->landed = g->hashed = 0;
+        g->busy = g->failed = 0;
+        ms_pack_cursor_init(&g->cur, r->pk);
         const ms_io_req q = { s->pk_file, r->pk->image_off, r->pk->image_bytes, buf + r->pk->shift, 1 };
         ms_status st = ms_io_submit_prio(s->io, &q, 1, prio, ticket, err);
         if (st == MS_OK) count_read(s, r);
@@ -750,14 +809,17 @@ static int pk_cmp(const void *a, const void *b) {
 static ms_status index_packed(ms_store *s, ms_err *err) {
     if (!s->pack) return MS_OK;
     s->pk_by_off = malloc(((size_t)s->n_regions + 1) * sizeof *s->pk_by_off);
+    s->pk_prog = calloc((size_t)s->n_regions + 1, sizeof *s->pk_prog);
     pk_key *k = malloc(((size_t)s->n_regions + 1) * sizeof *k);
-    if (!s->pk_by_off || !k) { free(k); return ms_err_set(err, MS_E_NOMEM, "store: out of memory"); }
+    if (!s->pk_by_off || !s->pk_prog || !k) { free(k); return ms_err_set(err, MS_E_NOMEM, "store: out of memory"); }
     for (int i = 0; i < s->n_regions; i++)
         if (s->regions[i].pk) k[s->n_pk++] = (pk_key){ s->regions[i].pk->image_off, i };
     qsort(k, (size_t)s->n_pk, sizeof *k, pk_cmp);
     ms_status st = MS_OK;
     for (int i = 0; i < s->n_pk; i++) {
         s->pk_by_off[i] = k[i].id;
+        pthread_mutex_init(&s->pk_prog[i].mu, NULL);
+        s->regions[k[i].id].prog = &s->pk_prog[i];
         if (i > 0 && k[i - 1].off == k[i].off)  /* two regions with one image: never from a valid pack */
             st = ms_err_set(err, MS_E_MODEL, "%s: two regions share an image", ms_pack_path(s->pack));
     }

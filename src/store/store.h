@@ -52,11 +52,12 @@
  *   guarantees it; ms_store_add_region refuses anything else).
  * Packed trunk (params.pack): a TRUNK region whose exact ranges the pack
  *   holds is read as ONE request of its packed image into its buffer at the
- *   image's shift, and when its last chunk lands it is checked against its
- *   block hashes (with the sidecar; verify_sync: the compute thread hashes the
- *   decoded ranges instead) and decoded in place, on the I/O layer's checker
- *   threads (the hook that hashes shard reads, so by the time the wait
- *   returns the bytes are the checkpoint's). A mismatch or a decode error
+ *   image's shift, and as it lands (in order of the image, as far as it has
+ *   landed from its start) it is checked against its block hashes (with the
+ *   sidecar; verify_sync: the compute thread hashes the decoded ranges
+ *   instead) and decoded in place, on the I/O layer's checker threads (the
+ *   hook that hashes shard reads, so by the time the wait returns the bytes
+ *   are the checkpoint's). A mismatch or a decode error
  *   gives the region up: it is read again from the shards, and from then on
  *   always (pack_fallbacks, a warning). The buffers and the plan are those without a
  *   pack (the writer only packs images that fit), so a pack changes the

@@ -9,6 +9,9 @@
  *     skews come from the next bytes, placed at the end of an exact-size heap
  *     buffer: the decoder must return MS_OK or MS_E_MODEL, and the sanitizers
  *     see every access (a malformed image never reads or writes outside).
+ *     The same image then lands in pieces (sizes from the input; junk past
+ *     what has landed) and is decoded after each (ms_pack_decode_upto): the
+ *     same status, and on MS_OK the same buffer, as the decode at once.
  * Does not: read files (the pack's loader hashes its index: a fuzzed index
  *   would only test the hash).
  */
@@ -62,6 +65,24 @@ static void decode_any(const uint8_t *d, size_t size) {
     ms_err_clear(&err);
     ms_status st = ms_pack_decode_image(buf, bb, &e, pos, scratch, d[0] / 3 % 3, &err);
     if (st != MS_OK && st != MS_E_MODEL) fz_fail("decode returned %d", (int)st);
+    /* as it lands */
+    uint8_t *b2 = malloc((size_t)bb + 1);
+    memset(b2, 0, (size_t)(bb - len));
+    memset(b2 + bb - len, 0xAB, (size_t)len);
+    ms_pack_cursor cur;
+    ms_pack_cursor_init(&cur, &e);
+    const int64_t step = 1 + (int64_t)d[7] * 97;
+    ms_status s2 = MS_OK;
+    for (int64_t k = 0; s2 == MS_OK && !cur.done;) {
+        const int64_t k0 = k;
+        k = k + step < len ? k + step : len;
+        memcpy(b2 + bb - len + k0, img + k0, (size_t)(k - k0));
+        s2 = ms_pack_decode_upto(b2, bb, &e, pos, &cur, bb - len + k, scratch, d[0] / 3 % 3, &err);
+        if (s2 == MS_OK && k == len && !cur.done) s2 = MS_E_MODEL;   /* all landed, not finished */
+    }
+    if (s2 != st) fz_fail("decoded as it lands: status %d, at once %d", (int)s2, (int)st);
+    if (st == MS_OK && memcmp(b2, buf, (size_t)bb) != 0) fz_fail("decoded as it lands: other bytes");
+    free(b2);
     free(buf);
 }
 
