@@ -301,8 +301,7 @@ struct ms_pack_writer {
     int64_t at;                 /* next image offset */
     uint8_t *img;               /* scratch for one image */
     int64_t img_cap;
-    uint8_t *chk;               /* a region buffer: each image is decoded there and compared */
-    int64_t chk_cap;
+    XXH3_state_t *xs;           /* the ranges' hash, before and after the decode back */
     uint8_t *scratch;           /* the decoder's, MS_PACK_CHUNK_BYTES */
     uint8_t *index;             /* serialized entries */
     int64_t index_len, index_cap;
@@ -318,7 +317,8 @@ ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t su
     w->path = strdup(path);
     w->tmp = malloc(strlen(path) + 5);
     w->scratch = malloc((size_t)R);
-    if (!w->path || !w->tmp || !w->scratch) { ms_pack_writer_abort(w); return ms_err_set(err, MS_E_NOMEM, "out of memory"); }
+    w->xs = XXH3_createState();
+    if (!w->path || !w->tmp || !w->scratch || !w->xs) { ms_pack_writer_abort(w); return ms_err_set(err, MS_E_NOMEM, "out of memory"); }
     sprintf(w->tmp, "%s.tmp", path);
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
@@ -354,8 +354,16 @@ static ms_status grow(uint8_t **p, int64_t *cap, int64_t need, ms_err *err) {
     return MS_OK;
 }
 
+/* XXH3-64 of the region's ranges, in order */
+static uint64_t ranges_hash(XXH3_state_t *xs, const ms_pack_range *ranges, int n_ranges,
+                            const int64_t *pos, const uint8_t *buf) {
+    XXH3_64bits_reset(xs);
+    for (int i = 0; i < n_ranges; i++) XXH3_64bits_update(xs, buf + pos[i], (size_t)ranges[i].n_bytes);
+    return XXH3_64bits_digest(xs);
+}
+
 ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int n_ranges,
-                             const int64_t *pos, const uint8_t *buf, int64_t buf_bytes,
+                             const int64_t *pos, uint8_t *buf, int64_t buf_bytes,
                              int64_t *image_bytes, ms_err *err) {
     *image_bytes = 0;
     int64_t bound = 0, raw = 0;
@@ -381,14 +389,14 @@ ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int
     const int64_t span = (len + MS_PACK_ALIGN - 1) / MS_PACK_ALIGN * MS_PACK_ALIGN;
     const int64_t shift = (buf_bytes - span) / MS_PACK_ALIGN * MS_PACK_ALIGN;
     if (len >= raw || shift < 0 || shift < need) return MS_OK;
-    /* every image decodes, in place, to the bytes it was made of, or it is not written */
-    if ((st = grow(&w->chk, &w->chk_cap, buf_bytes, err)) != MS_OK) return st;
-    memcpy(w->chk + shift, w->img, (size_t)len);
+    /* every image decodes, in place, to the bytes it was made of, or it is not
+     * written: decoded back over the raw bytes themselves, compared by hash */
+    const uint64_t want = ranges_hash(w->xs, ranges, n_ranges, pos, buf);
+    memcpy(buf + shift, w->img, (size_t)len);
     ms_pack_entry e = { n_ranges, ranges, w->at, len, shift, raw, NULL };
-    st = ms_pack_decode_image(w->chk, buf_bytes, &e, pos, w->scratch, 1, err);
-    for (int i = 0; i < n_ranges && st == MS_OK; i++)
-        if (memcmp(w->chk + pos[i], buf + pos[i], (size_t)ranges[i].n_bytes) != 0)
-            st = ms_err_set(err, MS_E_INTERNAL, "pack: an image did not decode to its bytes (range %d)", i);
+    st = ms_pack_decode_image(buf, buf_bytes, &e, pos, w->scratch, 1, err);
+    if (st == MS_OK && ranges_hash(w->xs, ranges, n_ranges, pos, buf) != want)
+        st = ms_err_set(err, MS_E_INTERNAL, "pack: an image did not decode to its bytes");
     if (st != MS_OK) return st;
     if ((st = write_all(w->fd, w->img, len, w->at, w->tmp, err)) != MS_OK) return st;
     const int64_t nh = n_hashes_of(len);
@@ -440,7 +448,7 @@ ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
     if (st == MS_OK && rename(w->tmp, w->path) != 0)
         st = ms_err_set(err, MS_E_IO, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
     if (st != MS_OK) { ms_pack_writer_abort(w); return st; }
-    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->scratch); free(w->index);
+    free(w->path); free(w->tmp); free(w->img); if (w->xs) XXH3_freeState(w->xs); free(w->scratch); free(w->index);
     free(w);
     return MS_OK;
 }
@@ -449,7 +457,7 @@ void ms_pack_writer_abort(ms_pack_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (w->tmp) unlink(w->tmp);
-    free(w->path); free(w->tmp); free(w->img); free(w->chk); free(w->scratch); free(w->index);
+    free(w->path); free(w->tmp); free(w->img); if (w->xs) XXH3_freeState(w->xs); free(w->scratch); free(w->index);
     free(w);
 }
 

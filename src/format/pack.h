@@ -157,9 +157,13 @@ ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t su
 /* Add one region: its ranges, their positions in the region buffer (as the
  * store lays them out) and the buffer with the raw bytes at those positions.
  * The region is packed only when its image fits the buffer (see above) and is
- * smaller than its raw bytes; *image_bytes is its size then, else 0. */
+ * smaller than its raw bytes; *image_bytes is its size then, else 0. Before
+ * it is written, the image is decoded back IN buf, exactly as a reader
+ * decodes it, and the ranges' XXH3 compared with the raw bytes' (so the
+ * writer needs no second region buffer): on return the ranges hold their
+ * bytes, and the rest of buf is undefined. */
 ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int n_ranges,
-                             const int64_t *pos, const uint8_t *buf, int64_t buf_bytes,
+                             const int64_t *pos, uint8_t *buf, int64_t buf_bytes,
                              int64_t *image_bytes, ms_err *err);
 /* Write the index and header, fsync, rename to `path`. Frees w either way. */
 ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err);
