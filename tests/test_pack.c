@@ -177,6 +177,32 @@ static void region_and_file(const char *tmp, const char *model_a, const char *mo
     CHECK(ms_pack_writer_add(w, &rr, 1, &p1, rnd, bb1, &img2, &err) == MS_OK && img2 == 0, "random region packed");
     free(rnd);
     CHECK(ms_pack_writer_finish(w, &err) == MS_OK, "finish: %s", err.msg);
+    {   /* two images: each at a multiple of 4096, the bytes between them zero
+         * (written as padding with O_DIRECT, a hole through the page cache) */
+        char p2[4200];
+        snprintf(p2, sizeof p2, "%s/two.pack", tmp);
+        ms_pack_writer *w2 = NULL;
+        int64_t i1 = 0, i2 = 0;
+        CHECK(ms_pack_writer_open(p2, ms_sums_table_hash(ck), ms_sums_content_hash(sums), &w2, &err) == MS_OK,
+              "two: %s", err.msg);
+        if (w2) {
+            memcpy(buf, want, (size_t)bb);
+            CHECK(ms_pack_writer_add(w2, r, 3, pos, buf, bb, &i1, &err) == MS_OK && i1 > 0, "two, 1: %s", err.msg);
+            memcpy(buf, want, (size_t)bb);
+            CHECK(ms_pack_writer_add(w2, r, 3, pos, buf, bb, &i2, &err) == MS_OK && i2 == i1, "two, 2: %s", err.msg);
+            CHECK(ms_pack_writer_finish(w2, &err) == MS_OK, "two: finish: %s", err.msg);
+            const int64_t span = (i1 + 4095) / 4096 * 4096;
+            uint8_t *f = malloc((size_t)(4096 + 2 * span));
+            FILE *fp = fopen(p2, "rb");
+            int ok = fp && fread(f, 1, (size_t)(4096 + 2 * span), fp) == (size_t)(4096 + 2 * span);
+            if (fp) fclose(fp);
+            for (int64_t i = 4096 + i1; ok && i < 4096 + span; i++) ok = f[i] == 0;
+            ok = ok && memcmp(f + 4096, f + 4096 + span, (size_t)i1) == 0;
+            CHECK(ok, "two images: not at 4096 and 4096 + %lld with zeros between", (long long)span);
+            free(f);
+            unlink(p2);
+        }
+    }
     ms_pack *pk = NULL;
     CHECK(ms_pack_load(path, ck, sums, &pk, &err) == MS_OK, "load: %s", err.msg);
     if (pk) {

@@ -41,13 +41,29 @@ static int64_t packed_payload(int64_t W, int64_t E) { return 16 + W + (W + 1) / 
 
 int64_t ms_pack_range_bound(int64_t n) { return n + 4 * ((n + R - 1) / R); }
 
+/* The exponent of a little-endian bf16 word whose bytes are lo, hi. */
+static inline int exp_of(uint8_t lo, uint8_t hi) { return (lo >> 7) | (hi & 0x7f) << 1; }
+
 /* Encode one chunk of n <= R bytes; returns the bytes written (payload +
- * trailer). */
+ * trailer). The histogram is kept in four parts (consecutive words often
+ * share an exponent, and one table would make each increment wait for the
+ * last), and the codes are written two words (one nibble byte) at a time. */
 static int64_t encode_chunk(const uint8_t *src, int64_t n, uint8_t *dst) {
     const int64_t W = n / 2;
     int64_t count[256] = { 0 };
     if (n % 2 == 0) {
-        for (int64_t w = 0; w < W; w++) count[(src[2 * w] >> 7) | (src[2 * w + 1] & 0x7f) << 1]++;
+        uint32_t part[4][256];
+        memset(part, 0, sizeof part);
+        int64_t w = 0;
+        for (; w + 4 <= W; w += 4) {
+            const uint8_t *p = src + 2 * w;
+            part[0][exp_of(p[0], p[1])]++;
+            part[1][exp_of(p[2], p[3])]++;
+            part[2][exp_of(p[4], p[5])]++;
+            part[3][exp_of(p[6], p[7])]++;
+        }
+        for (; w < W; w++) part[0][exp_of(src[2 * w], src[2 * w + 1])]++;
+        for (int e = 0; e < 256; e++) count[e] = (int64_t)part[0][e] + part[1][e] + part[2][e] + part[3][e];
     }
     /* the 15 most frequent exponents, ties to the smaller exponent */
     uint8_t tab[16] = { 0 }, code[256];
@@ -73,17 +89,29 @@ static int64_t encode_chunk(const uint8_t *src, int64_t n, uint8_t *dst) {
     dst += 4;
     uint8_t *sm = dst + 16, *nib = sm + W, *epos = nib + (W + 1) / 2, *eexp = epos + 2 * E;
     memcpy(dst, tab, 16);
-    memset(nib, 0, (size_t)((W + 1) / 2));
     int64_t k = 0;
-    for (int64_t w = 0; w < W; w++) {
-        const uint8_t lo = src[2 * w], hi = src[2 * w + 1];
-        const int e = (lo >> 7) | (hi & 0x7f) << 1;
-        sm[w] = (uint8_t)((hi & 0x80) | (lo & 0x7f));
-        nib[w / 2] |= (uint8_t)(code[e] << (4 * (w & 1)));
-        if (code[e] == 15) {
-            epos[2 * k] = (uint8_t)w;
-            epos[2 * k + 1] = (uint8_t)(w >> 8);
-            eexp[k++] = (uint8_t)e;
+    for (int64_t w = 0; w < W; w += 2) {
+        const uint8_t *p = src + 2 * w;
+        const int e0 = exp_of(p[0], p[1]), c0 = code[e0];
+        sm[w] = (uint8_t)((p[1] & 0x80) | (p[0] & 0x7f));
+        int e1 = 0, c1 = 0;
+        if (w + 1 < W) {
+            e1 = exp_of(p[2], p[3]);
+            c1 = code[e1];
+            sm[w + 1] = (uint8_t)((p[3] & 0x80) | (p[2] & 0x7f));
+        }
+        nib[w / 2] = (uint8_t)(c0 | c1 << 4);
+        if (__builtin_expect(c0 == 15 || c1 == 15, 0)) {
+            if (c0 == 15) {
+                epos[2 * k] = (uint8_t)w;
+                epos[2 * k + 1] = (uint8_t)(w >> 8);
+                eexp[k++] = (uint8_t)e0;
+            }
+            if (c1 == 15) {
+                epos[2 * k] = (uint8_t)(w + 1);
+                epos[2 * k + 1] = (uint8_t)((w + 1) >> 8);
+                eexp[k++] = (uint8_t)e1;
+            }
         }
     }
     return 4 + packed_payload(W, E);
@@ -297,6 +325,8 @@ ms_status ms_pack_decode_image(uint8_t *buf, int64_t buf_bytes, const ms_pack_en
 struct ms_pack_writer {
     char *path, *tmp;
     int fd;
+    int dfd;                    /* the same file with O_DIRECT, for the images (4096-aligned
+                                   and padded): no copy into the page cache; -1 = none */
     uint64_t table_hash, sums_hash;
     int64_t at;                 /* next image offset */
     uint8_t *img;               /* scratch for one image */
@@ -313,7 +343,7 @@ ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t su
     *out = NULL;
     ms_pack_writer *w = calloc(1, sizeof *w);
     if (!w) return ms_err_set(err, MS_E_NOMEM, "out of memory");
-    w->fd = -1;
+    w->fd = w->dfd = -1;
     w->path = strdup(path);
     w->tmp = malloc(strlen(path) + 5);
     w->scratch = malloc((size_t)R);
@@ -326,6 +356,7 @@ ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t su
         ms_pack_writer_abort(w);
         return MS_E_IO;
     }
+    w->dfd = open(w->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);     /* refused on some filesystems */
     w->table_hash = table_hash;
     w->sums_hash = sums_hash;
     w->at = MS_PACK_ALIGN;
@@ -354,6 +385,37 @@ static ms_status grow(uint8_t **p, int64_t *cap, int64_t need, ms_err *err) {
     return MS_OK;
 }
 
+/* As grow, 4096-aligned (for O_DIRECT); the old contents are not kept. */
+static ms_status grow_aligned(uint8_t **p, int64_t *cap, int64_t need, ms_err *err) {
+    if (need <= *cap) return MS_OK;
+    int64_t c = *cap ? *cap : 4096;
+    while (c < need) c *= 2;
+    free(*p);
+    *p = aligned_alloc(MS_PACK_ALIGN, (size_t)c);
+    *cap = *p ? c : 0;
+    return *p ? MS_OK : ms_err_set(err, MS_E_NOMEM, "out of memory");
+}
+
+/* Write an image (len bytes at w->img) at w->at: with O_DIRECT when the file
+ * takes it (padded with zeros to span, which a hole would read as anyway),
+ * else through the page cache. */
+static ms_status write_image(ms_pack_writer *w, int64_t len, int64_t span, ms_err *err) {
+    if (w->dfd >= 0) {
+        memset(w->img + len, 0, (size_t)(span - len));
+        int64_t done = 0;
+        while (done < span) {
+            ssize_t k = pwrite(w->dfd, w->img + done, (size_t)(span - done), (off_t)(w->at + done));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0 || k % MS_PACK_ALIGN) break;
+            done += k;
+        }
+        if (done == span) return MS_OK;
+        close(w->dfd);          /* refused or short: the page cache from here on (rewriting all) */
+        w->dfd = -1;
+    }
+    return write_all(w->fd, w->img, len, w->at, w->tmp, err);
+}
+
 /* XXH3-64 of the region's ranges, in order */
 static uint64_t ranges_hash(XXH3_state_t *xs, const ms_pack_range *ranges, int n_ranges,
                             const int64_t *pos, const uint8_t *buf) {
@@ -371,7 +433,7 @@ ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int
         bound += ms_pack_range_bound(ranges[i].n_bytes);
         raw += ranges[i].n_bytes;
     }
-    ms_status st = grow(&w->img, &w->img_cap, bound, err);
+    ms_status st = grow_aligned(&w->img, &w->img_cap, (bound + MS_PACK_ALIGN - 1) / MS_PACK_ALIGN * MS_PACK_ALIGN, err);
     if (st != MS_OK) return st;
     /* encode; the image goes at the end of the buffer (shift = buf_bytes - its
      * 4096-rounded size), and every chunk's output but the last must end at or
@@ -398,7 +460,7 @@ ms_status ms_pack_writer_add(ms_pack_writer *w, const ms_pack_range *ranges, int
     if (st == MS_OK && ranges_hash(w->xs, ranges, n_ranges, pos, buf) != want)
         st = ms_err_set(err, MS_E_INTERNAL, "pack: an image did not decode to its bytes");
     if (st != MS_OK) return st;
-    if ((st = write_all(w->fd, w->img, len, w->at, w->tmp, err)) != MS_OK) return st;
+    if ((st = write_image(w, len, span, err)) != MS_OK) return st;
     const int64_t nh = n_hashes_of(len);
     if ((st = grow(&w->index, &w->index_cap, w->index_len + INDEX_ENTRY_BYTES +
                    (int64_t)n_ranges * INDEX_RANGE_BYTES + 8 * nh, err)) != MS_OK) return st;
@@ -445,6 +507,8 @@ ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
     if (st == MS_OK) (void)posix_fadvise(w->fd, 0, 0, POSIX_FADV_DONTNEED);
     if (st == MS_OK && close(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: close: %s", w->tmp, strerror(errno));
     w->fd = -1;
+    if (w->dfd >= 0) close(w->dfd);
+    w->dfd = -1;
     if (st == MS_OK && rename(w->tmp, w->path) != 0)
         st = ms_err_set(err, MS_E_IO, "rename %s -> %s: %s", w->tmp, w->path, strerror(errno));
     if (st != MS_OK) { ms_pack_writer_abort(w); return st; }
@@ -456,6 +520,7 @@ ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
 void ms_pack_writer_abort(ms_pack_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
+    if (w->dfd >= 0) close(w->dfd);
     if (w->tmp) unlink(w->tmp);
     free(w->path); free(w->tmp); free(w->img); if (w->xs) XXH3_freeState(w->xs); free(w->scratch); free(w->index);
     free(w);
