@@ -34,7 +34,8 @@
  * Thread safety: a loaded sidecar is read-only; check / cover may be called
  *   from any thread.
  * Does not: read weights through the store (build and compare read the shard
- *   files with plain pread, once, sequentially); decide what to do on a
+ *   files once, in table order, through the I/O layer: O_DIRECT, several reads
+ *   in flight, two 64 MiB windows); decide what to do on a
  *   mismatch (the store re-reads once, then fails the read).
  */
 #ifndef MS_FORMAT_SUMS_H
