@@ -1,10 +1,16 @@
 # tests/lib_serve.sh - sourced by the server tests (t_parallel.sh, t_pack.sh):
-# start `moestream serve` on a free port.
+# a scratch directory and start `moestream serve` on a free port.
 #
+# Sourcing it makes $tmp (a fresh directory) and an EXIT trap that kills every
+# server started here and removes $tmp.
 # serve_start NAME MODEL_DIR [ARGS...]: runs "$BIN serve MODEL_DIR --port 0 --quiet
-#   ARGS" in the background (its PID appended to $PIDS, for the caller's cleanup),
+#   ARGS" in the background (its PID appended to $PIDS, for the cleanup),
 #   waits up to 30 s for 'listening on', and writes its base URL to $tmp/url.NAME
 #   (empty when it did not start; its log is $tmp/srv.NAME.log).
+tmp=$(mktemp -d)
+PIDS=
+serve_cleanup() { for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap serve_cleanup EXIT
 serve_start() {
     local name=$1 model=$2
     shift 2

@@ -16,10 +16,7 @@ BUILD=${MS_BUILD:-build}
 BIN=${MS_BIN:-$BUILD/moestream}
 PY=/usr/bin/python3
 SRC=models/k3-tiny
-tmp=$(mktemp -d)
-PIDS=
-cleanup() { for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. tests/lib_serve.sh                   # $tmp, serve_start, and the cleanup of both
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
@@ -66,7 +63,6 @@ else bad "--no-verify with a pack present says nothing"; fi
 if [ $rc = 2 ] && grep -q "checksum sidecar" "$tmp/r3.err"; then ok; else bad "--no-verify --pack: exit $rc, $(cat "$tmp/r3.err")"; fi
 
 # 3. serve with and without the pack: /health says which, the answers are equal
-. tests/lib_serve.sh
 serve_start pk "$M" --ram min
 serve_start np "$M" --ram min --no-pack
 upk=$(cat "$tmp/url.pk"); unp=$(cat "$tmp/url.np")

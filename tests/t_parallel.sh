@@ -20,16 +20,12 @@ BUILD=${MS_BUILD:-build}
 BIN=${MS_BIN:-$BUILD/moestream}
 PY=/usr/bin/python3
 M=models/k3-tiny
-tmp=$(mktemp -d)
-PIDS=
-cleanup() { for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. tests/lib_serve.sh                   # $tmp, serve_start, and the cleanup of both
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 [ -x "$BIN" ] || { bad "$BIN not found"; echo "t_parallel: $pass passed, $fail failed"; exit 1; }
 
-. tests/lib_serve.sh
 serve_start one $M --parallel 1
 serve_start par $M --parallel 3 --speculate 4
 u1=$(cat "$tmp/url.one"); u3=$(cat "$tmp/url.par")

@@ -694,10 +694,6 @@ void ms_pack_free(ms_pack *p) {
 
 int64_t ms_pack_n_blocks(const ms_pack_entry *e) { return n_hashes_of(e->image_bytes); }
 
-ms_status ms_pack_check_image(const ms_pack_entry *e, const uint8_t *img, const char *path, ms_err *err) {
-    return ms_pack_check_blocks(e, img, 0, n_hashes_of(e->image_bytes), path, err);
-}
-
 ms_status ms_pack_check_blocks(const ms_pack_entry *e, const uint8_t *img, int64_t b0, int64_t b1,
                                const char *path, ms_err *err) {
     for (int64_t b = b0; b < b1; b++) {

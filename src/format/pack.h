@@ -135,11 +135,10 @@ ms_status ms_pack_decode_upto(uint8_t *buf, int64_t buf_bytes, const ms_pack_ent
                               const int64_t *pos, ms_pack_cursor *c, int64_t avail,
                               uint8_t *scratch, int use_simd, ms_err *err);
 
-/* Check an image (img: its image_bytes bytes) against its block hashes.
- * MS_E_IO naming path, the image and the block on a mismatch. */
-ms_status ms_pack_check_image(const ms_pack_entry *e, const uint8_t *img, const char *path, ms_err *err);
 /* The image's hash blocks (MS_PACK_HASH_BYTES each, the last one shorter), and
- * the check of blocks [b0, b1) only (img: the image's start). */
+ * the check of blocks [b0, b1) against their hashes (img: the image's start;
+ * [0, ms_pack_n_blocks) checks it all). MS_E_IO naming path, the image and
+ * the block on a mismatch. */
 int64_t ms_pack_n_blocks(const ms_pack_entry *e);
 ms_status ms_pack_check_blocks(const ms_pack_entry *e, const uint8_t *img, int64_t b0, int64_t b1,
                                const char *path, ms_err *err);

@@ -200,7 +200,7 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
     }
     const int64_t t0 = ms_now_ns();
     int64_t last = t0, i = 0, at = 0;
-    int cur = 0, pending = 0;   /* w[cur] is in flight when pending */
+    int cur = 0, pending = 0;   /* w[cur] is in flight when pending (never on leaving the loop) */
     if (st == MS_OK) {
         window_fill(s, file, &w[cur], &i, &at);
         if (w[cur].n > 0 && (st = ms_io_submit(io, w[cur].req, w[cur].n, &w[cur].ticket, err)) == MS_OK) pending = 1;
@@ -214,7 +214,7 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
             if ((st = ms_io_submit(io, b->req, b->n, &b->ticket, err)) != MS_OK) break;
             pending = 1;
         }
-        for (int k = 0; k < a->n && st == MS_OK; k++) {
+        for (int k = 0; k < a->n; k++) {
             const uint8_t *d = a->req[k].buf + ms_io_skew(a->req[k].offset);
             const int64_t n = a->req[k].n_bytes;
             int64_t blk = a->blk[k];
@@ -231,7 +231,6 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
         }
         cur ^= 1;
     }
-    if (pending) (void)ms_io_wait(io, w[cur].ticket, NULL);    /* after an error: let it finish */
     ms_io_close(io);
     for (int k = 0; k < 2; k++) {
         ms_buf_free(w[k].buf, WIN_BYTES, 1);

@@ -253,15 +253,12 @@ static ms_status check_unpack(ms_store *s, int64_t rb, int64_t re, int64_t nb, c
         int64_t avail = landed;
         if (hash) {             /* whole blocks only: a block is checked before any of it is overwritten */
             const int64_t b1 = landed == e->image_bytes ? n_blocks : landed / MS_PACK_HASH_BYTES;
-            if (b1 > g->hashed) {
-                st = ms_pack_check_blocks(e, img, g->hashed, b1, ms_pack_path(s->pack), err);
-                if (st == MS_OK) {
-                    const int64_t end = b1 == n_blocks ? e->image_bytes : b1 * MS_PACK_HASH_BYTES;
-                    *n_checked += end - g->hashed * MS_PACK_HASH_BYTES;
-                    g->hashed = b1;
-                }
-            }
-            avail = g->hashed == n_blocks ? e->image_bytes : g->hashed * MS_PACK_HASH_BYTES;
+            const int64_t from = g->hashed * MS_PACK_HASH_BYTES;
+            if (b1 > g->hashed && (st = ms_pack_check_blocks(e, img, g->hashed, b1, ms_pack_path(s->pack), err)) == MS_OK)
+                g->hashed = b1;
+            /* the bytes the hashed blocks cover (the last block is shorter) */
+            avail = g->hashed * MS_PACK_HASH_BYTES < e->image_bytes ? g->hashed * MS_PACK_HASH_BYTES : e->image_bytes;
+            if (avail > from) *n_checked += avail - from;
         }
         if (st == MS_OK) {
             uint8_t scratch[MS_PACK_CHUNK_BYTES];
