@@ -13,8 +13,12 @@ CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
               -ffp-contract=off -fno-fast-math -fno-strict-aliasing -D_GNU_SOURCE \
               -Iinclude -Isrc -pthread $(SAN)
 CFLAGS   ?=
-ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS   = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash -lm -pthread
+# Open MPI (the pipeline across processes, src/engine/pipe.c); pkg-config knows
+# where Debian keeps it once `make setup` has installed libopenmpi-dev
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -lmpi)
+ALL_CFLAGS = $(CFLAGS_BASE) $(MPI_CFLAGS) $(CFLAGS)
+LDLIBS   = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash $(MPI_LIBS) -lm -pthread
 LDFLAGS  ?=
 
 AVX2_FLAGS   = -mavx2 -mfma -mf16c

@@ -111,9 +111,32 @@ typedef struct ms_engine_params {
     ms_log_fn log;              /* NULL = silent */
     void *log_user;
     ms_log_level log_level;
+    /* a pipeline across processes (ms_pipe_boot): the layers where stages 1, 2, ...
+       begin, as "L1,L2,..." (n_stages - 1 increasing layer indices); NULL = split so
+       that each stage reads about the same bytes per token (docs/ARCHITECTURE.md,
+       "Pipeline across machines"). Ignored without a pipeline. */
+    const char *stages;
 } ms_engine_params;
 
 ms_engine_params ms_engine_default_params(void);
+
+/* ---- a pipeline across processes (MPI) ----
+ * Started with `mpirun -np N ... moestream COMMAND ...`, every process runs
+ * the same command line: process 0 (the first stage) runs the command and
+ * holds the embedding, lm_head and the first layers; process r > 0 holds the
+ * next layers, and its ms_engine_open... serves them until process 0 closes
+ * its engine. Each process reads its own copy of the checkpoint (on its own
+ * disk) under its own --ram budget. Every output bit is the one process's. */
+#define MS_MAX_STAGES 64
+/* Join the pipeline if the process was started by mpirun with N > 1
+ * (MPI_Init); otherwise do nothing. 0 on success. */
+int ms_pipe_boot(int *argc, char ***argv);
+int ms_pipe_rank(void);                     /* 0 without a pipeline */
+int ms_pipe_size(void);                     /* 1 without a pipeline */
+/* In a stage r > 0: open the engine for p (its layers only), serve the
+ * first stage until it closes its engine, and exit the process (status 0,
+ * or the open's failure). In the first stage, or without a pipeline: return. */
+void ms_pipe_serve_if_worker(const ms_engine_params *p);
 
 /* Open the model in p->model_dir. On failure returns a negative status,
  * *out is NULL and `errbuf` (if not NULL) holds a one-line message. */
@@ -177,6 +200,10 @@ typedef struct ms_stats {
     int64_t trunk_unpacked_bytes; /* the checkpoint bytes those stood for */
     double unpack_s;
     int64_t pack_fallbacks;     /* regions given up (decode error or checksum mismatch) */
+    /* a pipeline: trunk_bytes_read and expert_bytes_read above are the sums over its
+       stages (every other counter is the first stage's); these are each stage's */
+    int n_stages;               /* 1 without a pipeline */
+    int64_t stage_trunk_bytes[MS_MAX_STAGES], stage_expert_bytes[MS_MAX_STAGES];
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);

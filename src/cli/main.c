@@ -80,6 +80,10 @@ static void usage(FILE *f) {
         "                       every weight byte read is verified   --no-verify  do not verify\n"
         "  --pack PATH          packed trunk (default MODEL_DIR/moestream.pack when present): the\n"
         "                       trunk is read from it, ~0.75 of the bytes, same bits   --no-pack\n"
+        "  --stages L1,L2,...   under mpirun -np N (a pipeline across machines: run, chat, batch,\n"
+        "                       perplexity, serve, tokenize): the layers where stages 1..N-1 begin;\n"
+        "                       default: equal bytes per token per stage. Every process reads its\n"
+        "                       own MODEL_DIR under its own --ram; the output bits are one process's\n"
         "\n"
         "exit codes: 0 ok, 1 runtime failure, 2 usage or invalid model, 4 output unsound\n");
 }
@@ -95,11 +99,12 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--predict-experts")) { o->no_predict_experts = 0; return 1; }   /* the default */
     if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 1; }
     if (!strcmp(a, "--no-pack")) { o->no_pack = 1; return 1; }
-    if (!strcmp(a, "--sums") || !strcmp(a, "--pack")) {
+    if (!strcmp(a, "--sums") || !strcmp(a, "--pack") || !strcmp(a, "--stages")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
         (*i)++;
         if (!strcmp(a, "--sums")) o->sums_path = v;
-        else o->pack_path = v;
+        else if (!strcmp(a, "--pack")) o->pack_path = v;
+        else o->stages = v;
         return 1;
     }
     if (!strcmp(a, "--io") || !strcmp(a, "--cache") || !strcmp(a, "--trace") || !strcmp(a, "--fault") ||
@@ -206,6 +211,8 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.prefill_chunk = o->chunk;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = MS_LOG_WARN;
+    ep.stages = o->stages;
+    ms_pipe_serve_if_worker(&ep);           /* a pipeline's stage r > 0 serves and ends here */
     char msg[1024];
     ms_status st = ms_engine_open(&ep, e, msg, sizeof msg);
     if (st != MS_OK) fprintf(stderr, "moestream: %s\n", msg);
@@ -280,7 +287,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
             "\"verify_s\": %.6f, \"verify_sync_s\": %.6f, \"decode_passes\": %lld, \"drafted\": %lld, \"accepted\": %lld, "
             "\"pack\": %s, \"packed_regions\": %lld, \"trunk_packed_read\": %lld, \"trunk_unpacked_bytes\": %lld, \"unpack_s\": %.6f, "
-            "\"pack_fallbacks\": %lld}",
+            "\"pack_fallbacks\": %lld, \"stages\": [",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
@@ -294,6 +301,11 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             st->pack_on ? "true" : "false", (long long)st->packed_regions, (long long)st->trunk_packed_read,
             (long long)st->trunk_unpacked_bytes,
             st->unpack_s, (long long)st->pack_fallbacks);
+    /* a pipeline's bytes per stage (each process reads its own disk) */
+    for (int r = 0; r < st->n_stages; r++)
+        fprintf(f, "%s{\"trunk_bytes_read\": %lld, \"expert_bytes_read\": %lld}", r ? ", " : "",
+                (long long)st->stage_trunk_bytes[r], (long long)st->stage_expert_bytes[r]);
+    fputs("]}", f);
 }
 
 void cli_print_stats_human(FILE *f, const ms_stats *st) {
@@ -748,8 +760,20 @@ static int cmd_plan(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    if (ms_pipe_boot(&argc, &argv) != 0) return EXIT_RUNTIME;
     if (argc < 2) { usage(stderr); return EXIT_USAGE; }
     const char *cmd = argv[1];
+    if (ms_pipe_size() > 1) {
+        /* under mpirun: the commands that run the model run it as a pipeline */
+        static const char *piped[] = { "run", "chat", "batch", "perplexity", "serve", "tokenize" };
+        int ok = 0;
+        for (size_t k = 0; k < sizeof piped / sizeof piped[0]; k++) ok |= !strcmp(cmd, piped[k]);
+        if (!ok) {
+            if (ms_pipe_rank() == 0)
+                fprintf(stderr, "moestream: '%s' does not run as a pipeline (under mpirun); run it in each machine\n", cmd);
+            return EXIT_USAGE;
+        }
+    }
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);

@@ -94,7 +94,7 @@ uint64_t ms_fnv1a(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
+static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
     *out = NULL;
     ms_err err;
     ms_err_clear(&err);
@@ -133,6 +133,14 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     snprintf(path, sizeof path, "%s/config.json", p->model_dir);
     if ((st = ms_config_load(path, &e->cfg, &err)) != MS_OK) goto fail;
     if ((st = ms_ckpt_open(p->model_dir, &e->ckpt, &err)) != MS_OK) goto fail;
+    {
+        /* the part of the model this process runs (a pipeline stage, or all of it) */
+        ms_model full;
+        if ((st = ms_model_bind(&full, &e->cfg, NULL, NULL, &err)) == MS_OK) st = ms_pipe_plan(e, &full, &err);
+        ms_model_free(&full);
+        if (st != MS_OK) goto fail;
+    }
+    const int layer0 = e->stage_start[e->stage], layer1 = e->stage_start[e->stage + 1], head = e->stage == 0;
     /* the checksum sidecar, before the budget is measured (its hashes are part of
      * the process's resident size: 8 bytes per MiB of checkpoint) */
     if (!p->no_verify) {
@@ -183,7 +191,10 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
         store_ram = 1;                      /* refused below; the plan then holds its floor */
     } else if (p->ram_bytes > 0) {
         ms_model dry;
-        if ((st = ms_model_bind(&dry, &e->cfg, NULL, NULL, &err)) != MS_OK) { ms_model_free(&dry); goto fail; }
+        if ((st = ms_model_bind_part(&dry, &e->cfg, NULL, NULL, layer0, layer1, head, &err)) != MS_OK) {
+            ms_model_free(&dry);
+            goto fail;
+        }
         const int64_t rss = rss_bytes();    /* once: the choice checks its chunk against what the store gets */
         if (p->prefill_chunk == 0) {
             const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry), e->p.max_context, e->p.max_draft,
@@ -238,7 +249,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
     if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
     e->model.kern = NULL;
-    st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err);
+    st = ms_model_bind_part(&e->model, &e->cfg, e->ckpt, e->store, layer0, layer1, head, &err);
     e->model_bound = 1;                 /* a failed bind leaves a freeable model */
     if (st != MS_OK) goto fail;
     if (p->ram_bytes == MS_RAM_MIN) {
@@ -256,7 +267,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
         ms_model_free(&e->model);
         e->model_bound = 0;
         if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
-        st = ms_model_bind(&e->model, &e->cfg, e->ckpt, e->store, &err);
+        st = ms_model_bind_part(&e->model, &e->cfg, e->ckpt, e->store, layer0, layer1, head, &err);
         e->model_bound = 1;
         if (st != MS_OK) goto fail;
     }
@@ -281,6 +292,9 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
            (long long)e->cfg.vocab_size, e->model.kern->name, n_threads);
     ms_log(&e->log, MS_LOG_INFO, "prompt chunks of %lld tokens%s", (long long)e->p.prefill_chunk,
            p->prefill_chunk == 0 ? (p->ram_bytes > 0 ? " (chosen for the budget)" : " (no budget: the default)") : "");
+    if (e->n_stages > 1)
+        ms_log(&e->log, MS_LOG_INFO, "pipeline stage %d of %d: layers %d..%d%s", e->stage, e->n_stages, layer0,
+               layer1 - 1, head ? ", embedding, lm_head" : "");
     *out = e;
     return MS_OK;
 fail:
@@ -290,8 +304,21 @@ fail:
     return st == MS_E_IO ? MS_E_MODEL : st;
 }
 
+ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
+    char msg[512] = "";
+    ms_status st = engine_open(p, out, msg, sizeof msg);
+    if (ms_pipe_size() > 1) {
+        /* every stage opened, or none stays */
+        st = ms_pipe_meet(*out, st, msg, sizeof msg);
+        if (st != MS_OK && *out) { ms_engine_close(*out); *out = NULL; }
+    }
+    if (st != MS_OK && errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", msg);
+    return st;
+}
+
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
+    ms_pipe_close(e);
     ms_fwd_free(e->fwd);
     free(e->batch_ids);
     free(e->batch_seg);
@@ -347,6 +374,7 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->trunk_unpacked_bytes = ss.trunk_unpacked_bytes;
     st->unpack_s = (double)ss.unpack_ns * 1e-9;
     st->pack_fallbacks = ss.pack_fallbacks;
+    ms_pipe_add_stats(e, st);
     st->verify_bytes = ss.verify_bytes;
     st->verify_retries = ss.verify_retries;
     st->verify_failures = ss.verify_failures;
@@ -358,6 +386,7 @@ void ms_engine_stats_reset(ms_engine *e) {
     memset(&e->stats, 0, sizeof e->stats);
     e->scale255 = 0;
     ms_store_reset_stats(e->store);
+    ms_pipe_op(e, MS_PIPE_STATS_RESET, 0, 0, NULL, 0);
 }
 
 ms_status ms_session_open(ms_engine *e, ms_session **out) {
@@ -379,6 +408,16 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
         s->ver_ids = malloc((size_t)(s->max_draft + 1) * sizeof(int32_t));
         if (!s->ver_logits || !s->ver_ids) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
     }
+    if (e->pipe_up) {
+        /* the other stages keep their layers' state of it under this name */
+        s->st.pipe_id = ++e->next_pipe_id;
+        char msg[512];
+        if ((st = ms_pipe_op(e, MS_PIPE_OPEN, s->st.pipe_id, 0, msg, sizeof msg)) != MS_OK) {
+            ms_err_set(&err, st, "%s", msg);
+            ms_pipe_op(e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);     /* in the stages that opened it */
+            goto fail;
+        }
+    }
     *out = s;
     return MS_OK;
 fail:
@@ -395,6 +434,7 @@ fail:
 
 void ms_session_close(ms_session *s) {
     if (!s) return;
+    ms_pipe_op(s->e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);
     ms_state_free(&s->st, &s->e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &s->e->model);
     free(s->ver_logits);
@@ -460,6 +500,13 @@ static ms_status check_tokens(const ms_session *s, const int32_t *ids, int64_t n
     return MS_OK;
 }
 
+/* What every forward of the engine runs with (rec: record it for a rollback). */
+static ms_fwd_ctx fwd_ctx(ms_engine *e, ms_rollback *rec) {
+    return (ms_fwd_ctx){ .m = &e->model, .store = e->store, .pool = e->pool,
+                         .predict = !e->p.no_predict_experts, .rec = rec,
+                         .pass_on = e->pipe_up ? ms_pipe_pass_on : NULL, .pass_user = e };
+}
+
 static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,
                       const score_out *score, int record, int count, int check, double *dt_out) {
     if (s->sticky != MS_OK) return s->sticky;
@@ -481,8 +528,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     }
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, record ? &s->rb : NULL,
-                       NULL, 0, NULL, 0, NULL, NULL };
+    ms_fwd_ctx ctx = fwd_ctx(e, record ? &s->rb : NULL);
     double t0 = ms_now_s();
     ms_status st = MS_OK;
     const int64_t chunk = e->p.prefill_chunk;
@@ -595,7 +641,7 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
     ms_fseg *seg = e->batch_seg;
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = { &e->model, e->store, e->pool, 0, !e->p.no_predict_experts, NULL, NULL, 0, NULL, 0, NULL, NULL };
+    ms_fwd_ctx ctx = fwd_ctx(e, NULL);
     double t0 = ms_now_s();
     ms_status st = MS_OK;
     /* passes of up to `chunk` tokens (so at most `chunk` segments), filled in
@@ -655,6 +701,9 @@ ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits
                  (long long)n_keep, (long long)s->rb.n_rec);
         return MS_E_USAGE;
     }
+    char msg[512];
+    const ms_status ps = ms_pipe_op(s->e, MS_PIPE_ROLLBACK, s->st.pipe_id, n_keep, msg, sizeof msg);
+    if (ps != MS_OK) return make_unsound(s, msg);
     ms_state_rollback(&s->st, &s->rb, &s->e->model, s->e->pool, n_keep);
     if (logits != s->logits)
         memcpy(s->logits, logits, (size_t)s->e->cfg.vocab_size * sizeof(float));
@@ -765,7 +814,13 @@ ms_status ms_session_copy(ms_session *dst, const ms_session *src) {
         if (dst) snprintf(dst->error, sizeof dst->error, "copy: not two sessions of one engine");
         return MS_E_USAGE;
     }
-    const ms_engine *e = src->e;
+    ms_engine *e = src->e;
+    char msg[512];
+    const ms_status ps = ms_pipe_op(e, MS_PIPE_COPY, dst->st.pipe_id, src->st.pipe_id, msg, sizeof msg);
+    if (ps != MS_OK) {
+        make_unsound(dst, msg);
+        return ps;
+    }
     ms_state_copy(&dst->st, &src->st, &e->model);
     memcpy(dst->tokens, src->tokens, (size_t)src->st.n_past * sizeof *dst->tokens);
     memcpy(dst->logits, src->logits, (size_t)e->cfg.vocab_size * sizeof *dst->logits);
@@ -777,11 +832,14 @@ ms_status ms_session_copy(ms_session *dst, const ms_session *src) {
 }
 
 void ms_session_reset(ms_session *s) {
+    char msg[512];
+    const ms_status ps = ms_pipe_op(s->e, MS_PIPE_RESET, s->st.pipe_id, 0, msg, sizeof msg);
     ms_state_reset(&s->st, &s->e->model);
     s->rb.n_rec = 0;
     s->has_logits = 0;
     s->sticky = MS_OK;
     s->error[0] = '\0';
+    if (ps != MS_OK) make_unsound(s, msg);
 }
 
 int32_t ms_argmax(const float *logits, int64_t n) {

@@ -92,6 +92,12 @@ struct ms_engine {
     int32_t *batch_ids;         /* ms_sessions_feed: a pass's ids [prefill_chunk] */
     ms_fseg *batch_seg;         /* and its segments [prefill_chunk] (one token each at most) */
     uint64_t model_hash;        /* config.json + tensor table: identifies sessions on disk */
+    /* a pipeline (engine/pipe.c): this process is stage `stage` of n_stages and runs
+       layers [stage_start[stage], stage_start[stage + 1]); one stage without */
+    int stage, n_stages;
+    int stage_start[MS_MAX_STAGES + 1];
+    int pipe_up;                /* stage 0: every stage opened, sessions are named to them */
+    int64_t next_pipe_id;
     char error[512];
 };
 
@@ -123,5 +129,33 @@ ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits
 /* FNV-1a 64 over bytes, continuing from h (start with MS_FNV_INIT). */
 #define MS_FNV_INIT 0xcbf29ce484222325ull
 uint64_t ms_fnv1a(uint64_t h, const void *data, size_t n);
+
+/* ---- the pipeline across processes (engine/pipe.c) ---- */
+/* The stages' first layers for n stages over n_layer layers whose reads per
+ * token cost cost[il] each, stage 0 also head_cost: start[0] = 0 < start[1]
+ * < ... < start[n] = n_layer, contiguous, the largest stage cost as small as
+ * can be (ties: the first in the order of start[1], start[2], ...). -1 if
+ * n > n_layer. */
+int ms_pipe_split(const int64_t *cost, int n_layer, int64_t head_cost, int n, int *start);
+/* e->stage, n_stages, stage_start from the pipeline and p->stages (or the
+ * balanced split of the dry model's bytes per token at the floor). */
+ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err);
+/* After a stage's open (own = its status): a stage r > 0 tells stage 0;
+ * stage 0 hears every stage, takes the smallest prompt chunk, and on any
+ * failure closes the stages that opened. Returns own, or the first failed
+ * stage's status (its message in msg). */
+ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len);
+enum { MS_PIPE_OPEN = 1, MS_PIPE_CLOSE, MS_PIPE_RESET, MS_PIPE_COPY, MS_PIPE_ROLLBACK, MS_PIPE_STATS_RESET };
+/* Stage 0: apply a session operation on every other stage (a0, a1: the
+ * session ids; ROLLBACK: a1 = n_keep; OPEN: a1 = 1 to record for
+ * speculation). */
+ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len);
+/* ms_fwd_ctx.pass_on for stage 0 (pass_user = the engine). */
+ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
+                          int64_t nb_max, int *nb, ms_err *err);
+/* Stage 0: add the other stages' byte counters to st. */
+void ms_pipe_add_stats(const ms_engine *e, ms_stats *st);
+/* Stage 0, at ms_engine_close: the other stages close and their processes end. */
+void ms_pipe_close(ms_engine *e);
 
 #endif

@@ -22,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The state of a pipeline's session is spread over its processes. */
+#define PIPE_NO "sessions are not saved or loaded in a pipeline (each stage holds part of the state)"
+
 static const char MAGIC[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '1' };
 
 typedef struct dims {
@@ -68,6 +71,7 @@ static ms_status fail(ms_session *s, ms_status st, const char *fmt, const char *
 ms_status ms_session_save(const ms_session *cs, const char *path) {
     ms_session *s = (ms_session *)cs;      /* only the error message is written */
     if (s->sticky != MS_OK) return fail(s, MS_E_UNSOUND, "%s: %s", path, "the session is unsound; not saved");
+    if (s->e->n_stages > 1) return fail(s, MS_E_USAGE, "%s: %s", path, PIPE_NO);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
@@ -94,6 +98,7 @@ ms_status ms_session_save(const ms_session *cs, const char *path) {
 }
 
 ms_status ms_session_load(ms_session *s, const char *path) {
+    if (s->e->n_stages > 1) return fail(s, MS_E_USAGE, "%s: %s", path, PIPE_NO);
     FILE *f = fopen(path, "rb");
     if (!f) return fail(s, MS_E_IO, "%s: %s", path, "cannot open");
     char magic[8];

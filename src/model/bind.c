@@ -333,7 +333,13 @@ static ms_status bind_layer(binder *bd, int il, ms_err *err) {
 
 ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
                         ms_store *store, ms_err *err) {
+    return ms_model_bind_part(m, cfg, ck, store, 0, (int)cfg->num_hidden_layers, 1, err);
+}
+
+ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *ck, ms_store *store,
+                             int layer0, int layer1, int head, ms_err *err) {
     memset(m, 0, sizeof *m);
+    MS_ASSERT(0 <= layer0 && layer0 < layer1 && layer1 <= cfg->num_hidden_layers);
     MS_ASSERT((ck == NULL) == (store == NULL));
     binder b = { m, ck, store, 0 }, *bd = &b;
     m->cfg = *cfg;
@@ -342,16 +348,22 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
     m->n_layer = (int)c->num_hidden_layers;
     m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
     if (!m->layers) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    m->layer0 = layer0;
+    m->layer1 = layer1;
+    m->head = head;
     int n_kda = 0, n_mla = 0;
     for (int il = 0; il < m->n_layer; il++) {
         ms_layer *L = &m->layers[il];
         L->index = il;
         L->is_mla = c->layer_is_mla[il];
         L->is_dense = il < c->first_k_dense_replace;
+        if (il == layer0) { m->kda0 = n_kda; m->mla0 = n_mla; }
         L->kda_index = L->is_mla ? -1 : n_kda++;
         L->mla_index = L->is_mla ? n_mla++ : -1;
-        L->expert_region0 = -1;
+        if (il == layer1 - 1) { m->kda1 = n_kda; m->mla1 = n_mla; }
+        L->attn_region = L->ffn_region = L->expert_region0 = -1;
     }
+    m->embed_region = m->final_region = -1;
     m->expert_bytes = c->num_experts > 0 ?
         2 * (c->moe_intermediate_size * c->routed_expert_hidden_size / 2 +
              c->moe_intermediate_size * c->routed_expert_hidden_size / c->quant_group_size) +
@@ -359,17 +371,20 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
          c->routed_expert_hidden_size * c->moe_intermediate_size / c->quant_group_size) : 0;
 
     group g = {0};
-    if (!want(bd, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(V, H), 0, err))
-        return err->status;
-    int id = make_region(bd, MS_REGION_GLOBAL, &g, err);
-    if (id < 0) return (ms_status)id;
-    m->embed_region = id;
-    if (store) ms_store_mark_sparse(store, id);     /* read by rows only (ms_store_read_part) */
-    else m->plan_regions[id].sparse = 1;
+    int id;
+    if (head) {
+        if (!want(bd, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(V, H), 0, err))
+            return err->status;
+        if ((id = make_region(bd, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
+        m->embed_region = id;
+        if (store) ms_store_mark_sparse(store, id);     /* read by rows only (ms_store_read_part) */
+        else m->plan_regions[id].sparse = 1;
+    }
 
     ms_status st;
-    for (int il = 0; il < m->n_layer; il++)
+    for (int il = layer0; il < layer1; il++)
         if ((st = bind_layer(bd, il, err)) != MS_OK) return st;
+    if (!head) return MS_OK;
 
     memset(&g, 0, sizeof g);
     if (!want(bd, &g, &m->final_norm, NULL, PFX "norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
@@ -385,7 +400,7 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
                                     DT_BF16, D2(V, H), 0, err);
     if (!lt) return err->status;
     int64_t max_region = 1 << 20;
-    for (int il = 0; il < m->n_layer; il++) {
+    for (int il = layer0; il < layer1; il++) {
         int64_t a = region_bytes(bd, m->layers[il].attn_region);
         int64_t f = region_bytes(bd, m->layers[il].ffn_region);
         if (a > max_region) max_region = a;

@@ -321,7 +321,7 @@ ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms
     rb->max_T = max_T;
     rb->kda = calloc((size_t)c->n_kda_layers + 1, sizeof *rb->kda);
     if (!rb->kda) goto oom;
-    for (int64_t i = 0; i < c->n_kda_layers; i++)
+    for (int64_t i = m->kda0; i < m->kda1; i++)
         if (!(rb->kda[i] = malloc((size_t)rec_floats(c, max_T) * sizeof(float)))) goto oom;
     return MS_OK;
 oom:
@@ -393,7 +393,7 @@ void ms_state_rollback(ms_state *st, ms_rollback *rb, const ms_model *m, ms_pool
     const ms_config *c = &m->cfg;
     MS_ASSERT(n_keep >= 1 && n_keep <= rb->n_rec);
     if (n_keep < rb->n_rec) {
-        for (int64_t i = 0; i < c->n_kda_layers; i++) {
+        for (int64_t i = m->kda0; i < m->kda1; i++) {
             const float *r = rb->kda[i];
             memcpy(st->kda_S[i], r, (size_t)rec_S(c) * sizeof(float));
             memcpy(st->kda_conv[i], r + rec_o_conv0(c), (size_t)rec_conv(c) * sizeof(float));
@@ -611,7 +611,7 @@ static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const
 /* Layer il when it is an MoE layer whose experts stream, else NULL. */
 static const ms_layer *streamed_moe(const ms_fwd_ctx *c, int il) {
     const ms_model *m = c->m;
-    if (il < 0 || il >= m->n_layer) return NULL;
+    if (il < m->layer0 || il >= m->layer1) return NULL;   /* not this process's part */
     const ms_layer *N = &m->layers[il];
     if (N->is_dense || ms_store_region_resident(c->store, N->expert_region0)) return NULL;
     return N;
@@ -1113,7 +1113,8 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
     MS_ASSERT(nseg == 1 || (!all_logits && !c->rec && !c->score_lp));
     MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
                                c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
-    for (int64_t t = 0; t < T; t++)
+    MS_ASSERT((ids != NULL) == m->head);
+    for (int64_t t = 0; ids && t < T; t++)
         if (ids[t] < 0 || ids[t] >= V)
             return ms_err_set(err, MS_E_USAGE, "token id %d out of range [0, %lld)", ids[t], (long long)V);
     ms_status s = ensure_att(f, cf, n_ctx, err);
@@ -1126,16 +1127,17 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
     /* one sequence's consecutive tokens: keep its last tokens' experts cached */
     const int keep = nseg == 1 && T > 1;
 
-    /* run = the token's embedding row, used as is (no scaling) */
-    for (int64_t t = 0; t < T; t++) {
+    /* run = the token's embedding row, used as is (no scaling); a stage
+       without the head starts from the activations it was given */
+    for (int64_t t = 0; m->head && t < T; t++) {
         uint16_t *row = (uint16_t *)(f->h + t * H);     /* h is free until layer 0 */
         s = ms_store_read_part(c->store, m->embed_region, m->embed.rel + (int64_t)ids[t] * H * 2, H * 2, row, err);
         if (s != MS_OK) return with_context(err, s, "layer input: embedding row of token %d", ids[t]);
         for (int64_t i = H - 1; i >= 0; i--) f->run[t * H + i] = ms_bf16_to_f32(row[i]);
     }
 
-    int nb = 0;             /* snapshots in the bank (same for every token) */
-    for (int il = 0; il < m->n_layer; il++) {
+    int nb = m->head ? 0 : c->stage_nb;     /* snapshots in the bank (same for every token) */
+    for (int il = m->layer0; il < m->layer1; il++) {
         const ms_layer *L = &m->layers[il];
         const uint8_t *base = ms_store_acquire(c->store, L->attn_region, err);
         if (!base) return with_context(err, err->status, "layer %d attention weights", il);
@@ -1181,6 +1183,16 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
     }
 
     if (keep && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
+    if (!m->head) {
+        c->stage_nb = nb;
+        for (int is = 0; is < nseg; is++) seg[is].st->n_past += seg[is].T;
+        if (c->rec) c->rec->n_rec = T;
+        return MS_OK;
+    }
+    if (m->layer1 < m->n_layer) {
+        MS_ASSERT(c->pass_on);
+        if ((s = c->pass_on(c, seg, nseg, T, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK) return s;
+    }
 
     /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y,
      * for every token (all_logits, scoring) or each segment's last one */
@@ -1244,3 +1256,12 @@ ms_status ms_forward_batch(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
                            ms_err *err) {
     return forward(c, f, seg, nseg, ids, NULL, err);
 }
+
+ms_status ms_forward_stage(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, ms_err *err) {
+    MS_ASSERT(!c->m->head && c->stage_nb >= 0 && c->stage_nb <= f->nb_max);
+    return forward(c, f, seg, nseg, NULL, NULL, err);
+}
+
+float *ms_fwd_run(ms_fwd *f) { return f->run; }
+float *ms_fwd_bank(ms_fwd *f) { return f->bank; }
+int64_t ms_fwd_nb_max(const ms_fwd *f) { return f->nb_max; }

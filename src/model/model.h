@@ -66,6 +66,14 @@ typedef struct ms_model {
     ms_config cfg;
     int n_layer;
     ms_layer *layers;
+    /* The part this process runs (a pipeline stage, engine/pipe.c; the whole
+     * model otherwise): layers [layer0, layer1), with `head` the embedding,
+     * the final norms and lm_head. Layers outside are not bound (regions -1),
+     * and the per-session state holds only the part's KDA layers
+     * [kda0, kda1) and MLA layers [mla0, mla1) (indices kda_index /
+     * mla_index; the other entries NULL). */
+    int layer0, layer1, head;
+    int kda0, kda1, mla0, mla1;
     int embed_region, final_region;
     ms_wt embed, final_norm, out_res_norm, out_res_proj;
     /* lm_head is split by rows into regions no larger than the largest layer
@@ -89,6 +97,11 @@ typedef struct ms_model {
  * m->plan_regions, for planning memory from a config.json alone. */
 ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ckpt,
                         ms_store *store, ms_err *err);
+/* The same for a part of the model: layers [layer0, layer1) and, if head,
+ * the embedding, the final norms and lm_head (ms_model_bind binds
+ * [0, n_layer) with the head). */
+ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *ckpt, ms_store *store,
+                             int layer0, int layer1, int head, ms_err *err);
 void ms_model_free(ms_model *m);
 
 /* Load-time checks that need a few weight bytes: every 1-D weight (norms,
@@ -99,6 +112,7 @@ ms_status ms_model_validate(const ms_model *m, ms_store *store, ms_err *err);
 /* ---- per-session state ---- */
 typedef struct ms_state {
     int64_t n_past;
+    int64_t pipe_id;            /* names the state to the other stages of a pipeline */
     int64_t max_ctx;
     float **kda_S;              /* [n_kda][heads * dk * dv] */
     float **kda_conv;           /* [n_kda][3 * C * (K-1)]  q,k,v histories, oldest first */
@@ -148,6 +162,15 @@ ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *er
 int64_t ms_fwd_bytes(const ms_model *m, int64_t max_T, int64_t max_ctx);
 void ms_fwd_free(ms_fwd *f);
 
+/* One sequence's part of a batched forward: T >= 1 tokens at positions
+ * st->n_past.. of that sequence; logits [n_vocab] receives the logits after
+ * its last token. */
+typedef struct ms_fseg {
+    ms_state *st;
+    int64_t T;
+    float *logits;
+} ms_fseg;
+
 typedef struct ms_fwd_ctx {
     const ms_model *m;
     ms_store *store;
@@ -168,6 +191,16 @@ typedef struct ms_fwd_ctx {
     int score_k;
     int32_t *score_top_ids;
     double *score_top_lp;
+    /* A pipeline (engine/pipe.c). With the head and layers left after
+       layer1, pass_on runs them elsewhere: it gets the activations after
+       layer1 - 1 (run [T, H], the bank [T, nb_max, H] with *nb snapshots)
+       and leaves those after the last layer in the same arrays. Without the
+       head (ms_forward_stage), stage_nb is the snapshots of the bank on
+       entry, and on return. */
+    ms_status (*pass_on)(const struct ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run,
+                         float *bank, int64_t nb_max, int *nb, ms_err *err);
+    void *pass_user;
+    int stage_nb;
 } ms_fwd_ctx;
 
 /* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.
@@ -176,15 +209,6 @@ typedef struct ms_fwd_ctx {
  * marks the session unsound). */
 ms_status ms_forward(ms_fwd_ctx *ctx, ms_fwd *f, ms_state *st, const int32_t *ids,
                      int64_t T, float *logits, int all_logits, ms_err *err);
-
-/* One sequence's part of a batched forward: T >= 1 tokens at positions
- * st->n_past.. of that sequence; logits [n_vocab] receives the logits after
- * its last token. */
-typedef struct ms_fseg {
-    ms_state *st;
-    int64_t T;
-    float *logits;
-} ms_fseg;
 
 /* Several sequences through the model in ONE pass over the weights: the
  * segments' tokens, ids concatenated in segment order (sum of T <= max_T).
@@ -196,6 +220,17 @@ typedef struct ms_fseg {
  * one token). On failure every segment's state is unusable. */
 ms_status ms_forward_batch(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
                            ms_err *err);
+
+/* A pipeline stage without the head (model bound by ms_model_bind_part with
+ * head 0): the segments' T = sum of seg[].T tokens through layers
+ * [layer0, layer1), from the activations in ms_fwd_run / ms_fwd_bank (with
+ * ctx->stage_nb snapshots), leaving the output there. Each state's n_past +=
+ * its T; recorded like ms_forward when ctx->rec (one segment). */
+ms_status ms_forward_stage(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int nseg, ms_err *err);
+/* The stage activations: run [max_T, H], bank [max_T, nb_max, H]. */
+float *ms_fwd_run(ms_fwd *f);
+float *ms_fwd_bank(ms_fwd *f);
+int64_t ms_fwd_nb_max(const ms_fwd *f);
 
 /* Log-softmax of a row of logits in one pass, in index order (scoring): for
  * each x, in double, if x > m then z = z * exp(m - x) + 1 and m = x, else

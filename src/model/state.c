@@ -29,12 +29,12 @@ ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err
     st->kda_conv = calloc((size_t)(c->n_kda_layers + 1), sizeof *st->kda_conv);
     st->mla_cache = calloc((size_t)(c->n_mla_layers + 1), sizeof *st->mla_cache);
     if (!st->kda_S || !st->kda_conv || !st->mla_cache) goto oom;
-    for (int64_t i = 0; i < c->n_kda_layers; i++) {
+    for (int64_t i = m->kda0; i < m->kda1; i++) {
         st->kda_S[i] = calloc((size_t)kda_S_floats(c), sizeof(float));
         st->kda_conv[i] = calloc((size_t)kda_conv_floats(c) + 1, sizeof(float));
         if (!st->kda_S[i] || !st->kda_conv[i]) goto oom;
     }
-    for (int64_t i = 0; i < c->n_mla_layers; i++) {
+    for (int64_t i = m->mla0; i < m->mla1; i++) {
         st->mla_cache[i] = malloc((size_t)(max_ctx * mla_pos_floats(c)) * sizeof(float));
         if (!st->mla_cache[i]) goto oom;
     }
@@ -59,18 +59,18 @@ void ms_state_free(ms_state *st, const ms_model *m) {
 void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m) {
     const ms_config *c = &m->cfg;
     MS_ASSERT(dst->max_ctx >= src->n_past);
-    for (int64_t i = 0; i < c->n_kda_layers; i++) {
+    for (int64_t i = m->kda0; i < m->kda1; i++) {
         memcpy(dst->kda_S[i], src->kda_S[i], (size_t)kda_S_floats(c) * sizeof(float));
         memcpy(dst->kda_conv[i], src->kda_conv[i], (size_t)kda_conv_floats(c) * sizeof(float));
     }
-    for (int64_t i = 0; i < c->n_mla_layers; i++)
+    for (int64_t i = m->mla0; i < m->mla1; i++)
         memcpy(dst->mla_cache[i], src->mla_cache[i], (size_t)(src->n_past * mla_pos_floats(c)) * sizeof(float));
     dst->n_past = src->n_past;
 }
 
 void ms_state_reset(ms_state *st, const ms_model *m) {
     const ms_config *c = &m->cfg;
-    for (int64_t i = 0; i < c->n_kda_layers; i++) {
+    for (int64_t i = m->kda0; i < m->kda1; i++) {
         memset(st->kda_S[i], 0, (size_t)kda_S_floats(c) * sizeof(float));
         memset(st->kda_conv[i], 0, (size_t)kda_conv_floats(c) * sizeof(float));
     }

@@ -72,6 +72,8 @@ static void usage(FILE *f) {
         "  --pack PATH            packed trunk (default MODEL_DIR/moestream.pack when present, read\n"
         "                         only with the sidecar): ~0.75 of the trunk bytes, same bits\n"
         "  --no-pack              read the trunk from the shards only\n"
+        "  --stages L1,L2,...     under mpirun -np N, a pipeline across machines: the layers where\n"
+        "                         stages 1..N-1 begin (default: equal bytes per token per stage)\n"
         "  --quiet                log errors only\n");
 }
 
@@ -156,6 +158,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--sums")) o->sums_path = v;
         else if (!strcmp(a, "--pack")) o->pack_path = v;
+        else if (!strcmp(a, "--stages")) o->stages = v;
         else if (!strcmp(a, "--model-name")) o->model_name = v;
         else if (!strcmp(a, "--ram")) { o->ram = parse_ram(v); bad = o->ram < 0 && o->ram != MS_RAM_MIN; }
         else if (!strcmp(a, "--threads")) { bad = parse_int(v, 0, 1024, &x); o->threads = (int)x; }
@@ -274,6 +277,8 @@ int ms_serve_main(int argc, char **argv) {
     ep.no_pack = s->o.no_pack;
     ep.log = engine_log;
     ep.log_level = s->o.quiet ? MS_LOG_WARN : MS_LOG_INFO;
+    ep.stages = s->o.stages;
+    ms_pipe_serve_if_worker(&ep);           /* a pipeline's stage r > 0 serves and ends here */
     char errbuf[512];
     ms_status st = ms_engine_open(&ep, &s->e, errbuf, sizeof errbuf);
     if (st != MS_OK) {

@@ -73,6 +73,7 @@ typedef struct srv_opts {
     int no_verify;              /* --no-verify */
     const char *pack_path;      /* --pack PATH (default MODEL_DIR/moestream.pack when present) */
     int no_pack;                /* --no-pack */
+    const char *stages;         /* --stages L1,L2,...: a pipeline's split (under mpirun) */
 } srv_opts;
 
 /* ---- byte buffer ------------------------------------------------------------ */

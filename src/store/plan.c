@@ -179,8 +179,15 @@ static ms_status compute(plan_ctx *c, ms_plan *out, uint8_t *resident, ms_err *e
     } else {
         if (k < 0 && e < 0) {
             for (int i = 0; i <= nT; i++) if (total(c, i, emin, 0) <= B) k = i;
-            if (k < 0) return refuse(c, k_floor, emin, floor_sp, out, "the smallest plan", err);
-            e = max_slots(c, k, emin, B);
+            if (k < 0 && floor_sp && floor <= B) {
+                /* no experts (a pipeline stage of dense layers): a sparse region
+                   held whole can cost less than its bounce buffer */
+                k = nT;
+                e = emin;
+            } else {
+                if (k < 0) return refuse(c, k_floor, emin, floor_sp, out, "the smallest plan", err);
+                e = max_slots(c, k, emin, B);
+            }
         } else if (k < 0) {
             for (int i = 0; i <= nT; i++) if (total(c, i, e, 0) <= B) k = i;
             if (k < 0) {

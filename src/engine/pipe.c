@@ -1,0 +1,595 @@
+/* engine/pipe.c - a pipeline of processes over MPI (include/moestream.h,
+ * "a pipeline across processes"; docs/ARCHITECTURE.md, "Pipeline across
+ * machines").
+ *
+ * Stage 0 runs the command: tokenizer, sessions, sampling, the embedding, its
+ * layers, the final norms and lm_head. Stage r > 0 runs layers
+ * [start[r], start[r + 1]) and keeps, per session of stage 0, the state of
+ * those layers only. Every process opens its own copy of the checkpoint under
+ * its own budget, so the machines' RAM adds up and each disk reads only its
+ * stage's bytes.
+ *
+ * Messages go round a ring, 0 -> 1 -> ... -> N-1 -> 0, one at a time: stage 0
+ * sends one and waits for it to come back before it sends the next (a mutex
+ * makes the operations of several threads take turns). A message is a
+ * header, then per operation:
+ *   FORWARD   nseg x {session id, T, n_past}, run [T, H], bank [T, nb, H]
+ *             (the activations after the previous stage's last layer; each
+ *             stage replaces them with its own, and the last one's come back
+ *             to stage 0, which goes on with the final norms and lm_head);
+ *   OPEN, CLOSE, RESET, COPY, ROLLBACK, STATS_RESET   the header only;
+ *   STATS     int64 [N][2]: each stage fills its trunk and expert bytes.
+ * A stage that fails sets the header's status and message; the stages after
+ * it pass the message on untouched, and stage 0 returns the failure (the
+ * session is then unsound, as after a failed read in one process). Activations
+ * travel as the float bits the next layer reads, so the output is the one
+ * process's, bit for bit (tests/t_pipeline.sh).
+ *
+ * Waiting polls (MPI_Improbe / MPI_Test) with naps growing to 200 us instead
+ * of MPI's busy wait, so a waiting stage leaves its cores to its I/O threads.
+ * At open every stage r > 0 reports to stage 0 (READY: status, layers, prompt
+ * chunk, model hash); on any failure stage 0 sends QUIT to the stages that
+ * opened, and every process ends.
+ */
+#include "engine/engine_int.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
+enum { OP_FORWARD = 100, OP_STATS = 101 };
+enum { F_RECORD = 1, F_PREDICT = 2 };
+
+typedef struct hdr {
+    int32_t op, status;         /* status: MS_OK, or the first failure on the way (err) */
+    int32_t nseg, nb;           /* FORWARD: segments, snapshots in the bank */
+    int32_t flags, pad;
+    int64_t T, a0, a1;
+    char err[448];
+} hdr;
+
+typedef struct seg_desc {
+    int64_t id, T, n_past;
+} seg_desc;
+
+typedef struct ready {
+    int32_t status, layer0, layer1, pad;
+    int64_t chunk;
+    uint64_t hash;
+    char err[448];
+} ready;
+
+static struct {
+    int booted, rank, size;
+    pthread_mutex_t mu;
+    uint8_t *buf;               /* the message being built or received */
+    size_t cap;
+} g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0 };
+
+static void finish(void) {
+    if (g.booted) MPI_Finalize();
+    g.booted = 0;
+}
+
+int ms_pipe_boot(int *argc, char ***argv) {
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!n) n = getenv("PMI_SIZE");
+    if (!n || atoi(n) <= 1) return 0;
+    int prov = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS) return -1;
+    g.booted = 1;
+    atexit(finish);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    if (prov < MPI_THREAD_SERIALIZED || g.size > MS_MAX_STAGES) {
+        fprintf(stderr, "moestream: %s\n", g.size > MS_MAX_STAGES ? "more pipeline stages than MS_MAX_STAGES (64)"
+                                                                  : "MPI gives no MPI_THREAD_SERIALIZED");
+        return -1;
+    }
+    return 0;
+}
+
+int ms_pipe_rank(void) { return g.booted ? g.rank : 0; }
+int ms_pipe_size(void) { return g.booted ? g.size : 1; }
+
+static void fatal(const char *what) {
+    fprintf(stderr, "moestream: stage %d: %s\n", g.rank, what);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+static void nap(long *ns) {
+    struct timespec ts = { 0, *ns };
+    nanosleep(&ts, NULL);
+    if (*ns < 200000) *ns *= 2;
+}
+
+static uint8_t *room(size_t n) {
+    if (n > g.cap) {
+        uint8_t *p = realloc(g.buf, n);
+        if (!p) fatal("out of memory for a pipeline message");
+        g.buf = p;
+        g.cap = n;
+    }
+    return g.buf;
+}
+
+static void send_bytes(const void *p, size_t n, int dst, int tag) {
+    if (n > INT_MAX) fatal("a pipeline message over 2 GiB (a smaller --chunk sends less)");
+    MPI_Request rq;
+    MPI_Isend(p, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, &rq);
+    int done = 0;
+    for (long ns = 1000;; nap(&ns)) {
+        MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+    }
+}
+
+/* The next message from src with tag (MPI_ANY_*: any) into g.buf; its size. */
+static size_t recv_bytes(int src, int tag, int *tag_out) {
+    MPI_Message mh;
+    MPI_Status stt;
+    int flag = 0;
+    for (long ns = 1000;; nap(&ns)) {
+        MPI_Improbe(src, tag, MPI_COMM_WORLD, &flag, &mh, &stt);
+        if (flag) break;
+    }
+    int n = 0;
+    MPI_Get_count(&stt, MPI_BYTE, &n);
+    MPI_Mrecv(room((size_t)n > sizeof(hdr) ? (size_t)n : sizeof(hdr)), n, MPI_BYTE, &mh, MPI_STATUS_IGNORE);
+    if (tag_out) *tag_out = stt.MPI_TAG;
+    return (size_t)n;
+}
+
+/* ---- the split ---- */
+
+int ms_pipe_split(const int64_t *cost, int L, int64_t head_cost, int n, int *start) {
+    if (n < 1 || n > L) return -1;
+    /* suf[s][i]: the smallest largest cost of layers [i, L) in s stages (no
+       head); then the largest stage cost of the best split is
+       min over j of max(head + [0, j), suf[n - 1][j]), and the boundaries are
+       taken one at a time, each the first that still reaches it */
+    int64_t *pre = calloc((size_t)L + 1, sizeof *pre);
+    int64_t *suf = malloc((size_t)(n + 1) * (size_t)(L + 1) * sizeof *suf);
+    if (!pre || !suf) { free(pre); free(suf); return -1; }
+    for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
+#define S(s, i) suf[(size_t)(s) * (size_t)(L + 1) + (size_t)(i)]
+    for (int i = 0; i <= L; i++) {
+        S(0, i) = i == L ? 0 : INT64_MAX;
+        S(1, i) = i < L ? pre[L] - pre[i] : INT64_MAX;
+    }
+    for (int s = 2; s <= n; s++)
+        for (int i = 0; i <= L; i++) {
+            S(s, i) = INT64_MAX;
+            for (int j = i + 1; j <= L - s + 1; j++) {
+                const int64_t here = pre[j] - pre[i], v = here > S(s - 1, j) ? here : S(s - 1, j);
+                if (v < S(s, i)) S(s, i) = v;
+            }
+        }
+    int64_t best = INT64_MAX;
+    for (int j = 1; j <= L - n + 1; j++) {
+        const int64_t first = head_cost + pre[j], v = first > S(n - 1, j) ? first : S(n - 1, j);
+        if (v < best) best = v;
+    }
+    start[0] = 0;
+    start[n] = L;
+    for (int k = 1; k < n; k++) {
+        const int64_t extra = k == 1 ? head_cost : 0;
+        int j = start[k - 1] + 1;
+        while (extra + pre[j] - pre[start[k - 1]] > best || S(n - k, j) > best) j++;
+        start[k] = j;
+    }
+#undef S
+    free(pre);
+    free(suf);
+    return 0;
+}
+
+ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err) {
+    const int L = dry->n_layer, n = ms_pipe_size();
+    e->stage = ms_pipe_rank();
+    e->n_stages = n;
+    e->stage_start[0] = 0;
+    e->stage_start[1] = L;
+    if (n == 1) return MS_OK;
+    if (n > L) return ms_err_set(err, MS_E_USAGE, "%d pipeline stages for %d layers: at most one stage per layer", n, L);
+    if (e->p.stages) {
+        const char *p = e->p.stages;
+        int k = 1;
+        while (*p) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || (*end && *end != ',') || k >= n || v <= e->stage_start[k - 1] || v >= L)
+                return ms_err_set(err, MS_E_USAGE, "--stages '%s': wants %d increasing layer indices in [1, %d)"
+                                  " where stages 1..%d begin", e->p.stages, n - 1, L, n - 1);
+            e->stage_start[k++] = (int)v;
+            p = *end ? end + 1 : end;
+        }
+        if (k != n)
+            return ms_err_set(err, MS_E_USAGE, "--stages '%s': %d stages need %d layer indices", e->p.stages, n, n - 1);
+        e->stage_start[n] = L;
+        return MS_OK;
+    }
+    /* bytes per token at the floor: each layer's trunk, its k experts; the
+       head's final norms and lm_head (embedding rows are a few KB a token) */
+    int64_t *cost = calloc((size_t)L, sizeof *cost), head = 0;
+    if (!cost) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    for (int il = 0; il < L; il++) {
+        const ms_layer *Ly = &dry->layers[il];
+        cost[il] = dry->plan_regions[Ly->attn_region].bytes + dry->plan_regions[Ly->ffn_region].bytes;
+        if (!Ly->is_dense) cost[il] += dry->cfg.num_experts_per_token * dry->expert_bytes;
+    }
+    head = dry->plan_regions[dry->final_region].bytes;
+    for (int ic = 0; ic < dry->n_lm_chunks; ic++) head += dry->plan_regions[dry->lm_region[ic]].bytes;
+    const int r = ms_pipe_split(cost, L, head, n, e->stage_start);
+    free(cost);
+    MS_ASSERT(r == 0);
+    return MS_OK;
+}
+
+/* ---- open ---- */
+
+static void quit_stages(const int *ok) {
+    for (int r = 1; r < g.size; r++)
+        if (ok[r]) send_bytes("", 0, r, TAG_QUIT);
+}
+
+ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
+    if (!g.booted) return own;
+    if (g.rank > 0) {
+        ready rd;
+        memset(&rd, 0, sizeof rd);
+        rd.status = own;
+        if (own == MS_OK) {
+            rd.layer0 = e->stage_start[e->stage];
+            rd.layer1 = e->stage_start[e->stage + 1];
+            rd.chunk = e->p.prefill_chunk;
+            rd.hash = e->model_hash;
+        } else {
+            snprintf(rd.err, sizeof rd.err, "%s", msg ? msg : "");
+        }
+        send_bytes(&rd, sizeof rd, 0, TAG_READY);
+        return own;
+    }
+    int ok[MS_MAX_STAGES] = { 0 };
+    ms_status first = MS_OK;
+    char why[600] = "";
+    for (int r = 1; r < g.size; r++) {
+        const size_t n = recv_bytes(r, TAG_READY, NULL);
+        ready rd;
+        memset(&rd, 0, sizeof rd);
+        memcpy(&rd, g.buf, n < sizeof rd ? n : sizeof rd);
+        rd.err[sizeof rd.err - 1] = '\0';
+        ok[r] = rd.status == MS_OK;
+        ms_status bad = MS_OK;
+        char b[600] = "";
+        if (!ok[r]) {
+            bad = (ms_status)rd.status;
+            snprintf(b, sizeof b, "pipeline stage %d: %s", r, rd.err);
+        } else if (own == MS_OK && rd.hash != e->model_hash) {
+            bad = MS_E_MODEL;
+            snprintf(b, sizeof b, "pipeline stage %d opened another checkpoint (config or tensor table differ)", r);
+        } else if (own == MS_OK && (rd.layer0 != e->stage_start[r] || rd.layer1 != e->stage_start[r + 1])) {
+            bad = MS_E_INTERNAL;
+            snprintf(b, sizeof b, "pipeline stage %d runs layers %d..%d, stage 0 expected %d..%d", r, rd.layer0,
+                     rd.layer1 - 1, e->stage_start[r], e->stage_start[r + 1] - 1);
+        } else if (own == MS_OK && rd.chunk < e->p.prefill_chunk) {
+            e->p.prefill_chunk = rd.chunk;  /* every stage's scratch holds the pass */
+        }
+        if (bad != MS_OK && first == MS_OK) { first = bad; snprintf(why, sizeof why, "%s", b); }
+    }
+    if (own == MS_OK && first == MS_OK) {
+        e->pipe_up = 1;
+        return MS_OK;
+    }
+    quit_stages(ok);
+    if (own != MS_OK) return own;
+    if (msg && len) snprintf(msg, len, "%s", why);
+    return first;
+}
+
+void ms_pipe_close(ms_engine *e) {
+    if (!e->pipe_up) return;
+    int ok[MS_MAX_STAGES];
+    for (int r = 0; r < g.size; r++) ok[r] = 1;
+    pthread_mutex_lock(&g.mu);
+    quit_stages(ok);
+    pthread_mutex_unlock(&g.mu);
+    e->pipe_up = 0;
+}
+
+/* ---- stage 0 ---- */
+
+/* Send g.buf[0, n) round the ring and receive what comes back; the header
+ * of the answer, or a failure set in err. Under g.mu. */
+static ms_status round_trip(size_t n, int op, ms_err *err, size_t *n_back) {
+    send_bytes(g.buf, n, 1, TAG_RING);
+    *n_back = recv_bytes(g.size - 1, TAG_RING, NULL);
+    const hdr *h = (const hdr *)g.buf;
+    if (*n_back < sizeof *h || h->op != op)
+        return ms_err_set(err, MS_E_INTERNAL, "pipeline: a malformed answer (%zu bytes)", *n_back);
+    if (h->status != MS_OK) {
+        char m[sizeof h->err];
+        memcpy(m, h->err, sizeof m);
+        m[sizeof m - 1] = '\0';
+        return ms_err_set(err, (ms_status)h->status, "%s", m);
+    }
+    return MS_OK;
+}
+
+ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
+    if (!e->pipe_up) return MS_OK;
+    ms_err err;
+    ms_err_clear(&err);
+    pthread_mutex_lock(&g.mu);
+    hdr *h = (hdr *)room(sizeof *h);
+    memset(h, 0, sizeof *h);
+    h->op = op;
+    h->a0 = a0;
+    h->a1 = a1;
+    size_t nb;
+    const ms_status st = round_trip(sizeof *h, op, &err, &nb);
+    pthread_mutex_unlock(&g.mu);
+    if (st != MS_OK && msg && len) snprintf(msg, len, "%s", err.msg);
+    return st;
+}
+
+ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
+                          int64_t nb_max, int *nb, ms_err *err) {
+    ms_engine *e = c->pass_user;
+    const int64_t H = e->cfg.hidden_size;
+    const size_t row = (size_t)H * sizeof(float);
+    const size_t n = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + *nb);
+    pthread_mutex_lock(&g.mu);
+    uint8_t *b = room(n);
+    hdr *h = (hdr *)b;
+    memset(h, 0, sizeof *h);
+    h->op = OP_FORWARD;
+    h->nseg = nseg;
+    h->nb = *nb;
+    h->T = T;
+    h->flags = (c->predict ? F_PREDICT : 0) | (c->rec ? F_RECORD : 0);
+    seg_desc *sd = (seg_desc *)(b + sizeof *h);
+    for (int i = 0; i < nseg; i++) sd[i] = (seg_desc){ seg[i].st->pipe_id, seg[i].T, seg[i].st->n_past };
+    uint8_t *p = (uint8_t *)(sd + nseg);
+    memcpy(p, run, (size_t)T * row);
+    p += (size_t)T * row;
+    for (int64_t t = 0; t < T; t++, p += (size_t)*nb * row)
+        memcpy(p, bank + t * nb_max * H, (size_t)*nb * row);
+    size_t nr;
+    ms_status st = round_trip(n, OP_FORWARD, err, &nr);
+    if (st == MS_OK) {
+        h = (hdr *)g.buf;
+        const int nb2 = h->nb;
+        const size_t want = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb2);
+        if (h->T != T || h->nseg != nseg || nb2 < *nb || nb2 > nb_max || nr != want) {
+            st = ms_err_set(err, MS_E_INTERNAL, "pipeline: the last stage answered %zu bytes (%d snapshots)", nr, nb2);
+        } else {
+            p = g.buf + sizeof(hdr) + (size_t)nseg * sizeof(seg_desc);
+            memcpy(run, p, (size_t)T * row);
+            p += (size_t)T * row;
+            for (int64_t t = 0; t < T; t++, p += (size_t)nb2 * row)
+                memcpy(bank + t * nb_max * H, p, (size_t)nb2 * row);
+            *nb = nb2;
+        }
+    }
+    pthread_mutex_unlock(&g.mu);
+    return st;
+}
+
+void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
+    st->n_stages = e->n_stages;
+    st->stage_trunk_bytes[0] = st->trunk_bytes_read;
+    st->stage_expert_bytes[0] = st->expert_bytes_read;
+    if (!e->pipe_up) return;
+    ms_err err;
+    ms_err_clear(&err);
+    pthread_mutex_lock(&g.mu);
+    const size_t n = sizeof(hdr) + (size_t)g.size * 2 * sizeof(int64_t);
+    hdr *h = (hdr *)room(n);
+    memset(g.buf, 0, n);
+    h->op = OP_STATS;
+    size_t nr;
+    if (round_trip(n, OP_STATS, &err, &nr) == MS_OK && nr == n) {
+        const int64_t *v = (const int64_t *)(g.buf + sizeof(hdr));
+        for (int r = 1; r < g.size; r++) {
+            st->stage_trunk_bytes[r] = v[2 * r];
+            st->stage_expert_bytes[r] = v[2 * r + 1];
+            st->trunk_bytes_read += v[2 * r];
+            st->expert_bytes_read += v[2 * r + 1];
+        }
+    }
+    pthread_mutex_unlock(&g.mu);
+}
+
+/* ---- stages r > 0 ---- */
+
+typedef struct stage_sessions {
+    int64_t *id;
+    ms_session **s;
+    int n, cap;
+} stage_sessions;
+
+static ms_session *find(const stage_sessions *t, int64_t id) {
+    for (int i = 0; i < t->n; i++)
+        if (t->id[i] == id) return t->s[i];
+    return NULL;
+}
+
+static ms_status fail(hdr *h, ms_status st, const char *fmt, const char *what) {
+    h->status = st;
+    char m[400];
+    snprintf(m, sizeof m, fmt, what);
+    snprintf(h->err, sizeof h->err, "pipeline stage %d: %s", g.rank, m);
+    return st;
+}
+
+/* Run a FORWARD message's tokens through this stage's layers; the message
+ * to pass on is left in g.buf, its size in *n. */
+static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
+    hdr *h = (hdr *)g.buf;
+    const int64_t H = e->cfg.hidden_size, T = h->T;
+    const size_t row = (size_t)H * sizeof(float);
+    const int nseg = h->nseg, nb = h->nb;
+    const int64_t nb_max = ms_fwd_nb_max(e->fwd);
+    if (nseg < 1 || nseg > e->p.prefill_chunk || T < 1 || T > e->p.prefill_chunk || nb < 0 || nb > nb_max ||
+        *n != sizeof *h + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb)) {
+        fail(h, MS_E_INTERNAL, "%s", "a malformed forward message");
+        *n = sizeof *h;
+        return;
+    }
+    const seg_desc *sd = (const seg_desc *)(g.buf + sizeof *h);
+    ms_fseg *seg = e->batch_seg;           /* [prefill_chunk] >= nseg */
+    int64_t sum = 0;
+    for (int i = 0; i < nseg; i++) {
+        ms_session *s = find(t, sd[i].id);
+        if (!s || s->st.n_past != sd[i].n_past || sd[i].T < 1) {
+            fail(h, MS_E_INTERNAL, "%s", s ? "a session out of step with stage 0" : "an unknown session");
+            *n = sizeof *h;
+            return;
+        }
+        s->rb.n_rec = 0;                    /* any feed ends the previous record */
+        seg[i] = (ms_fseg){ &s->st, sd[i].T, NULL };
+        sum += sd[i].T;
+    }
+    ms_session *s0 = find(t, sd[0].id);
+    if (sum != T || ((h->flags & F_RECORD) && (nseg != 1 || s0->max_draft == 0 || T > s0->rb.max_T))) {
+        fail(h, MS_E_INTERNAL, "%s", "a malformed forward message");
+        *n = sizeof *h;
+        return;
+    }
+    const uint8_t *p = (const uint8_t *)(sd + nseg);
+    float *run = ms_fwd_run(e->fwd), *bank = ms_fwd_bank(e->fwd);
+    memcpy(run, p, (size_t)T * row);
+    p += (size_t)T * row;
+    for (int64_t tk = 0; tk < T; tk++, p += (size_t)nb * row) memcpy(bank + tk * nb_max * H, p, (size_t)nb * row);
+    ms_fwd_ctx ctx = { .m = &e->model, .store = e->store, .pool = e->pool,
+                       .predict = (h->flags & F_PREDICT) != 0,
+                       .rec = (h->flags & F_RECORD) ? &s0->rb : NULL, .stage_nb = nb };
+    ms_err err;
+    ms_err_clear(&err);
+    const ms_status st = ms_forward_stage(&ctx, e->fwd, seg, nseg, &err);
+    e->scale255 += ctx.scale255;
+    if (st != MS_OK) {
+        fail(h, st, "%.300s", err.msg);
+        *n = sizeof *h;
+        return;
+    }
+    /* the same header and segments, this stage's activations */
+    const int nb2 = ctx.stage_nb;
+    *n = sizeof *h + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb2);
+    uint8_t *b = room(*n);
+    h = (hdr *)b;
+    h->nb = nb2;
+    uint8_t *q = b + sizeof *h + (size_t)nseg * sizeof(seg_desc);
+    memcpy(q, run, (size_t)T * row);
+    q += (size_t)T * row;
+    for (int64_t tk = 0; tk < T; tk++, q += (size_t)nb2 * row) memcpy(q, bank + tk * nb_max * H, (size_t)nb2 * row);
+}
+
+static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
+    hdr *h = (hdr *)g.buf;
+    ms_session *s = h->op == OP_STATS || h->op == MS_PIPE_OPEN || h->op == MS_PIPE_STATS_RESET ? NULL : find(t, h->a0);
+    switch (h->op) {
+    case MS_PIPE_OPEN: {
+        if (find(t, h->a0)) { fail(h, MS_E_INTERNAL, "%s", "a session opened twice"); break; }
+        if (t->n == t->cap) {
+            const int cap = t->cap ? 2 * t->cap : 8;
+            int64_t *id = realloc(t->id, (size_t)cap * sizeof *id);
+            if (id) t->id = id;
+            ms_session **ss = id ? realloc(t->s, (size_t)cap * sizeof *ss) : NULL;
+            if (!ss) { fail(h, MS_E_NOMEM, "%s", "out of memory"); break; }
+            t->s = ss;
+            t->cap = cap;
+        }
+        ms_session *ns;
+        const ms_status st = ms_session_open(e, &ns);
+        if (st != MS_OK) { fail(h, st, "session: %.300s", e->error); break; }
+        t->id[t->n] = h->a0;
+        t->s[t->n++] = ns;
+        break;
+    }
+    case MS_PIPE_CLOSE:
+        for (int i = 0; i < t->n; i++)
+            if (t->id[i] == h->a0) {
+                ms_session_close(t->s[i]);
+                t->id[i] = t->id[--t->n];
+                t->s[i] = t->s[t->n];
+                break;
+            }
+        break;
+    case MS_PIPE_RESET:
+        if (s) ms_session_reset(s);
+        break;
+    case MS_PIPE_COPY: {
+        ms_session *src = find(t, h->a1);
+        if (!s || !src) { fail(h, MS_E_INTERNAL, "%s", "copy of an unknown session"); break; }
+        ms_state_copy(&s->st, &src->st, &e->model);
+        s->rb.n_rec = 0;
+        break;
+    }
+    case MS_PIPE_ROLLBACK:
+        if (!s || s->rb.n_rec < h->a1 || h->a1 < 1) { fail(h, MS_E_INTERNAL, "%s", "a rollback out of step"); break; }
+        ms_state_rollback(&s->st, &s->rb, &e->model, e->pool, h->a1);
+        break;
+    case MS_PIPE_STATS_RESET:
+        ms_engine_stats_reset(e);
+        break;
+    case OP_STATS: {
+        if (*n != sizeof *h + (size_t)g.size * 2 * sizeof(int64_t)) { fail(h, MS_E_INTERNAL, "%s", "a malformed message"); break; }
+        ms_stats st;
+        ms_engine_stats(e, &st);
+        int64_t *v = (int64_t *)(g.buf + sizeof *h);
+        v[2 * g.rank] = st.trunk_bytes_read;
+        v[2 * g.rank + 1] = st.expert_bytes_read;
+        return;
+    }
+    default:
+        fail(h, MS_E_INTERNAL, "%s", "an unknown operation");
+    }
+    if (!s && h->status == MS_OK && (h->op == MS_PIPE_RESET || h->op == MS_PIPE_ROLLBACK))
+        fail(h, MS_E_INTERNAL, "%s", "an unknown session");
+    *n = sizeof *h;
+}
+
+static void serve_stage(ms_engine *e) {
+    stage_sessions t = { 0 };
+    for (;;) {
+        int tag;
+        size_t n = recv_bytes(MPI_ANY_SOURCE, MPI_ANY_TAG, &tag);
+        if (tag == TAG_QUIT) break;
+        hdr *h = (hdr *)g.buf;
+        if (tag != TAG_RING || n < sizeof *h) fatal("a malformed pipeline message");
+        if (h->status == MS_OK) {
+            if (h->op == OP_FORWARD) stage_forward(e, &t, &n);
+            else stage_op(e, &t, &n);
+        }
+        send_bytes(g.buf, n, (g.rank + 1) % g.size, TAG_RING);
+    }
+    for (int i = 0; i < t.n; i++) ms_session_close(t.s[i]);
+    free(t.id);
+    free(t.s);
+}
+
+void ms_pipe_serve_if_worker(const ms_engine_params *p) {
+    if (!g.booted || g.rank == 0) return;
+    /* mpirun passes ^C and SIGTERM to every process: stage 0 decides (a server
+       finishes its requests), and the other stages end when it closes */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    ms_engine *e = NULL;
+    char msg[512];
+    const ms_status st = ms_engine_open(p, &e, msg, sizeof msg);
+    if (st != MS_OK) {
+        fprintf(stderr, "moestream: pipeline stage %d: %s\n", g.rank, msg);
+        exit(2);
+    }
+    serve_stage(e);
+    ms_engine_close(e);
+    exit(0);
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# tests/t_pipeline.sh - a pipeline across processes (mpirun -np N) gives the
+# bits of one process.
+#
+#  1. build/tests/test_pipe --dump (prompt with every row's logits, greedy
+#     decode, a session copy decoded side by side with its source in one
+#     pass, a reset): the file of every logits row and id is byte-identical
+#     between one process and 2 and 3 stages, resident, at the smallest plan,
+#     with speculation (drafts, rollbacks in every stage), and with a split
+#     given by --stages; on a test checkpoint (6 layers, 2 dense) and on the
+#     bundled model (8 layers);
+#  2. `run` with a text prompt on the bundled model: the same ids under
+#     mpirun -np 2 --ram min, and its JSON stats name each stage's bytes,
+#     which add up to bytes_read;
+#  3. refusals: a bad --stages, a command that does not pipeline (verify), a
+#     saved session; each exits non-zero with its reason;
+#  4. `serve` under mpirun -np 2 answers a completion with the text of a
+#     one-process server, and SIGTERM ends every process.
+# Prints "t_pipeline: N passed, N failed" as its last line.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+BIN=${MS_BIN:-$BUILD/moestream}
+TD=${MS_TESTDATA:-$BUILD/testdata}
+PY=/usr/bin/python3
+. tests/lib_serve.sh
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# Open MPI refuses root unless told; the test machines run as root
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPI="mpirun --oversubscribe --mca btl self,vader"
+if ! command -v mpirun >/dev/null; then
+    bad "mpirun is missing (make setup installs openmpi-bin)"
+    echo "t_pipeline: $pass passed, $fail failed"; exit 1
+fi
+
+# 1. every logits row, one process against 2 and 3 stages
+dump_case() {   # model, np, options...
+    local m=$1 np=$2; shift 2
+    local tag="$(basename "$m") np$np [$*]"
+    if ! "$BUILD/tests/test_pipe" --dump "$m" "$tmp/one" "$@" > "$tmp/one.log" 2>&1; then
+        bad "$tag: one process: $(tail -n 3 "$tmp/one.log")"; return
+    fi
+    if ! $MPI -np "$np" "$BUILD/tests/test_pipe" --dump "$m" "$tmp/many" "$@" > "$tmp/many.log" 2>&1; then
+        bad "$tag: pipeline: $(grep -v '^-\|^ \|^$' "$tmp/many.log" | tail -n 3)"; return
+    fi
+    grep -q 'test_pipe: [0-9]* passed, 0 failed' "$tmp/many.log" && ok || bad "$tag: checks failed in the pipeline"
+    local nst
+    nst=$(grep -o 'stage bytes:.*' "$tmp/many.log" | wc -w)
+    [ "$nst" = $((np + 2)) ] && ok || bad "$tag: $((nst - 2)) stage counters for $np stages"
+    [ -s "$tmp/one" ] && cmp -s "$tmp/one" "$tmp/many" && ok || bad "$tag: logits differ from one process"
+}
+for m in "$TD/b" models/k3-tiny; do
+    for np in 2 3; do
+        dump_case "$m" $np
+        dump_case "$m" $np --ram min
+        dump_case "$m" $np --speculate 4 --ram min --chunk 5
+    done
+done
+dump_case "$TD/b" 3 --stages 1,5 --ram min
+dump_case models/k3-tiny 2 --stages 7 --speculate 3
+# the speculation case did draft and roll back (else it proves little)
+"$BUILD/tests/test_pipe" --dump models/k3-tiny "$tmp/one" --speculate 4 --ram min --chunk 5 > "$tmp/spec.log" 2>&1
+grep -q 'drafted [1-9][0-9]* accepted [0-9]* rolled back [1-9]' "$tmp/spec.log" && ok \
+    || bad "the scenario drafted nothing or never rolled back: $(grep drafted "$tmp/spec.log")"
+
+# 2. run, text in and out
+P="And the LORD spake unto Moses, saying"
+"$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --ram min --json --quiet > "$tmp/r1.json" 2>&1
+$MPI -np 2 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --ram min --json --quiet > "$tmp/r2.json" 2> "$tmp/r2.err"
+ids() { $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['generated_ids'])" "$1" 2>/dev/null; }
+a=$(ids "$tmp/r1.json"); b=$(ids "$tmp/r2.json")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run: ids '$a' one process, '$b' two stages ($(head -c 300 "$tmp/r2.err"))"
+$PY - "$tmp/r2.json" <<'EOF' && ok || bad "run: stage bytes in the JSON stats"
+import json, sys
+s = json.load(open(sys.argv[1]))["stats"]
+st = s["stages"]
+assert len(st) == 2, st
+assert sum(x["trunk_bytes_read"] + x["expert_bytes_read"] for x in st) == s["bytes_read"], (st, s["bytes_read"])
+assert all(x["trunk_bytes_read"] > 0 for x in st), st     # both stages stream at the floor
+EOF
+
+# 3. refusals
+$MPI -np 2 "$BIN" run models/k3-tiny --ids 1,2,3 --max-tokens 2 --stages 9 --quiet > "$tmp/e1" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q -- "--stages '9'" "$tmp/e1" && ok || bad "bad --stages: exit $rc, $(head -c 300 "$tmp/e1")"
+$MPI -np 2 "$BIN" verify models/k3-tiny > "$tmp/e2" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "does not run as a pipeline" "$tmp/e2" && ok || bad "verify under mpirun: exit $rc"
+$MPI -np 2 "$BIN" run models/k3-tiny --ids 1,2,3 --max-tokens 2 --save-session "$tmp/s.bin" --quiet > "$tmp/e3" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "not saved or loaded in a pipeline" "$tmp/e3" && [ ! -e "$tmp/s.bin" ] && ok \
+    || bad "save-session in a pipeline: exit $rc, $(head -c 300 "$tmp/e3")"
+
+# 4. serve
+serve_start one models/k3-tiny
+$MPI -np 2 "$BIN" serve models/k3-tiny --port 0 --quiet > "$tmp/srv.pipe.log" 2>&1 &
+mpid=$!
+for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.pipe.log" && break; sleep 0.1; done
+u1=$(cat "$tmp/url.one")
+u2=$(grep -o 'listening on http://[^/]*' "$tmp/srv.pipe.log" | head -n 1 | sed 's|.*listening on ||')
+body='{"model":"k3-tiny","prompt":"And the LORD spake","max_tokens":12,"temperature":0}'
+text() { curl -s --max-time 120 "$1/v1/completions" -H 'Content-Type: application/json' -d "$body" \
+         | $PY -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])" 2>/dev/null; }
+t1=$(text "$u1"); t2=$(text "$u2")
+[ -n "$u2" ] && [ -n "$t1" ] && [ "$t1" = "$t2" ] && ok || bad "serve: '$t1' one process, '$t2' two stages ($(tail -n 3 "$tmp/srv.pipe.log"))"
+kill -TERM $mpid 2>/dev/null
+for _ in $(seq 200); do kill -0 $mpid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $mpid 2>/dev/null; then bad "serve: the pipeline did not end on SIGTERM"; kill -KILL $mpid; else ok; fi
+wait $mpid 2>/dev/null
+
+echo "t_pipeline: $pass passed, $fail failed"
+[ $fail -eq 0 ]
