@@ -76,10 +76,10 @@ a=$(ids "$tmp/r1.json"); b=$(ids "$tmp/r2.json")
 $PY - "$tmp/r2.json" <<'EOF' && ok || bad "run: stage bytes in the JSON stats"
 import json, sys
 s = json.load(open(sys.argv[1]))["stats"]
-st = s["stages"]
+st = s["stage_bytes_read"]
 assert len(st) == 2, st
-assert sum(x["trunk_bytes_read"] + x["expert_bytes_read"] for x in st) == s["bytes_read"], (st, s["bytes_read"])
-assert all(x["trunk_bytes_read"] > 0 for x in st), st     # both stages stream at the floor
+assert sum(x["trunk"] + x["experts"] for x in st) == s["bytes_read"], (st, s["bytes_read"])
+assert all(x["trunk"] > 0 for x in st), st     # both stages stream at the floor
 EOF
 
 # 3. refusals

@@ -287,7 +287,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
             "\"verify_s\": %.6f, \"verify_sync_s\": %.6f, \"decode_passes\": %lld, \"drafted\": %lld, \"accepted\": %lld, "
             "\"pack\": %s, \"packed_regions\": %lld, \"trunk_packed_read\": %lld, \"trunk_unpacked_bytes\": %lld, \"unpack_s\": %.6f, "
-            "\"pack_fallbacks\": %lld, \"stages\": [",
+            "\"pack_fallbacks\": %lld, \"stage_bytes_read\": [",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
@@ -303,7 +303,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             st->unpack_s, (long long)st->pack_fallbacks);
     /* a pipeline's bytes per stage (each process reads its own disk) */
     for (int r = 0; r < st->n_stages; r++)
-        fprintf(f, "%s{\"trunk_bytes_read\": %lld, \"expert_bytes_read\": %lld}", r ? ", " : "",
+        fprintf(f, "%s{\"trunk\": %lld, \"experts\": %lld}", r ? ", " : "",
                 (long long)st->stage_trunk_bytes[r], (long long)st->stage_expert_bytes[r]);
     fputs("]}", f);
 }
