@@ -12,9 +12,12 @@
 #  2. `run` with a text prompt on the bundled model: the same ids under
 #     mpirun -np 2 --ram min, and its JSON stats name each stage's bytes,
 #     which add up to bytes_read;
-#  3. refusals: a bad --stages, a command that does not pipeline (verify), a
-#     saved session; each exits non-zero with its reason;
-#  4. `serve` under mpirun -np 2 answers a completion with the text of a
+#  3. refusals: a bad --stages, a command that does not pipeline (verify),
+#     stages started with another --speculate; each exits non-zero with its
+#     reason; stages with their own --ram (MPMD) give the same ids;
+#  4. saved sessions: saved by 2 or 3 stages, byte-identical to one
+#     process's file; loaded by 3 stages, the same continuation;
+#  5. `serve` under mpirun -np 2 answers a completion with the text of a
 #     one-process server, and SIGTERM ends every process.
 # Prints "t_pipeline: N passed, N failed" as its last line.
 set -u
@@ -89,12 +92,32 @@ rc=$?
 $MPI -np 2 "$BIN" verify models/k3-tiny > "$tmp/e2" 2>&1
 rc=$?
 [ $rc -ne 0 ] && grep -q "does not run as a pipeline" "$tmp/e2" && ok || bad "verify under mpirun: exit $rc"
-$MPI -np 2 "$BIN" run models/k3-tiny --ids 1,2,3 --max-tokens 2 --save-session "$tmp/s.bin" --quiet > "$tmp/e3" 2>&1
+# stages that disagree on what a session holds (MPMD: each its own options)
+$MPI -np 1 "$BIN" run models/k3-tiny --ids 1,2,3 --max-tokens 2 --quiet : \
+     -np 1 "$BIN" run models/k3-tiny --ids 1,2,3 --max-tokens 2 --quiet --speculate 2 > "$tmp/e3" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -q "not saved or loaded in a pipeline" "$tmp/e3" && [ ! -e "$tmp/s.bin" ] && ok \
-    || bad "save-session in a pipeline: exit $rc, $(head -c 300 "$tmp/e3")"
+[ $rc -ne 0 ] && grep -q "must agree" "$tmp/e3" && ok || bad "stages with other --speculate: exit $rc, $(head -c 300 "$tmp/e3")"
+# ... and per-machine budgets are theirs to choose: the same ids
+$MPI -np 1 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --json --quiet : \
+     -np 1 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --json --quiet --ram min > "$tmp/r3.json" 2>/dev/null
+c=$(ids "$tmp/r3.json")
+[ -n "$c" ] && [ "$a" = "$c" ] && ok || bad "a stage at its floor, the other resident: ids '$c', want '$a'"
 
-# 4. serve
+# saved sessions: a file saved by a pipeline is byte for byte the one-process file, and
+# loading it (in one process or a pipeline) goes on with the same ids
+"$BIN" run models/k3-tiny --ids 1,2,3,4,5,6,7 --max-tokens 6 --save-session "$tmp/s1.bin" --quiet > /dev/null 2>&1
+for np in 2 3; do
+    $MPI -np $np "$BIN" run models/k3-tiny --ids 1,2,3,4,5,6,7 --max-tokens 6 --save-session "$tmp/s$np.bin" --quiet \
+        > /dev/null 2> "$tmp/e4"
+    [ -s "$tmp/s1.bin" ] && cmp -s "$tmp/s1.bin" "$tmp/s$np.bin" && ok || bad "session saved by $np stages differs ($(head -c 200 "$tmp/e4"))"
+done
+"$BIN" run models/k3-tiny --load-session "$tmp/s1.bin" --ids 9,10 --max-tokens 8 --json --quiet > "$tmp/l1.json" 2>&1
+$MPI -np 3 "$BIN" run models/k3-tiny --load-session "$tmp/s2.bin" --ids 9,10 --max-tokens 8 --json --quiet \
+    > "$tmp/l3.json" 2>&1
+a1=$(ids "$tmp/l1.json"); a3=$(ids "$tmp/l3.json")
+[ -n "$a1" ] && [ "$a1" = "$a3" ] && ok || bad "loaded session: ids '$a1' one process, '$a3' three stages"
+
+# 5. serve
 serve_start one models/k3-tiny
 $MPI -np 2 "$BIN" serve models/k3-tiny --port 0 --quiet > "$tmp/srv.pipe.log" 2>&1 &
 mpid=$!

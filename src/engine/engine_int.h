@@ -145,11 +145,18 @@ ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err);
  * failure closes the stages that opened. Returns own, or the first failed
  * stage's status (its message in msg). */
 ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len);
-enum { MS_PIPE_OPEN = 1, MS_PIPE_CLOSE, MS_PIPE_RESET, MS_PIPE_COPY, MS_PIPE_ROLLBACK, MS_PIPE_STATS_RESET };
+enum { MS_PIPE_OPEN = 1, MS_PIPE_CLOSE, MS_PIPE_RESET, MS_PIPE_COPY, MS_PIPE_ROLLBACK, MS_PIPE_STATS_RESET,
+       MS_PIPE_SET_PAST };
 /* Stage 0: apply a session operation on every other stage (a0, a1: the
  * session ids; ROLLBACK: a1 = n_keep; OPEN: a1 = 1 to record for
  * speculation). */
 ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len);
+/* Stage 0: one layer's state of session `id` (layer il, held by another
+ * stage) read from it (get) or written to it (put), n floats in buf: a KDA
+ * layer's S then its conv history, or an MLA layer's latent cache for
+ * positions [0, n_past). */
+ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
+                              char *msg, size_t len);
 /* ms_fwd_ctx.pass_on for stage 0 (pass_user = the engine). */
 ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
                           int64_t nb_max, int *nb, ms_err *err);

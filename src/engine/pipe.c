@@ -17,7 +17,9 @@
  *             (the activations after the previous stage's last layer; each
  *             stage replaces them with its own, and the last one's come back
  *             to stage 0, which goes on with the final norms and lm_head);
- *   OPEN, CLOSE, RESET, COPY, ROLLBACK, STATS_RESET   the header only;
+ *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET   the header only;
+ *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
+ *             the stage holding the layer appends it / takes it out;
  *   STATS     int64 [N][2]: each stage fills its trunk and expert bytes.
  * A stage that fails sets the header's status and message; the stages after
  * it pass the message on untouched, and stage 0 returns the failure (the
@@ -43,7 +45,7 @@
 #include <time.h>
 
 enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
-enum { OP_FORWARD = 100, OP_STATS = 101 };
+enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
 enum { F_RECORD = 1, F_PREDICT = 2 };
 
 typedef struct hdr {
@@ -59,8 +61,8 @@ typedef struct seg_desc {
 } seg_desc;
 
 typedef struct ready {
-    int32_t status, layer0, layer1, pad;
-    int64_t chunk;
+    int32_t status, layer0, layer1, max_draft;
+    int64_t chunk, max_context;
     uint64_t hash;
     char err[448];
 } ready;
@@ -249,6 +251,8 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
             rd.layer0 = e->stage_start[e->stage];
             rd.layer1 = e->stage_start[e->stage + 1];
             rd.chunk = e->p.prefill_chunk;
+            rd.max_context = e->p.max_context;
+            rd.max_draft = e->p.max_draft;
             rd.hash = e->model_hash;
         } else {
             snprintf(rd.err, sizeof rd.err, "%s", msg ? msg : "");
@@ -278,6 +282,11 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
             bad = MS_E_INTERNAL;
             snprintf(b, sizeof b, "pipeline stage %d runs layers %d..%d, stage 0 expected %d..%d", r, rd.layer0,
                      rd.layer1 - 1, e->stage_start[r], e->stage_start[r + 1] - 1);
+        } else if (own == MS_OK && (rd.max_context != e->p.max_context || rd.max_draft != e->p.max_draft)) {
+            bad = MS_E_USAGE;
+            snprintf(b, sizeof b, "pipeline stage %d has max_context %lld and --speculate %d, stage 0 %lld and %d"
+                     " (every stage holds part of each session: they must agree)", r, (long long)rd.max_context,
+                     rd.max_draft, (long long)e->p.max_context, e->p.max_draft);
         } else if (own == MS_OK && rd.chunk < e->p.prefill_chunk) {
             e->p.prefill_chunk = rd.chunk;  /* every stage's scratch holds the pass */
         }
@@ -379,6 +388,30 @@ ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int
         }
     }
     pthread_mutex_unlock(&g.mu);
+    return st;
+}
+
+ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
+                              char *msg, size_t len) {
+    ms_err err;
+    ms_err_clear(&err);
+    const size_t bytes = (size_t)n * sizeof(float);
+    pthread_mutex_lock(&g.mu);
+    hdr *h = (hdr *)room(sizeof *h + (get ? 0 : bytes));
+    memset(h, 0, sizeof *h);
+    h->op = get ? OP_STATE_GET : OP_STATE_PUT;
+    h->a0 = id;
+    h->a1 = il;
+    h->T = n_past;
+    if (!get) memcpy(g.buf + sizeof *h, buf, bytes);
+    size_t nr;
+    ms_status st = round_trip(sizeof *h + (get ? 0 : bytes), h->op, &err, &nr);
+    if (st == MS_OK && nr != sizeof(hdr) + (get ? bytes : 0))
+        st = ms_err_set(&err, MS_E_INTERNAL, "pipeline: layer %d's state came back as %zu bytes, not %zu", il,
+                        nr - sizeof(hdr), get ? bytes : (size_t)0);
+    if (st == MS_OK && get) memcpy(buf, g.buf + sizeof(hdr), bytes);
+    pthread_mutex_unlock(&g.mu);
+    if (st != MS_OK && msg && len) snprintf(msg, len, "%s", err.msg);
     return st;
 }
 
@@ -492,8 +525,44 @@ static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
     for (int64_t tk = 0; tk < T; tk++, q += (size_t)nb2 * row) memcpy(q, bank + tk * nb_max * H, (size_t)nb2 * row);
 }
 
+/* A layer's state: GET appends it to the message, PUT takes it out (the
+ * stages that do not hold the layer pass the message on as it is). */
+static void stage_state(ms_engine *e, const stage_sessions *t, size_t *n) {
+    hdr *h = (hdr *)g.buf;
+    const ms_model *m = &e->model;
+    const ms_config *c = &e->cfg;
+    const int il = (int)h->a1;
+    if (il < m->layer0 || il >= m->layer1) return;
+    ms_session *s = find(t, h->a0);
+    const ms_layer *L = &m->layers[il];
+    const int64_t S = c->kda_num_heads * c->kda_head_dim * c->kda_head_dim;
+    const int64_t C = 3 * c->kda_num_heads * c->kda_head_dim * (c->short_conv_kernel_size - 1);
+    const int64_t M = h->T * (c->kv_lora_rank + c->qk_rope_head_dim);
+    const size_t bytes = (size_t)(L->is_mla ? M : S + C) * sizeof(float);
+    const int put = h->op == OP_STATE_PUT;
+    if (!s || h->T < 0 || h->T > s->st.max_ctx || *n != sizeof *h + (put ? bytes : 0)) {
+        fail(h, MS_E_INTERNAL, "%s", s ? "a malformed state message" : "an unknown session");
+        *n = sizeof *h;
+        return;
+    }
+    float *p[2] = { L->is_mla ? s->st.mla_cache[L->mla_index] : s->st.kda_S[L->kda_index],
+                    L->is_mla ? NULL : s->st.kda_conv[L->kda_index] };
+    const size_t part[2] = { (size_t)(L->is_mla ? M : S) * sizeof(float), (size_t)(L->is_mla ? 0 : C) * sizeof(float) };
+    uint8_t *b = room(sizeof *h + bytes);
+    for (size_t k = 0, off = sizeof(hdr); k < 2; off += part[k], k++) {
+        if (!part[k]) continue;
+        if (put) memcpy(p[k], b + off, part[k]);
+        else memcpy(b + off, p[k], part[k]);
+    }
+    *n = sizeof(hdr) + (put ? 0 : bytes);
+}
+
 static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
     hdr *h = (hdr *)g.buf;
+    if (h->op == OP_STATE_GET || h->op == OP_STATE_PUT) {
+        stage_state(e, t, n);
+        return;
+    }
     ms_session *s = h->op == OP_STATS || h->op == MS_PIPE_OPEN || h->op == MS_PIPE_STATS_RESET ? NULL : find(t, h->a0);
     switch (h->op) {
     case MS_PIPE_OPEN: {
@@ -540,6 +609,10 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
     case MS_PIPE_STATS_RESET:
         ms_engine_stats_reset(e);
         break;
+    case MS_PIPE_SET_PAST:      /* a session loaded from a file */
+        if (s && h->a1 >= 0 && h->a1 <= s->st.max_ctx) { s->st.n_past = h->a1; s->rb.n_rec = 0; }
+        else if (s) fail(h, MS_E_INTERNAL, "%s", "a position past the context");
+        break;
     case OP_STATS: {
         if (*n != sizeof *h + (size_t)g.size * 2 * sizeof(int64_t)) { fail(h, MS_E_INTERNAL, "%s", "a malformed message"); break; }
         ms_stats st;
@@ -552,7 +625,7 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
     default:
         fail(h, MS_E_INTERNAL, "%s", "an unknown operation");
     }
-    if (!s && h->status == MS_OK && (h->op == MS_PIPE_RESET || h->op == MS_PIPE_ROLLBACK))
+    if (!s && h->status == MS_OK && (h->op == MS_PIPE_RESET || h->op == MS_PIPE_ROLLBACK || h->op == MS_PIPE_SET_PAST))
         fail(h, MS_E_INTERNAL, "%s", "an unknown session");
     *n = sizeof *h;
 }

@@ -22,9 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The state of a pipeline's session is spread over its processes. */
-#define PIPE_NO "sessions are not saved or loaded in a pipeline (each stage holds part of the state)"
-
 static const char MAGIC[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '1' };
 
 typedef struct dims {
@@ -68,10 +65,57 @@ static ms_status fail(ms_session *s, ms_status st, const char *fmt, const char *
     return st;
 }
 
+/* One layer's state, in the file's order: S then conv for a KDA layer, the
+ * cache of n_past positions for an MLA layer. In a pipeline, a layer another
+ * stage holds travels through `scratch` (ms_pipe_layer_state). */
+static ms_status layer_state(ms_session *s, int il, int saving, const dims *d, float *scratch, io *f,
+                             char *msg, size_t len) {
+    const ms_model *m = &s->e->model;
+    const ms_layer *L = &m->layers[il];
+    const size_t a = (size_t)(L->is_mla ? d->n_past * d->mla_pos : d->kda_S) * sizeof(float);
+    const size_t b = (size_t)(L->is_mla ? 0 : d->kda_conv) * sizeof(float);
+    float *pa, *pb;
+    const int here = il >= m->layer0 && il < m->layer1;
+    if (here) {
+        pa = L->is_mla ? s->st.mla_cache[L->mla_index] : s->st.kda_S[L->kda_index];
+        pb = L->is_mla ? NULL : s->st.kda_conv[L->kda_index];
+    } else {
+        pa = scratch;
+        pb = scratch + a / sizeof(float);
+        if (saving) {
+            const ms_status st = ms_pipe_layer_state(s->e, 1, s->st.pipe_id, il, d->n_past, scratch,
+                                                     (int64_t)((a + b) / sizeof(float)), msg, len);
+            if (st != MS_OK) return st;
+        }
+    }
+    if (saving) { put(f, pa, a); put(f, pb, b); }
+    else { get(f, pa, a); get(f, pb, b); }
+    if (!here && !saving && !f->bad)
+        return ms_pipe_layer_state(s->e, 0, s->st.pipe_id, il, d->n_past, scratch, (int64_t)((a + b) / sizeof(float)),
+                                   msg, len);
+    return MS_OK;
+}
+
+/* Every layer's state: KDA layers, then MLA layers, each in layer order. */
+static ms_status all_states(ms_session *s, int saving, const dims *d, io *f, char *msg, size_t len) {
+    const ms_model *m = &s->e->model;
+    float *scratch = NULL;
+    if (s->e->n_stages > 1) {
+        const int64_t mla = d->n_past * d->mla_pos, kda = d->kda_S + d->kda_conv;
+        scratch = malloc((size_t)(mla > kda ? mla : kda) * sizeof(float) + sizeof(float));
+        if (!scratch) { snprintf(msg, len, "out of memory"); return MS_E_NOMEM; }
+    }
+    ms_status st = MS_OK;
+    for (int pass = 0; pass < 2 && st == MS_OK; pass++)
+        for (int il = 0; il < m->n_layer && st == MS_OK; il++)
+            if (m->layers[il].is_mla == pass) st = layer_state(s, il, saving, d, scratch, f, msg, len);
+    free(scratch);
+    return st;
+}
+
 ms_status ms_session_save(const ms_session *cs, const char *path) {
     ms_session *s = (ms_session *)cs;      /* only the error message is written */
     if (s->sticky != MS_OK) return fail(s, MS_E_UNSOUND, "%s: %s", path, "the session is unsound; not saved");
-    if (s->e->n_stages > 1) return fail(s, MS_E_USAGE, "%s: %s", path, PIPE_NO);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
@@ -82,23 +126,18 @@ ms_status ms_session_save(const ms_session *cs, const char *path) {
     if (fwrite(MAGIC, 1, 8, f) != 8 || fwrite(&hash, 8, 1, f) != 1 || fwrite(&d, sizeof d, 1, f) != 1) w.bad = 1;
     put(&w, s->tokens, (size_t)d.n_past * sizeof(int32_t));
     if (d.has_logits) put(&w, s->logits, (size_t)d.n_vocab * sizeof(float));
-    for (int64_t i = 0; i < d.n_kda; i++) {
-        put(&w, s->st.kda_S[i], (size_t)d.kda_S * sizeof(float));
-        put(&w, s->st.kda_conv[i], (size_t)d.kda_conv * sizeof(float));
-    }
-    for (int64_t i = 0; i < d.n_mla; i++)
-        put(&w, s->st.mla_cache[i], (size_t)(d.n_past * d.mla_pos) * sizeof(float));
+    char msg[512];
+    const ms_status ps = all_states(s, 1, &d, &w, msg, sizeof msg);
     if (!w.bad && fwrite(&w.h, 8, 1, f) != 1) w.bad = 1;
     if (fclose(f) != 0) w.bad = 1;
-    if (w.bad || rename(tmp, path) != 0) {
+    if (ps != MS_OK || w.bad || rename(tmp, path) != 0) {
         remove(tmp);
-        return fail(s, MS_E_IO, "%s: %s", path, "write failed");
+        return fail(s, ps != MS_OK ? ps : MS_E_IO, "%.200s: %.300s", path, ps != MS_OK ? msg : "write failed");
     }
     return MS_OK;
 }
 
 ms_status ms_session_load(ms_session *s, const char *path) {
-    if (s->e->n_stages > 1) return fail(s, MS_E_USAGE, "%s: %s", path, PIPE_NO);
     FILE *f = fopen(path, "rb");
     if (!f) return fail(s, MS_E_IO, "%s: %s", path, "cannot open");
     char magic[8];
@@ -123,12 +162,13 @@ ms_status ms_session_load(ms_session *s, const char *path) {
     io r = { f, MS_FNV_INIT, 0 };
     get(&r, s->tokens, (size_t)d.n_past * sizeof(int32_t));
     if (d.has_logits) get(&r, s->logits, (size_t)d.n_vocab * sizeof(float));
-    for (int64_t i = 0; i < d.n_kda; i++) {
-        get(&r, s->st.kda_S[i], (size_t)d.kda_S * sizeof(float));
-        get(&r, s->st.kda_conv[i], (size_t)d.kda_conv * sizeof(float));
+    char msg[512];
+    const ms_status ps = all_states(s, 0, &d, &r, msg, sizeof msg);
+    if (ps != MS_OK) {
+        fclose(f);
+        ms_session_reset(s);
+        return fail(s, ps, "%.200s: %.300s", path, msg);
     }
-    for (int64_t i = 0; i < d.n_mla; i++)
-        get(&r, s->st.mla_cache[i], (size_t)(d.n_past * d.mla_pos) * sizeof(float));
     uint64_t sum = 0;
     int extra = 0;
     if (!r.bad && fread(&sum, 8, 1, f) != 1) r.bad = 1;
@@ -137,6 +177,10 @@ ms_status ms_session_load(ms_session *s, const char *path) {
     if (r.bad || sum != r.h || extra) {
         ms_session_reset(s);
         return fail(s, MS_E_USAGE, "%s: %s", path, r.bad ? "truncated" : "checksum mismatch (corrupted file)");
+    }
+    if ((st = ms_pipe_op(s->e, MS_PIPE_SET_PAST, s->st.pipe_id, d.n_past, msg, sizeof msg)) != MS_OK) {
+        ms_session_reset(s);
+        return fail(s, st, "%.200s: %.300s", path, msg);
     }
     s->st.n_past = d.n_past;
     s->rb.n_rec = 0;
