@@ -445,6 +445,13 @@ ms_status ms_pack_checkpoint(const char *model_dir, const char *pack_path, const
  * MS_E_MODEL for a bad config, MS_E_USAGE for a bad chunk. */
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
                            int max_draft, int64_t prefill_chunk, int n_seq, char *out, size_t n);
+/* With n_stages >= 1: a table for a pipeline of n_stages machines (mpirun
+ * -np n_stages), each with ram_bytes: the split (stages as
+ * ms_engine_params.stages, NULL = balanced), each stage's plan and the bytes
+ * it reads per decode token. n_stages 0: ms_plan_describe. */
+ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t max_context, int max_draft,
+                                  int64_t prefill_chunk, int n_seq, int n_stages, const char *stages, char *out,
+                                  size_t n);
 
 /* ---- expert request traces (ms_engine_params.trace_path) ---- */
 

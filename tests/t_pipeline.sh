@@ -17,7 +17,10 @@
 #     reason; stages with their own --ram (MPMD) give the same ids;
 #  4. saved sessions: saved by 2 or 3 stages, byte-identical to one
 #     process's file; loaded by 3 stages, the same continuation;
-#  5. `serve` under mpirun -np 2 answers a completion with the text of a
+#  5. `plan --pipeline N`: one row per stage, the layers covering the model
+#     once in order, DOES NOT FIT per stage (exit 2), --stages honoured, and
+#     (where ../shared/spec has it) the K3 config at 4 x 32G pins every trunk;
+#  6. `serve` under mpirun -np 2 answers a completion with the text of a
 #     one-process server, and SIGTERM ends every process.
 # Prints "t_pipeline: N passed, N failed" as its last line.
 set -u
@@ -117,7 +120,28 @@ $MPI -np 3 "$BIN" run models/k3-tiny --load-session "$tmp/s2.bin" --ids 9,10 --m
 a1=$(ids "$tmp/l1.json"); a3=$(ids "$tmp/l3.json")
 [ -n "$a1" ] && [ "$a1" = "$a3" ] && ok || bad "loaded session: ids '$a1' one process, '$a3' three stages"
 
-# 5. serve
+# plan --pipeline: each stage's plan; the layers cover the model once, in order; what does
+# not fit says so (exit 2); the K3 config at 4 x 32G pins every stage's trunk
+"$BIN" plan models/k3-tiny --ram 100M --pipeline 3 > "$tmp/p3" 2>&1
+rc=$?
+$PY - "$tmp/p3" <<'EOF' && [ $rc -eq 0 ] && ok || bad "plan --pipeline 3: exit $rc: $(cat "$tmp/p3")"
+import re, sys
+rows = re.findall(r"^\s+(\d+)\s+(\d+)-(\d+)(\+head)?\s", open(sys.argv[1]).read(), re.M)
+assert [int(r[0]) for r in rows] == [0, 1, 2], rows
+assert int(rows[0][1]) == 0 and rows[0][3] == "+head" and int(rows[-1][2]) == 7, rows
+for a, b in zip(rows, rows[1:]):
+    assert int(b[1]) == int(a[2]) + 1, rows
+EOF
+"$BIN" plan models/k3-tiny --ram 1M --pipeline 2 > "$tmp/p2" 2>/dev/null
+rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c 'DOES NOT FIT' "$tmp/p2")" = 2 ] && ok || bad "plan --pipeline 2 at 1M: exit $rc"
+"$BIN" plan models/k3-tiny --pipeline 2 --stages 3 | grep -qE '^ +1 +3-7 ' && ok || bad "plan --stages 3"
+if [ -f ../shared/spec/kimi-k3-config.json ]; then
+    "$BIN" plan ../shared/spec/kimi-k3-config.json --ram 32G --pipeline 4 > "$tmp/pk" 2>&1
+    [ "$(grep -cE '^ +[0-3] .* 0 B +[0-9]+/[0-9]+ ' "$tmp/pk")" = 4 ] && ok || bad "K3 at 4 x 32G: $(cat "$tmp/pk")"
+fi
+
+# 6. serve
 serve_start one models/k3-tiny
 $MPI -np 2 "$BIN" serve models/k3-tiny --port 0 --quiet > "$tmp/srv.pipe.log" 2>&1 &
 mpid=$!

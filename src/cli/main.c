@@ -47,6 +47,7 @@ static void usage(FILE *f) {
         "                       perplexity, prefill_chunk, seconds, bytes read, peak RSS}: one\n"
         "                       pass over the weights per prompt chunk (text: stdin without --file)\n"
         "  plan MODEL_DIR|config.json --ram SIZE   the memory plan, without reading weights\n"
+        "                       (--pipeline N [--stages ...]: each of N machines' plan and reads)\n"
         "  trace TRACE_FILE --capacity N [--policy lru|s3fifo|belady|all]   replay an expert trace\n"
         "  verify MODEL_DIR [--sums PATH] [--write]   checksum sidecar: without one (or with\n"
         "                       --write) hash every tensor and write MODEL_DIR/moestream.sums;\n"
@@ -746,14 +747,24 @@ static int cmd_pack(int argc, char **argv) {
 static int cmd_plan(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
+    int stages = 0;                         /* 0: the one-process plan; N: --pipeline N */
     for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--pipeline")) {
+            char *end;
+            long k = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (k < 1 || k > MS_MAX_STAGES || *end) { fprintf(stderr, "moestream: --pipeline needs N in [1, %d]\n", MS_MAX_STAGES); return EXIT_USAGE; }
+            stages = (int)k;
+            i++;
+            continue;
+        }
         int r = cli_parse_common(&c, argc, argv, &i);
         if (r < 0) return EXIT_USAGE;
         if (r == 0) { fprintf(stderr, "moestream: unknown option '%s'\n", argv[i]); return EXIT_USAGE; }
     }
     if (!c.model_dir) { fprintf(stderr, "moestream: plan needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
     static char buf[1 << 16];
-    ms_status st = ms_plan_describe(c.model_dir, c.ram, c.max_context, c.speculate, c.chunk, c.parallel, buf, sizeof buf);
+    ms_status st = ms_plan_describe_stages(c.model_dir, c.ram, c.max_context, c.speculate, c.chunk, c.parallel, stages,
+                                           c.stages, buf, sizeof buf);
     fputs(buf, st == MS_OK ? stdout : stderr);
     if (st == MS_E_BUDGET) fputs(buf, stdout);
     return cli_exit_code(st);

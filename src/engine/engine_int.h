@@ -140,6 +140,9 @@ int ms_pipe_split(const int64_t *cost, int n_layer, int64_t head_cost, int n, in
 /* e->stage, n_stages, stage_start from the pipeline and p->stages (or the
  * balanced split of the dry model's bytes per token at the floor). */
 ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err);
+/* The same for n stages of the model `dry` (bound whole), spec as --stages
+ * (NULL: balanced); start[n + 1]. */
+ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int *start, ms_err *err);
 /* After a stage's open (own = its status): a stage r > 0 tells stage 0;
  * stage 0 hears every stage, takes the smallest prompt chunk, and on any
  * failure closes the stages that opened. Returns own, or the first failed

@@ -193,28 +193,34 @@ int ms_pipe_split(const int64_t *cost, int L, int64_t head_cost, int n, int *sta
 }
 
 ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err) {
-    const int L = dry->n_layer, n = ms_pipe_size();
     e->stage = ms_pipe_rank();
-    e->n_stages = n;
-    e->stage_start[0] = 0;
-    e->stage_start[1] = L;
+    e->n_stages = ms_pipe_size();
+    return ms_pipe_split_model(dry, e->p.stages, e->n_stages, e->stage_start, err);
+}
+
+ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int *start, ms_err *err) {
+    const int L = dry->n_layer;
+    start[0] = 0;
+    start[1] = L;
     if (n == 1) return MS_OK;
-    if (n > L) return ms_err_set(err, MS_E_USAGE, "%d pipeline stages for %d layers: at most one stage per layer", n, L);
-    if (e->p.stages) {
-        const char *p = e->p.stages;
+    if (n < 1 || n > MS_MAX_STAGES || n > L)
+        return ms_err_set(err, MS_E_USAGE, "%d pipeline stages for %d layers: at most one stage per layer, and %d stages",
+                          n, L, MS_MAX_STAGES);
+    if (spec) {
+        const char *p = spec;
         int k = 1;
         while (*p) {
             char *end;
             long v = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ',') || k >= n || v <= e->stage_start[k - 1] || v >= L)
+            if (end == p || (*end && *end != ',') || k >= n || v <= start[k - 1] || v >= L)
                 return ms_err_set(err, MS_E_USAGE, "--stages '%s': wants %d increasing layer indices in [1, %d)"
-                                  " where stages 1..%d begin", e->p.stages, n - 1, L, n - 1);
-            e->stage_start[k++] = (int)v;
+                                  " where stages 1..%d begin", spec, n - 1, L, n - 1);
+            start[k++] = (int)v;
             p = *end ? end + 1 : end;
         }
         if (k != n)
-            return ms_err_set(err, MS_E_USAGE, "--stages '%s': %d stages need %d layer indices", e->p.stages, n, n - 1);
-        e->stage_start[n] = L;
+            return ms_err_set(err, MS_E_USAGE, "--stages '%s': %d stages need %d layer indices", spec, n, n - 1);
+        start[n] = L;
         return MS_OK;
     }
     /* bytes per token at the floor: each layer's trunk, its k experts; the
@@ -228,7 +234,7 @@ ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err) {
     }
     head = dry->plan_regions[dry->final_region].bytes;
     for (int ic = 0; ic < dry->n_lm_chunks; ic++) head += dry->plan_regions[dry->lm_region[ic]].bytes;
-    const int r = ms_pipe_split(cost, L, head, n, e->stage_start);
+    const int r = ms_pipe_split(cost, L, head, n, start);
     free(cost);
     MS_ASSERT(r == 0);
     return MS_OK;

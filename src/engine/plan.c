@@ -119,6 +119,95 @@ static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
 
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
                            int max_draft, int64_t prefill_chunk, int n_seq, char *out, size_t n) {
+    return ms_plan_describe_stages(path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, 0, NULL, out, n);
+}
+
+/* A pipeline of n_stages machines, each with ram_bytes: every stage's plan,
+ * and the bytes each reads per decode token (ms_plan_describe_stages). */
+static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_t ram_bytes, int64_t max_context,
+                                 int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *spec,
+                                 char *out, size_t n) {
+    ms_err err;
+    ms_err_clear(&err);
+    const ms_config *cfg = &m->cfg;
+    int start[MS_MAX_STAGES + 1];
+    ms_status st = ms_pipe_split_model(m, spec, n_stages, start, &err);
+    if (st != MS_OK) { snprintf(out, n, "%s\n", err.msg); return st; }
+    ms_model part[MS_MAX_STAGES];
+    int bound = 0;
+    /* every stage's scratch holds a pass: the pipeline's chunk is the smallest */
+    int64_t chunk = prefill_chunk;
+    for (int r = 0; r < n_stages && st == MS_OK; r++, bound++) {
+        st = ms_model_bind_part(&part[r], cfg, NULL, NULL, start[r], start[r + 1], r == 0, &err);
+        if (st == MS_OK && prefill_chunk == 0) {
+            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r]), max_context, max_draft, n_seq, 0, 0, 0 };
+            const int64_t c = ms_auto_chunk(&part[r], &cb);
+            if (chunk == 0 || c < chunk) chunk = c;
+        }
+    }
+    if (st != MS_OK) {
+        snprintf(out, n, "%s\n", err.msg);
+        for (int r = 0; r < bound; r++) ms_model_free(&part[r]);
+        return st;
+    }
+    char a[32], b[32], c[32], d[32], e[32];
+    human(ram_bytes, a, sizeof a);
+    size_t at = (size_t)snprintf(out, n,
+                                 "model: %s: %lld layers, hidden %lld, %lld experts x %lld layers, vocab %lld\n"
+                                 "pipeline: %d stage%s (mpirun -np %d), each with its own budget: %s; %lld-token chunks\n"
+                                 "stage  layers     planned    trunk pinned   streamed/pass  expert slots  reads/decode token\n",
+                                 cfg_path, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size,
+                                 (long long)cfg->num_experts, (long long)(cfg->num_hidden_layers - cfg->first_k_dense_replace),
+                                 (long long)cfg->vocab_size, n_stages, n_stages > 1 ? "s" : "", n_stages, ram_bytes > 0 ? a : "none",
+                                 (long long)chunk);
+    int64_t all = 0, worst = 0;
+    ms_status ret = MS_OK;
+    for (int r = 0; r < n_stages; r++) {
+        const ms_model *pm = &part[r];
+        const int64_t overhead = ms_overhead_estimate(pm);
+        const int64_t session = ms_session_bytes(pm, max_context, max_draft, chunk, n_seq);
+        ms_plan plan;
+        ms_err pe;
+        ms_err_clear(&pe);
+        const ms_status ps = store_plan(pm, ms_store_budget(ram_bytes, session, overhead), 0, 0, &plan, &pe);
+        char layers[32];
+        snprintf(layers, sizeof layers, "%d-%d%s", start[r], start[r + 1] - 1, r == 0 ? "+head" : "");
+        if (ps != MS_OK) {
+            ms_plan fl;
+            store_plan(pm, 1, 0, 0, &fl, &pe);      /* refused; its floor is filled in */
+            human(fl.floor_bytes + session + overhead + MS_SLACK_BYTES, b, sizeof b);
+            at += (size_t)snprintf(out + at, n > at ? n - at : 0, "%5d  %-9s  DOES NOT FIT: its smallest plan needs %s\n",
+                                   r, layers, b);
+            ret = ps;
+            continue;
+        }
+        const int64_t reads = decode_reads(&plan, cfg->num_experts, cfg->num_experts_per_token);
+        all += reads;
+        if (reads > worst) worst = reads;
+        human(plan.total_bytes + session + overhead + MS_SLACK_BYTES, b, sizeof b);
+        human(plan.trunk_pinned_region_bytes, c, sizeof c);
+        human(plan.trunk_region_bytes, d, sizeof d);
+        human(plan.streamed_region_bytes, e, sizeof e);
+        char cc[32], slots[48];
+        snprintf(slots, sizeof slots, "%d/%d", plan.n_expert_slots, plan.n_expert_regions);
+        human(reads, cc, sizeof cc);
+        at += (size_t)snprintf(out + at, n > at ? n - at : 0, "%5d  %-9s  %9s  %s of %s  %13s  %12s  %s\n", r, layers, b, c,
+                               d, e, slots, cc);
+    }
+    if (ret == MS_OK) {
+        human(worst, b, sizeof b);
+        human(all, c, sizeof c);
+        at += (size_t)snprintf(out + at, n > at ? n - at : 0,
+                               "reads per decode token: %s on the busiest stage, %s in all (each stage reads its own disk;"
+                               " the stages run one after another on a token)\n", b, c);
+    }
+    for (int r = 0; r < n_stages; r++) ms_model_free(&part[r]);
+    return ret;
+}
+
+ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t max_context, int max_draft,
+                                  int64_t prefill_chunk, int n_seq, int n_stages, const char *stages, char *out,
+                                  size_t n) {
     ms_err err;
     ms_err_clear(&err);
     if (max_draft < 0) max_draft = 0;
@@ -140,6 +229,12 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     ms_model m;
     st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
+    if (n_stages >= 1) {
+        st = describe_stages(&m, cfg_path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, n_stages, stages,
+                             out, n);
+        ms_model_free(&m);
+        return st;
+    }
     const int64_t overhead = ms_overhead_estimate(&m);
     if (prefill_chunk == 0) {
         const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, n_seq, 0, 0, 0 };
