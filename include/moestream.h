@@ -116,6 +116,12 @@ typedef struct ms_engine_params {
        that each stage reads about the same bytes per token (docs/ARCHITECTURE.md,
        "Pipeline across machines"). Ignored without a pipeline. */
     const char *stages;
+    /* a pipeline's batched passes (several sessions fed together) go through the stages
+       in up to stage_groups groups, each sent on as soon as the first stage is done with
+       it, so the stages work at once; 0 = automatic: one group per stage when every stage
+       holds its trunk in RAM (a group then costs no extra reads), else 1 (one piece). The
+       bits do not change. */
+    int stage_groups;
 } ms_engine_params;
 
 ms_engine_params ms_engine_default_params(void);
@@ -203,6 +209,8 @@ typedef struct ms_stats {
     /* a pipeline: trunk_bytes_read and expert_bytes_read above are the sums over its
        stages (every other counter is the first stage's); these are each stage's */
     int n_stages;               /* 1 without a pipeline */
+    int64_t stage_group_passes; /* batched passes sent through the stages in groups, several
+                                   in flight at once (when every stage holds its trunk) */
     int64_t stage_trunk_bytes[MS_MAX_STAGES], stage_expert_bytes[MS_MAX_STAGES];
 } ms_stats;
 

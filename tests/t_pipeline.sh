@@ -8,7 +8,8 @@
 #     between one process and 2 and 3 stages, resident, at the smallest plan,
 #     with speculation (drafts, rollbacks in every stage), and with a split
 #     given by --stages; on a test checkpoint (6 layers, 2 dense) and on the
-#     bundled model (8 layers);
+#     bundled model (8 layers); the side-by-side passes went through the
+#     stages in groups when resident, in one piece at the floor;
 #  2. `run` with a text prompt on the bundled model: the same ids under
 #     mpirun -np 2 --ram min, and its JSON stats name each stage's bytes,
 #     which add up to bytes_read;
@@ -57,6 +58,16 @@ dump_case() {   # model, np, options...
     nst=$(grep -o 'stage bytes:.*' "$tmp/many.log" | wc -w)
     [ "$nst" = $((np + 2)) ] && ok || bad "$tag: $((nst - 2)) stage counters for $np stages"
     [ -s "$tmp/one" ] && cmp -s "$tmp/one" "$tmp/many" && ok || bad "$tag: logits differ from one process"
+    # the side-by-side passes go through the stages in groups when every stage holds its
+    # trunk (resident), in one piece when a stage streams it (--ram min)
+    local gp
+    gp=$(grep -o 'grouped passes [0-9]*' "$tmp/many.log" | grep -o '[0-9]*$')
+    case "$*" in
+        *"--stage-groups 1"*) [ "$gp" = 0 ] && ok || bad "$tag: $gp passes in groups with --stage-groups 1" ;;
+        *"--stage-groups 2"*) [ -n "$gp" ] && [ "$gp" -ge 4 ] && ok || bad "$tag: '$gp' passes in groups with --stage-groups 2" ;;
+        *"--ram min"*) [ "$gp" = 0 ] && ok || bad "$tag: $gp passes in groups while a stage streams its trunk" ;;
+        *) [ -n "$gp" ] && [ "$gp" -ge 4 ] && ok || bad "$tag: '$gp' passes in groups (want the 4 side-by-side steps)" ;;
+    esac
 }
 for m in "$TD/b" models/k3-tiny; do
     for np in 2 3; do
@@ -67,6 +78,8 @@ for m in "$TD/b" models/k3-tiny; do
 done
 dump_case "$TD/b" 3 --stages 1,5 --ram min
 dump_case models/k3-tiny 2 --stages 7 --speculate 3
+dump_case models/k3-tiny 2 --stage-groups 1
+dump_case "$TD/b" 2 --ram min --stage-groups 2
 # the speculation case did draft and roll back (else it proves little)
 "$BUILD/tests/test_pipe" --dump models/k3-tiny "$tmp/one" --speculate 4 --ram min --chunk 5 > "$tmp/spec.log" 2>&1
 grep -q 'drafted [1-9][0-9]* accepted [0-9]* rolled back [1-9]' "$tmp/spec.log" && ok \

@@ -6,7 +6,7 @@
  * splits that reach it.
  *
  * With --dump MODEL_DIR OUT [--ram min] [--speculate K] [--chunk N]
- * [--stages L,...]: run one fixed scenario through the public API and write
+ * [--stages L,...] [--stage-groups N]: run one fixed scenario through the public API and write
  * every logits row and picked id to OUT, for tests/t_pipeline.sh to compare
  * between one process and `mpirun -np N` (the bits must be equal):
  *   1. a prompt fed with every row's logits (ms_session_feed, all_logits);
@@ -116,6 +116,7 @@ static int dump(int argc, char **argv) {
         else if (!strcmp(argv[i], "--speculate")) p.max_draft = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--chunk")) p.prefill_chunk = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--stages")) p.stages = argv[i + 1];
+        else if (!strcmp(argv[i], "--stage-groups")) p.stage_groups = atoi(argv[i + 1]);
         else { fprintf(stderr, "test_pipe: unknown option %s\n", argv[i]); return 2; }
     }
     ms_pipe_serve_if_worker(&p);
@@ -188,8 +189,8 @@ static int dump(int argc, char **argv) {
     printf("stage bytes:");
     for (int r = 0; r < st.n_stages; r++)
         printf(" %lld", (long long)(st.stage_trunk_bytes[r] + st.stage_expert_bytes[r]));
-    printf("\ndrafted %lld accepted %lld rolled back %lld\n", (long long)st.spec_drafted, (long long)st.spec_accepted,
-           (long long)g_rollbacks);
+    printf("\ndrafted %lld accepted %lld rolled back %lld\ngrouped passes %lld\n", (long long)st.spec_drafted,
+           (long long)st.spec_accepted, (long long)g_rollbacks, (long long)st.stage_group_passes);
     free(rows);
     fclose(g_out);
     ms_session_close(a);

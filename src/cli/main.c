@@ -85,6 +85,9 @@ static void usage(FILE *f) {
         "                       perplexity, serve, tokenize): the layers where stages 1..N-1 begin;\n"
         "                       default: equal bytes per token per stage. Every process reads its\n"
         "                       own MODEL_DIR under its own --ram; the output bits are one process's\n"
+        "  --stage-groups N     a pipeline's passes of several sequences (batch, serve --parallel) go\n"
+        "                       through the stages in up to N groups at once (default: one per stage\n"
+        "                       when every stage holds its trunk in RAM, else 1)\n"
         "\n"
         "exit codes: 0 ok, 1 runtime failure, 2 usage or invalid model, 4 output unsound\n");
 }
@@ -138,6 +141,14 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         if (!v || *end || k < 1 || k > 65536) { fprintf(stderr, "moestream: --chunk needs N in [1, 65536]\n"); return -1; }
         (*i)++;
         o->chunk = k;
+        return 1;
+    }
+    if (!strcmp(a, "--stage-groups")) {
+        char *end;
+        long k = v ? strtol(v, &end, 10) : -1;
+        if (!v || *end || k < 0 || k > 64) { fprintf(stderr, "moestream: --stage-groups needs N in [0, 64]\n"); return -1; }
+        (*i)++;
+        o->stage_groups = (int)k;
         return 1;
     }
     if (!strcmp(a, "--parallel")) {
@@ -213,6 +224,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = MS_LOG_WARN;
     ep.stages = o->stages;
+    ep.stage_groups = o->stage_groups;
     ms_pipe_serve_if_worker(&ep);           /* a pipeline's stage r > 0 serves and ends here */
     char msg[1024];
     ms_status st = ms_engine_open(&ep, e, msg, sizeof msg);

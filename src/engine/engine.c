@@ -504,7 +504,9 @@ static ms_status check_tokens(const ms_session *s, const int32_t *ids, int64_t n
 static ms_fwd_ctx fwd_ctx(ms_engine *e, ms_rollback *rec) {
     return (ms_fwd_ctx){ .m = &e->model, .store = e->store, .pool = e->pool,
                          .predict = !e->p.no_predict_experts, .rec = rec,
-                         .pass_on = e->pipe_up ? ms_pipe_pass_on : NULL, .pass_user = e };
+                         .pass_on = e->pipe_up ? ms_pipe_pass_on : NULL, .pass_user = e,
+                         .pass_groups = e->pipe_up ? e->pipe_groups : 1,
+                         .pass_group = e->pipe_up ? ms_pipe_pass_group : NULL };
 }
 
 static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,

@@ -97,6 +97,7 @@ struct ms_engine {
     int stage, n_stages;
     int stage_start[MS_MAX_STAGES + 1];
     int pipe_up;                /* stage 0: every stage opened, sessions are named to them */
+    int pipe_groups;            /* stage 0: groups a batched pass is sent in (ms_fwd_ctx.pass_groups) */
     int64_t next_pipe_id;
     char error[512];
 };
@@ -163,6 +164,9 @@ ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t
 /* ms_fwd_ctx.pass_on for stage 0 (pass_user = the engine). */
 ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
                           int64_t nb_max, int *nb, ms_err *err);
+/* ms_fwd_ctx.pass_group for stage 0 (pass_user = the engine). */
+ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
+                             float *bank, int64_t nb_max, int *nb, ms_err *err);
 /* Stage 0: add the other stages' byte counters to st. */
 void ms_pipe_add_stats(const ms_engine *e, ms_stats *st);
 /* Stage 0, at ms_engine_close: the other stages close and their processes end. */

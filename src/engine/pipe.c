@@ -63,6 +63,7 @@ typedef struct seg_desc {
 typedef struct ready {
     int32_t status, layer0, layer1, max_draft;
     int64_t chunk, max_context;
+    int64_t streamed;           /* trunk bytes the stage streams per pass (0: it holds its trunk) */
     uint64_t hash;
     char err[448];
 } ready;
@@ -247,6 +248,11 @@ static void quit_stages(const int *ok) {
         if (ok[r]) send_bytes("", 0, r, TAG_QUIT);
 }
 
+static int64_t stage_streamed(const ms_engine *e) {
+    const ms_plan *p = ms_store_get_plan(e->store);
+    return p ? p->streamed_region_bytes : 0;
+}
+
 ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     if (!g.booted) return own;
     if (g.rank > 0) {
@@ -259,6 +265,7 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
             rd.chunk = e->p.prefill_chunk;
             rd.max_context = e->p.max_context;
             rd.max_draft = e->p.max_draft;
+            rd.streamed = stage_streamed(e);
             rd.hash = e->model_hash;
         } else {
             snprintf(rd.err, sizeof rd.err, "%s", msg ? msg : "");
@@ -268,6 +275,7 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     }
     int ok[MS_MAX_STAGES] = { 0 };
     ms_status first = MS_OK;
+    int64_t streamed = own == MS_OK ? stage_streamed(e) : 0;
     char why[600] = "";
     for (int r = 1; r < g.size; r++) {
         const size_t n = recv_bytes(r, TAG_READY, NULL);
@@ -293,13 +301,18 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
             snprintf(b, sizeof b, "pipeline stage %d has max_context %lld and --speculate %d, stage 0 %lld and %d"
                      " (every stage holds part of each session: they must agree)", r, (long long)rd.max_context,
                      rd.max_draft, (long long)e->p.max_context, e->p.max_draft);
-        } else if (own == MS_OK && rd.chunk < e->p.prefill_chunk) {
-            e->p.prefill_chunk = rd.chunk;  /* every stage's scratch holds the pass */
+        } else if (own == MS_OK) {
+            if (rd.chunk < e->p.prefill_chunk) e->p.prefill_chunk = rd.chunk;  /* every stage's scratch holds the pass */
+            streamed += rd.streamed;
         }
         if (bad != MS_OK && first == MS_OK) { first = bad; snprintf(why, sizeof why, "%s", b); }
     }
     if (own == MS_OK && first == MS_OK) {
         e->pipe_up = 1;
+        /* batched passes in groups, one per stage, when no stage streams its
+           trunk: a group costs a stage no reads then, only its turn */
+        e->pipe_groups = e->p.stage_groups > 0 ? e->p.stage_groups : streamed == 0 ? g.size : 1;
+        if (e->pipe_groups > MS_PIPE_MAX_GROUPS) e->pipe_groups = MS_PIPE_MAX_GROUPS;
         return MS_OK;
     }
     quit_stages(ok);
@@ -354,19 +367,26 @@ ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, si
     return st;
 }
 
-ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
-                          int64_t nb_max, int *nb, ms_err *err) {
-    ms_engine *e = c->pass_user;
+/* A FORWARD message for the segments' T tokens (run, and nb snapshots of the
+ * bank per token) into *buf (grown); its size. */
+static size_t build_forward(uint8_t **buf, size_t *cap, const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T,
+                            const float *run, const float *bank, int64_t nb_max, int nb) {
+    const ms_engine *e = c->pass_user;
     const int64_t H = e->cfg.hidden_size;
     const size_t row = (size_t)H * sizeof(float);
-    const size_t n = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + *nb);
-    pthread_mutex_lock(&g.mu);
-    uint8_t *b = room(n);
+    const size_t n = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb);
+    if (n > *cap) {
+        uint8_t *q = realloc(*buf, n);
+        if (!q) fatal("out of memory for a pipeline message");
+        *buf = q;
+        *cap = n;
+    }
+    uint8_t *b = *buf;
     hdr *h = (hdr *)b;
     memset(h, 0, sizeof *h);
     h->op = OP_FORWARD;
     h->nseg = nseg;
-    h->nb = *nb;
+    h->nb = nb;
     h->T = T;
     h->flags = (c->predict ? F_PREDICT : 0) | (c->rec ? F_RECORD : 0);
     seg_desc *sd = (seg_desc *)(b + sizeof *h);
@@ -374,26 +394,88 @@ ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int
     uint8_t *p = (uint8_t *)(sd + nseg);
     memcpy(p, run, (size_t)T * row);
     p += (size_t)T * row;
-    for (int64_t t = 0; t < T; t++, p += (size_t)*nb * row)
-        memcpy(p, bank + t * nb_max * H, (size_t)*nb * row);
+    for (int64_t t = 0; t < T; t++, p += (size_t)nb * row) memcpy(p, bank + t * nb_max * H, (size_t)nb * row);
+    return n;
+}
+
+/* The last stage's answer to a FORWARD message (g.buf, nr bytes, its header
+ * checked by round_trip or take): its activations into run / bank. */
+static ms_status take_forward(const ms_engine *e, size_t nr, int nseg, int64_t T, float *run, float *bank,
+                              int64_t nb_max, int *nb, ms_err *err) {
+    const int64_t H = e->cfg.hidden_size;
+    const size_t row = (size_t)H * sizeof(float);
+    const hdr *h = (const hdr *)g.buf;
+    const int nb2 = h->nb;
+    const size_t want = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb2);
+    if (h->T != T || h->nseg != nseg || nb2 < *nb || nb2 > nb_max || nr != want)
+        return ms_err_set(err, MS_E_INTERNAL, "pipeline: the last stage answered %zu bytes (%d snapshots)", nr, nb2);
+    const uint8_t *p = g.buf + sizeof(hdr) + (size_t)nseg * sizeof(seg_desc);
+    memcpy(run, p, (size_t)T * row);
+    p += (size_t)T * row;
+    for (int64_t t = 0; t < T; t++, p += (size_t)nb2 * row) memcpy(bank + t * nb_max * H, p, (size_t)nb2 * row);
+    *nb = nb2;
+    return MS_OK;
+}
+
+ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
+                          int64_t nb_max, int *nb, ms_err *err) {
+    pthread_mutex_lock(&g.mu);
+    const size_t n = build_forward(&g.buf, &g.cap, c, seg, nseg, T, run, bank, nb_max, *nb);
     size_t nr;
     ms_status st = round_trip(n, OP_FORWARD, err, &nr);
-    if (st == MS_OK) {
-        h = (hdr *)g.buf;
-        const int nb2 = h->nb;
-        const size_t want = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb2);
-        if (h->T != T || h->nseg != nseg || nb2 < *nb || nb2 > nb_max || nr != want) {
-            st = ms_err_set(err, MS_E_INTERNAL, "pipeline: the last stage answered %zu bytes (%d snapshots)", nr, nb2);
-        } else {
-            p = g.buf + sizeof(hdr) + (size_t)nseg * sizeof(seg_desc);
-            memcpy(run, p, (size_t)T * row);
-            p += (size_t)T * row;
-            for (int64_t t = 0; t < T; t++, p += (size_t)nb2 * row)
-                memcpy(bank + t * nb_max * H, p, (size_t)nb2 * row);
-            *nb = nb2;
-        }
-    }
+    if (st == MS_OK) st = take_forward(c->pass_user, nr, nseg, T, run, bank, nb_max, nb, err);
     pthread_mutex_unlock(&g.mu);
+    return st;
+}
+
+/* Groups of one batched pass in flight (ms_pipe_pass_group): their messages
+ * stay in their own buffers until their sends complete. */
+static struct {
+    uint8_t *buf[MS_PIPE_MAX_GROUPS];
+    size_t cap[MS_PIPE_MAX_GROUPS];
+    MPI_Request rq[MS_PIPE_MAX_GROUPS];
+    int sent, got;
+    int64_t passes;             /* passes sent in more than one group */
+} grp;
+
+ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
+                             float *bank, int64_t nb_max, int *nb, ms_err *err) {
+    if (op == 0) {
+        if (grp.sent == 0) pthread_mutex_lock(&g.mu);   /* held until the last group is back */
+        const int k = grp.sent;
+        MS_ASSERT(k < MS_PIPE_MAX_GROUPS);
+        const size_t n = build_forward(&grp.buf[k], &grp.cap[k], c, seg, nseg, T, run, bank, nb_max, *nb);
+        if (n > INT_MAX) fatal("a pipeline message over 2 GiB (a smaller --chunk sends less)");
+        MPI_Isend(grp.buf[k], (int)n, MPI_BYTE, 1, TAG_RING, MPI_COMM_WORLD, &grp.rq[k]);
+        grp.sent++;
+        return MS_OK;
+    }
+    MS_ASSERT(grp.got < grp.sent);
+    const size_t nr = recv_bytes(g.size - 1, TAG_RING, NULL);
+    const hdr *h = (const hdr *)g.buf;
+    ms_status st;
+    if (nr < sizeof *h || h->op != OP_FORWARD) {
+        st = ms_err_set(err, MS_E_INTERNAL, "pipeline: a malformed answer (%zu bytes)", nr);
+    } else if (h->status != MS_OK) {
+        char m[sizeof h->err];
+        memcpy(m, h->err, sizeof m);
+        m[sizeof m - 1] = '\0';
+        st = ms_err_set(err, (ms_status)h->status, "%s", m);
+    } else {
+        st = take_forward(c->pass_user, nr, nseg, T, run, bank, nb_max, nb, err);
+    }
+    if (++grp.got == grp.sent) {
+        for (int k = 0; k < grp.sent; k++) {
+            int done = 0;
+            for (long ns = 1000;; nap(&ns)) {
+                MPI_Test(&grp.rq[k], &done, MPI_STATUS_IGNORE);
+                if (done) break;
+            }
+        }
+        if (grp.sent > 1) grp.passes++;
+        grp.sent = grp.got = 0;
+        pthread_mutex_unlock(&g.mu);
+    }
     return st;
 }
 
@@ -423,6 +505,7 @@ ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t
 
 void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
     st->n_stages = e->n_stages;
+    st->stage_group_passes = grp.passes;
     st->stage_trunk_bytes[0] = st->trunk_bytes_read;
     st->stage_expert_bytes[0] = st->expert_bytes_read;
     if (!e->pipe_up) return;

@@ -1093,50 +1093,30 @@ static void score_rows(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int6
 /* The whole model over the pass's tokens: segments seg[0..nseg) in order,
  * ids concatenated. all_logits ([T, V], nseg 1): every row, else each
  * segment's last row into seg[i].logits. */
-static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
-                         float *all_logits, ms_err *err) {
+/* run[0, T) = the tokens' embedding rows, used as is (no scaling). */
+static ms_status embed(ms_fwd_ctx *c, ms_fwd *f, const int32_t *ids, int64_t T, ms_err *err) {
     const ms_model *m = c->m;
-    const ms_config *cf = &m->cfg;
-    const int64_t H = cf->hidden_size, V = cf->vocab_size, B = cf->attn_res_block_size;
-    const float eps = (float)cf->rms_norm_eps;
-    int64_t n_ctx = 0, T = 0;
-    for (int is = 0; is < nseg; is++) {
-        const ms_state *st = seg[is].st;
-        MS_ASSERT(seg[is].T >= 1);
-        T += seg[is].T;
-        if (st->n_past + seg[is].T > st->max_ctx)
-            return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
-                              (long long)st->n_past, (long long)seg[is].T, (long long)st->max_ctx);
-        if (st->n_past + seg[is].T > n_ctx) n_ctx = st->n_past + seg[is].T;
-    }
-    MS_ASSERT(T <= f->max_T && nseg >= 1);
-    MS_ASSERT(nseg == 1 || (!all_logits && !c->rec && !c->score_lp));
-    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
-                               c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
-    MS_ASSERT((ids != NULL) == m->head);
-    for (int64_t t = 0; ids && t < T; t++)
-        if (ids[t] < 0 || ids[t] >= V)
-            return ms_err_set(err, MS_E_USAGE, "token id %d out of range [0, %lld)", ids[t], (long long)V);
-    ms_status s = ensure_att(f, cf, n_ctx, err);
-    if (s != MS_OK) return s;
-    if (c->rec) {
-        MS_ASSERT(T <= c->rec->max_T);
-        c->rec->n_rec = 0;                  /* valid only once the forward completes */
-        c->rec->n_past0 = seg[0].st->n_past;
-    }
-    /* one sequence's consecutive tokens: keep its last tokens' experts cached */
-    const int keep = nseg == 1 && T > 1;
-
-    /* run = the token's embedding row, used as is (no scaling); a stage
-       without the head starts from the activations it was given */
-    for (int64_t t = 0; m->head && t < T; t++) {
+    const int64_t H = m->cfg.hidden_size;
+    for (int64_t t = 0; t < T; t++) {
         uint16_t *row = (uint16_t *)(f->h + t * H);     /* h is free until layer 0 */
-        s = ms_store_read_part(c->store, m->embed_region, m->embed.rel + (int64_t)ids[t] * H * 2, H * 2, row, err);
+        const ms_status s = ms_store_read_part(c->store, m->embed_region, m->embed.rel + (int64_t)ids[t] * H * 2, H * 2,
+                                               row, err);
         if (s != MS_OK) return with_context(err, s, "layer input: embedding row of token %d", ids[t]);
         for (int64_t i = H - 1; i >= 0; i--) f->run[t * H + i] = ms_bf16_to_f32(row[i]);
     }
+    return MS_OK;
+}
 
-    int nb = m->head ? 0 : c->stage_nb;     /* snapshots in the bank (same for every token) */
+/* This process's layers [layer0, layer1) over the T tokens of the segments,
+ * from run / bank (*nb_io snapshots) in f; *nb_io is updated. */
+static ms_status layers(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, int64_t T, int keep, int *nb_io,
+                        ms_err *err) {
+    const ms_model *m = c->m;
+    const ms_config *cf = &m->cfg;
+    const int64_t H = cf->hidden_size, B = cf->attn_res_block_size;
+    const float eps = (float)cf->rms_norm_eps;
+    ms_status s;
+    int nb = *nb_io;
     for (int il = m->layer0; il < m->layer1; il++) {
         const ms_layer *L = &m->layers[il];
         const uint8_t *base = ms_store_acquire(c->store, L->attn_region, err);
@@ -1182,6 +1162,109 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
         if (T == 1 && c->predict) refine_next_layer(c, f, il, nb, cf->num_experts_per_token);
     }
 
+    *nb_io = nb;
+    return MS_OK;
+}
+
+/* A batched pass in groups of whole segments, about T / pass_groups tokens
+ * each: group g runs through this stage's layers and goes on to the next
+ * stage at once (pass_group SEND), so while the next stages work on it this
+ * one works on group g + 1; then the groups come back in order (RECV) to
+ * their places in run / bank, and the head runs over all the tokens as one
+ * pass. Each segment's tokens meet only their own state, so the bits are
+ * those of one pass (DETERMINISM item 11). This stage reads its layers once
+ * per group: the engine asks for groups only when every stage holds its
+ * trunk (engine/pipe.c). */
+static ms_status in_groups(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids, int64_t T,
+                           int *nb_out, ms_err *err) {
+    const int64_t H = c->m->cfg.hidden_size;
+    const int G = c->pass_groups < nseg ? c->pass_groups : nseg;
+    int s0[MS_PIPE_MAX_GROUPS + 1];
+    int64_t t0[MS_PIPE_MAX_GROUPS + 1];
+    MS_ASSERT(G <= MS_PIPE_MAX_GROUPS);
+    /* groups of whole segments, the g-th ending at the first segment end at or past (g + 1) T / G */
+    s0[0] = 0;
+    t0[0] = 0;
+    int ng = 1;
+    int64_t acc = 0;
+    for (int is = 0; is < nseg - 1; is++) {
+        acc += seg[is].T;
+        /* close group ng - 1 here if it holds its share and segments remain for the rest */
+        if (ng < G && nseg - is - 1 >= G - ng && acc * G >= (int64_t)ng * T) {
+            s0[ng] = is + 1;
+            t0[ng] = acc;
+            ng++;
+        }
+    }
+    s0[ng] = nseg;
+    t0[ng] = T;
+    ms_status s = MS_OK;
+    int sent = 0, nb = 0;
+    for (int g = 0; g < ng && s == MS_OK; g++) {
+        const int64_t Tg = t0[g + 1] - t0[g];
+        nb = 0;
+        if ((s = embed(c, f, ids + t0[g], Tg, err)) != MS_OK) break;
+        if ((s = layers(c, f, seg + s0[g], s0[g + 1] - s0[g], Tg, 0, &nb, err)) != MS_OK) break;
+        if ((s = c->pass_group(c, 0, seg + s0[g], s0[g + 1] - s0[g], Tg, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK)
+            break;
+        sent++;
+    }
+    /* every group sent comes back, also after a failure (the ring stays in step) */
+    for (int g = 0; g < sent; g++) {
+        ms_err e2;
+        ms_err_clear(&e2);
+        int nbg = nb;
+        const ms_status r = c->pass_group(c, 1, seg + s0[g], s0[g + 1] - s0[g], t0[g + 1] - t0[g], f->run + t0[g] * H,
+                                          f->bank + t0[g] * f->nb_max * H, f->nb_max, &nbg, s == MS_OK ? err : &e2);
+        if (s == MS_OK) { s = r; *nb_out = nbg; }
+    }
+    return s;
+}
+
+static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
+                         float *all_logits, ms_err *err) {
+    const ms_model *m = c->m;
+    const ms_config *cf = &m->cfg;
+    const int64_t H = cf->hidden_size, V = cf->vocab_size;
+    const float eps = (float)cf->rms_norm_eps;
+    int64_t n_ctx = 0, T = 0;
+    for (int is = 0; is < nseg; is++) {
+        const ms_state *st = seg[is].st;
+        MS_ASSERT(seg[is].T >= 1);
+        T += seg[is].T;
+        if (st->n_past + seg[is].T > st->max_ctx)
+            return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
+                              (long long)st->n_past, (long long)seg[is].T, (long long)st->max_ctx);
+        if (st->n_past + seg[is].T > n_ctx) n_ctx = st->n_past + seg[is].T;
+    }
+    MS_ASSERT(T <= f->max_T && nseg >= 1);
+    MS_ASSERT(nseg == 1 || (!all_logits && !c->rec && !c->score_lp));
+    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
+                               c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
+    MS_ASSERT((ids != NULL) == m->head);
+    for (int64_t t = 0; ids && t < T; t++)
+        if (ids[t] < 0 || ids[t] >= V)
+            return ms_err_set(err, MS_E_USAGE, "token id %d out of range [0, %lld)", ids[t], (long long)V);
+    ms_status s = ensure_att(f, cf, n_ctx, err);
+    if (s != MS_OK) return s;
+    if (c->rec) {
+        MS_ASSERT(T <= c->rec->max_T);
+        c->rec->n_rec = 0;                  /* valid only once the forward completes */
+        c->rec->n_past0 = seg[0].st->n_past;
+    }
+    /* one sequence's consecutive tokens: keep its last tokens' experts cached */
+    const int keep = nseg == 1 && T > 1;
+
+    int nb = m->head ? 0 : c->stage_nb;     /* snapshots in the bank (same for every token) */
+    if (m->head && m->layer1 < m->n_layer && c->pass_group && c->pass_groups > 1 && nseg > 1) {
+        /* several groups in flight through the stages (pipe_groups, below) */
+        s = in_groups(c, f, seg, nseg, ids, T, &nb, err);
+        if (s != MS_OK) return s;
+        goto head;
+    }
+    if (m->head && (s = embed(c, f, ids, T, err)) != MS_OK) return s;
+    if ((s = layers(c, f, seg, nseg, T, keep, &nb, err)) != MS_OK) return s;
+
     if (keep && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
     if (!m->head) {
         c->stage_nb = nb;
@@ -1193,6 +1276,7 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
         MS_ASSERT(c->pass_on);
         if ((s = c->pass_on(c, seg, nseg, T, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK) return s;
     }
+head:;
 
     /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y,
      * for every token (all_logits, scoring) or each segment's last one */

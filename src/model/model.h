@@ -155,6 +155,7 @@ ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms
 void ms_rollback_free(ms_rollback *rb, const ms_model *m);
 
 /* ---- forward ---- */
+#define MS_PIPE_MAX_GROUPS 64   /* groups of one batched pass in flight (ms_fwd_ctx.pass_groups) */
 typedef struct ms_fwd ms_fwd;   /* scratch for chunks of up to max_T tokens */
 
 ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *err);
@@ -201,6 +202,14 @@ typedef struct ms_fwd_ctx {
                          float *bank, int64_t nb_max, int *nb, ms_err *err);
     void *pass_user;
     int stage_nb;
+    /* pass_groups > 1 (with the head, layers after layer1, and nseg > 1): a
+       batched pass goes to the next stage in up to pass_groups groups of
+       whole segments, each sent as soon as this stage's layers are done with
+       it (pass_group op 0: send; then op 1: receive each group's output, in
+       order, into run / bank at its tokens). */
+    int pass_groups;
+    ms_status (*pass_group)(const struct ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
+                            float *bank, int64_t nb_max, int *nb, ms_err *err);
 } ms_fwd_ctx;
 
 /* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.

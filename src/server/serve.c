@@ -74,6 +74,8 @@ static void usage(FILE *f) {
         "  --no-pack              read the trunk from the shards only\n"
         "  --stages L1,L2,...     under mpirun -np N, a pipeline across machines: the layers where\n"
         "                         stages 1..N-1 begin (default: equal bytes per token per stage)\n"
+        "  --stage-groups N       --parallel passes go through the stages in up to N groups at once\n"
+        "                         (default: one per stage when every stage holds its trunk, else 1)\n"
         "  --quiet                log errors only\n");
 }
 
@@ -159,6 +161,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
         else if (!strcmp(a, "--sums")) o->sums_path = v;
         else if (!strcmp(a, "--pack")) o->pack_path = v;
         else if (!strcmp(a, "--stages")) o->stages = v;
+        else if (!strcmp(a, "--stage-groups")) bad = parse_int(v, 0, 64, &o->stage_groups);
         else if (!strcmp(a, "--model-name")) o->model_name = v;
         else if (!strcmp(a, "--ram")) { o->ram = parse_ram(v); bad = o->ram < 0 && o->ram != MS_RAM_MIN; }
         else if (!strcmp(a, "--threads")) { bad = parse_int(v, 0, 1024, &x); o->threads = (int)x; }
@@ -278,6 +281,7 @@ int ms_serve_main(int argc, char **argv) {
     ep.log = engine_log;
     ep.log_level = s->o.quiet ? MS_LOG_WARN : MS_LOG_INFO;
     ep.stages = s->o.stages;
+    ep.stage_groups = (int)s->o.stage_groups;
     ms_pipe_serve_if_worker(&ep);           /* a pipeline's stage r > 0 serves and ends here */
     char errbuf[512];
     ms_status st = ms_engine_open(&ep, &s->e, errbuf, sizeof errbuf);

@@ -74,6 +74,7 @@ typedef struct srv_opts {
     const char *pack_path;      /* --pack PATH (default MODEL_DIR/moestream.pack when present) */
     int no_pack;                /* --no-pack */
     const char *stages;         /* --stages L1,L2,...: a pipeline's split (under mpirun) */
+    int64_t stage_groups;       /* --stage-groups N (0 = automatic) */
 } srv_opts;
 
 /* ---- byte buffer ------------------------------------------------------------ */
