@@ -119,8 +119,11 @@ typedef struct ms_engine_params {
     /* a pipeline's batched passes (several sessions fed together) go through the stages
        in up to stage_groups groups, each sent on as soon as the first stage is done with
        it, so the stages work at once; 0 = automatic: one group per stage when every stage
-       holds its trunk in RAM (a group then costs no extra reads), else 1 (one piece). The
-       bits do not change. */
+       holds its trunk in RAM (a group then costs no extra reads) and the pass has at least
+       16 tokens per group (a prompt; a decode step of a few sequences costs about one read
+       of the weights from memory whatever its tokens, and is not split), else 1 (one
+       piece). N > 0: up to N groups for any pass of several sessions. The bits do not
+       change. */
     int stage_groups;
 } ms_engine_params;
 

@@ -13,7 +13,8 @@
  *   2. greedy ms_session_decode steps (with --speculate: drafts, verify
  *      passes, rollbacks in every stage);
  *   3. a copy of the session (ms_session_copy) and both decoding side by
- *      side in one pass per step (ms_sessions_feed);
+ *      side in one pass per step (ms_sessions_feed), then a prompt each, fed
+ *      together;
  *   4. a reset (ms_session_reset) and a new prompt.
  * Prints "test_pipe: N passed, N failed" (stage 0 only).
  */
@@ -174,6 +175,16 @@ static int dump(int argc, char **argv) {
         put_row(ms_session_logits(b), V);
         ta = ms_argmax(ms_session_logits(a), V);
         tb = ms_argmax(ms_session_logits(b), V);
+    }
+    /* prompts of both side by side (a pass of many tokens: in groups when the
+       stages hold their trunks, by default) */
+    {
+        ms_session *ss[2] = { a, b };
+        const int32_t *ids[2] = { prompt, prompt + 2 };
+        const int64_t n[2] = { 20, 20 };
+        CHECK(ms_sessions_feed(ss, 2, ids, n) == MS_OK, "prompts side by side: %s", ms_session_error(a));
+        put_row(ms_session_logits(a), V);
+        put_row(ms_session_logits(b), V);
     }
     /* 4. reset and a new prompt */
     ms_session_reset(a);

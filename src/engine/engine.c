@@ -506,6 +506,7 @@ static ms_fwd_ctx fwd_ctx(ms_engine *e, ms_rollback *rec) {
                          .predict = !e->p.no_predict_experts, .rec = rec,
                          .pass_on = e->pipe_up ? ms_pipe_pass_on : NULL, .pass_user = e,
                          .pass_groups = e->pipe_up ? e->pipe_groups : 1,
+                         .pass_group_tokens = e->p.stage_groups > 0 ? 1 : MS_PIPE_GROUP_TOKENS,
                          .pass_group = e->pipe_up ? ms_pipe_pass_group : NULL };
 }
 

@@ -18,6 +18,10 @@
 #include "text/tokenizer.h"
 
 #define MS_DEFAULT_CONTEXT 4096
+/* Automatic groups of a pipeline's batched pass (ms_engine_params.stage_groups
+ * 0): at least this many tokens a group (prompt passes; decode steps of a few
+ * sequences stay in one piece: docs/PERFORMANCE.md, tenth session). */
+#define MS_PIPE_GROUP_TOKENS 16
 /* Tokens per pass over the weights when a feed has several
  * (ms_engine_params.prefill_chunk): the automatic choice's smallest and its
  * value without a budget (ms_auto_chunk). */

@@ -1173,12 +1173,16 @@ static ms_status layers(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, 
  * their places in run / bank, and the head runs over all the tokens as one
  * pass. Each segment's tokens meet only their own state, so the bits are
  * those of one pass (DETERMINISM item 11). This stage reads its layers once
- * per group: the engine asks for groups only when every stage holds its
- * trunk (engine/pipe.c). */
+ * trunk (engine/pipe.c), and by default only for passes of many tokens
+ * (pass_group_tokens per group): a decode step's pass costs about one read of
+ * the weights from memory whatever its tokens, so splitting it costs more
+ * than the stages gain by working at once (docs/PERFORMANCE.md). */
 static ms_status in_groups(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids, int64_t T,
                            int *nb_out, ms_err *err) {
     const int64_t H = c->m->cfg.hidden_size;
-    const int G = c->pass_groups < nseg ? c->pass_groups : nseg;
+    const int64_t per_group = c->pass_group_tokens > 1 ? c->pass_group_tokens : 1;
+    int G = c->pass_groups < nseg ? c->pass_groups : nseg;
+    if (G > T / per_group) G = (int)(T / per_group);
     int s0[MS_PIPE_MAX_GROUPS + 1];
     int64_t t0[MS_PIPE_MAX_GROUPS + 1];
     MS_ASSERT(G <= MS_PIPE_MAX_GROUPS);
@@ -1256,7 +1260,8 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
     const int keep = nseg == 1 && T > 1;
 
     int nb = m->head ? 0 : c->stage_nb;     /* snapshots in the bank (same for every token) */
-    if (m->head && m->layer1 < m->n_layer && c->pass_group && c->pass_groups > 1 && nseg > 1) {
+    const int64_t per_group = c->pass_group_tokens > 1 ? c->pass_group_tokens : 1;
+    if (m->head && m->layer1 < m->n_layer && c->pass_group && c->pass_groups > 1 && nseg > 1 && T >= 2 * per_group) {
         /* several groups in flight through the stages (pipe_groups, below) */
         s = in_groups(c, f, seg, nseg, ids, T, &nb, err);
         if (s != MS_OK) return s;

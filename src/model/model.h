@@ -208,6 +208,7 @@ typedef struct ms_fwd_ctx {
        it (pass_group op 0: send; then op 1: receive each group's output, in
        order, into run / bank at its tokens). */
     int pass_groups;
+    int pass_group_tokens;      /* ... and at least this many tokens per group (0 = 1) */
     ms_status (*pass_group)(const struct ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                             float *bank, int64_t nb_max, int *nb, ms_err *err);
 } ms_fwd_ctx;
