@@ -30,8 +30,8 @@ FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  = -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -ffp-contract=off -fno-fast-math \
-               -fno-strict-aliasing -pthread -Wall -Wextra -Wno-unused-parameter $(FUZZ_SAN)
-FUZZ_LIBS    = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash -lm -pthread
+               -fno-strict-aliasing -pthread -Wall -Wextra -Wno-unused-parameter $(FUZZ_SAN) $(MPI_CFLAGS)
+FUZZ_LIBS    = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash $(MPI_LIBS) -lm -pthread
 # server targets (fuzz_server_*.c) also link src/server/ and need a model
 # directory; they are left out while src/server/srv.h does not exist
 FUZZ_SRV_SRC := $(wildcard src/server/*.c)
