@@ -73,7 +73,8 @@ static struct {
     pthread_mutex_t mu;
     uint8_t *buf;               /* the message being built or received */
     size_t cap;
-} g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0 };
+    int64_t group_passes;       /* stage 0: passes sent in more than one group (ms_stats) */
+} g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
 
 static void finish(void) {
     if (g.booted) MPI_Finalize();
@@ -352,6 +353,7 @@ static ms_status round_trip(size_t n, int op, ms_err *err, size_t *n_back) {
 
 ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
     if (!e->pipe_up) return MS_OK;
+    if (op == MS_PIPE_STATS_RESET) g.group_passes = 0;
     ms_err err;
     ms_err_clear(&err);
     pthread_mutex_lock(&g.mu);
@@ -435,7 +437,6 @@ static struct {
     size_t cap[MS_PIPE_MAX_GROUPS];
     MPI_Request rq[MS_PIPE_MAX_GROUPS];
     int sent, got;
-    int64_t passes;             /* passes sent in more than one group */
 } grp;
 
 ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
@@ -472,7 +473,7 @@ ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, in
                 if (done) break;
             }
         }
-        if (grp.sent > 1) grp.passes++;
+        if (grp.sent > 1) g.group_passes++;
         grp.sent = grp.got = 0;
         pthread_mutex_unlock(&g.mu);
     }
@@ -505,7 +506,7 @@ ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t
 
 void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
     st->n_stages = e->n_stages;
-    st->stage_group_passes = grp.passes;
+    st->stage_group_passes = g.group_passes;
     st->stage_trunk_bytes[0] = st->trunk_bytes_read;
     st->stage_expert_bytes[0] = st->expert_bytes_read;
     if (!e->pipe_up) return;
