@@ -82,6 +82,10 @@ dump_case "$TD/b" 3 --stages 1,5 --ram min
 dump_case models/k3-tiny 2 --stages 7 --speculate 3
 dump_case models/k3-tiny 2 --stage-groups 1
 dump_case "$TD/b" 2 --ram min --stage-groups 2
+# stage 0 ends without closing its engine (exit on an error path): the other stages end too
+timeout 60 $MPI -np 2 "$BUILD/tests/test_pipe" --dump models/k3-tiny "$tmp/many" --leave 1 > "$tmp/leave.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && ok || bad "stage 0 left without closing: exit $rc (124: the stages hung)"
 # the speculation case did draft and roll back (else it proves little)
 "$BUILD/tests/test_pipe" --dump models/k3-tiny "$tmp/one" --speculate 4 --ram min --chunk 5 > "$tmp/spec.log" 2>&1
 grep -q 'drafted [1-9][0-9]* accepted [0-9]* rolled back [1-9]' "$tmp/spec.log" && ok \

@@ -112,12 +112,14 @@ static int dump(int argc, char **argv) {
     p.model_dir = argv[2];
     p.max_context = 256;
     p.n_seq = 2;
+    int leave = 0;
     for (int i = 4; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--ram")) p.ram_bytes = !strcmp(argv[i + 1], "min") ? MS_RAM_MIN : atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--speculate")) p.max_draft = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--chunk")) p.prefill_chunk = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--stages")) p.stages = argv[i + 1];
         else if (!strcmp(argv[i], "--stage-groups")) p.stage_groups = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--leave")) leave = 1;    /* exit without closing the engine */
         else { fprintf(stderr, "test_pipe: unknown option %s\n", argv[i]); return 2; }
     }
     ms_pipe_serve_if_worker(&p);
@@ -204,6 +206,7 @@ static int dump(int argc, char **argv) {
            (long long)st.spec_accepted, (long long)g_rollbacks, (long long)st.stage_group_passes);
     free(rows);
     fclose(g_out);
+    if (leave) exit(CHECK_DONE("test_pipe"));
     ms_session_close(a);
     ms_session_close(b);
     ms_engine_close(e);

@@ -74,9 +74,20 @@ static struct {
     uint8_t *buf;               /* the message being built or received */
     size_t cap;
     int64_t group_passes;       /* stage 0: passes sent in more than one group (ms_stats) */
-} g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
+    int stages_up;              /* stage 0: the other stages serve an engine of this process */
+} g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0 };
+
+static void quit_stages(const int *ok);
 
 static void finish(void) {
+    if (g.booted && g.stages_up) {
+        /* the process ends without closing its engine (an exit on an error path):
+           the other stages would wait for it forever, and MPI_Finalize with them */
+        int ok[MS_MAX_STAGES];
+        for (int r = 0; r < g.size; r++) ok[r] = 1;
+        quit_stages(ok);
+        g.stages_up = 0;
+    }
     if (g.booted) MPI_Finalize();
     g.booted = 0;
 }
@@ -238,8 +249,7 @@ ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int 
     for (int ic = 0; ic < dry->n_lm_chunks; ic++) head += dry->plan_regions[dry->lm_region[ic]].bytes;
     const int r = ms_pipe_split(cost, L, head, n, start);
     free(cost);
-    MS_ASSERT(r == 0);
-    return MS_OK;
+    return r == 0 ? MS_OK : ms_err_set(err, MS_E_NOMEM, "out of memory");
 }
 
 /* ---- open ---- */
@@ -310,6 +320,7 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     }
     if (own == MS_OK && first == MS_OK) {
         e->pipe_up = 1;
+        g.stages_up = 1;
         /* batched passes in groups, one per stage, when no stage streams its
            trunk: a group costs a stage no reads then, only its turn */
         e->pipe_groups = e->p.stage_groups > 0 ? e->p.stage_groups : streamed == 0 ? g.size : 1;
@@ -328,6 +339,7 @@ void ms_pipe_close(ms_engine *e) {
     for (int r = 0; r < g.size; r++) ok[r] = 1;
     pthread_mutex_lock(&g.mu);
     quit_stages(ok);
+    g.stages_up = 0;
     pthread_mutex_unlock(&g.mu);
     e->pipe_up = 0;
 }
