@@ -36,11 +36,18 @@ int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, 
     const ms_config *c = &m->cfg;
     int64_t spec = 0;
     if (max_draft > 0)
-        spec = ms_rollback_bytes(c, max_draft + 1) +
+        spec = ms_rollback_bytes_part(m, max_draft + 1) +
                (max_draft + 1) * (c->vocab_size * (int64_t)sizeof(float) + (int64_t)sizeof(int32_t));
-    const int64_t one = ms_state_bytes(c, max_ctx) + c->vocab_size * (int64_t)sizeof(float) +
+    const int64_t one = ms_state_bytes_part(m, max_ctx) + c->vocab_size * (int64_t)sizeof(float) +
                         max_ctx * (int64_t)sizeof(int32_t) + spec;
-    return (n_seq > 1 ? n_seq : 1) * one + ms_fwd_bytes(m, chunk, max_ctx);
+    /* a pipeline stage (a part of the model) also holds the messages of a pass:
+       the one received or sent, and on stage 0 the groups in flight */
+    int64_t msg = 0;
+    if (m->layer1 - m->layer0 < m->n_layer) {
+        const int64_t nb_max = (c->num_hidden_layers + c->attn_res_block_size - 1) / c->attn_res_block_size + 1;
+        msg = 2 * (1024 + chunk * (24 + c->hidden_size * (int64_t)sizeof(float) * (1 + nb_max)));
+    }
+    return (n_seq > 1 ? n_seq : 1) * one + ms_fwd_bytes(m, chunk, max_ctx) + msg;
 }
 
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead) {

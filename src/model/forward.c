@@ -315,6 +315,10 @@ int64_t ms_rollback_bytes(const ms_config *c, int64_t max_T) {
     return c->n_kda_layers * (rec_floats(c, max_T) * (int64_t)sizeof(float) + (int64_t)sizeof(float *));
 }
 
+int64_t ms_rollback_bytes_part(const ms_model *m, int64_t max_T) {
+    return (m->kda1 - m->kda0) * (rec_floats(&m->cfg, max_T) * (int64_t)sizeof(float) + (int64_t)sizeof(float *));
+}
+
 ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms_err *err) {
     const ms_config *c = &m->cfg;
     memset(rb, 0, sizeof *rb);

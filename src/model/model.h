@@ -120,8 +120,9 @@ typedef struct ms_state {
 } ms_state;
 
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err);
-/* Bytes ms_state_init allocates. */
+/* Bytes ms_state_init allocates for the whole model; for m's part. */
 int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx);
+int64_t ms_state_bytes_part(const ms_model *m, int64_t max_ctx);
 void ms_state_free(ms_state *st, const ms_model *m);
 void ms_state_reset(ms_state *st, const ms_model *m);
 /* dst = src (positions [0, src->n_past); dst->max_ctx >= src->n_past). */
@@ -149,8 +150,10 @@ typedef struct ms_rollback {
     float **kda;                /* [n_kda] records, layout above */
 } ms_rollback;
 
-/* Bytes ms_rollback_init allocates for chunks of up to max_T tokens. */
+/* Bytes ms_rollback_init allocates for chunks of up to max_T tokens (the
+ * whole model; m's part). */
 int64_t ms_rollback_bytes(const ms_config *c, int64_t max_T);
+int64_t ms_rollback_bytes_part(const ms_model *m, int64_t max_T);
 ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms_err *err);
 void ms_rollback_free(ms_rollback *rb, const ms_model *m);
 

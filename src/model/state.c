@@ -21,6 +21,12 @@ int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx) {
                                      c->n_mla_layers * max_ctx * mla_pos_floats(c));
 }
 
+int64_t ms_state_bytes_part(const ms_model *m, int64_t max_ctx) {
+    const ms_config *c = &m->cfg;
+    return (int64_t)sizeof(float) * ((m->kda1 - m->kda0) * (kda_S_floats(c) + kda_conv_floats(c) + 1) +
+                                     (m->mla1 - m->mla0) * max_ctx * mla_pos_floats(c));
+}
+
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err) {
     memset(st, 0, sizeof *st);
     const ms_config *c = &m->cfg;
