@@ -215,6 +215,7 @@ typedef struct ms_stats {
     int64_t stage_group_passes; /* batched passes sent through the stages in groups, several
                                    in flight at once (when every stage holds its trunk) */
     int64_t stage_trunk_bytes[MS_MAX_STAGES], stage_expert_bytes[MS_MAX_STAGES];
+    int64_t stage_peak_rss[MS_MAX_STAGES];  /* each stage's process (peak_rss_bytes: stage 0's) */
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);

@@ -4,7 +4,8 @@
 # the model's size report a peak RSS (VmHWM, from the kernel) within the
 # budget plus RSS_SLACK, and generate the same ids and logits bits as an
 # unlimited run; so do --speculate 31, --chunk 150 and the chunk chosen for the budget
-# (their memory is planned), and perplexity gives the same nll with one pass per chunk.
+# (their memory is planned), and perplexity gives the same nll with one pass per chunk;
+# so does each stage of a 2-process pipeline (mpirun) under its own --ram.
 # RSS_SLACK covers what the budget cannot see: allocator rounding and the pages the
 # kernel counts for shared libraries.
 set -u
@@ -132,5 +133,22 @@ for ram in 118 122 126 130 135 140 150 165 180 200; do
     fi
 done
 echo "t_rss: chunks chosen for the budget:$seen"
+# a pipeline of 2 processes (mpirun): each stage's peak RSS within its own --ram, the
+# same ids as the unlimited run in one process
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for ram in 120 150; do
+    budget=$((ram * 1024 * 1024))
+    out=$(mpirun --oversubscribe --mca btl self,vader -np 2 "$BIN" run "$dir" --ids $ids --gen 8 --json --quiet \
+          --ram ${ram}M 2>/dev/null); rc=$?
+    [ $rc -eq 0 ] && ok || { bad "pipeline at --ram ${ram}M exited $rc"; continue; }
+    got=$(printf '%s' "$out" | grep -o '"generated_ids": \[[^]]*\]')
+    [ "$got" = "$want" ] && ok || bad "pipeline at --ram ${ram}M: ids $got, want $want"
+    peaks=$(printf '%s' "$out" | grep -o '"peak_rss": [0-9]*' | grep -o '[0-9]*$' | tr '\n' ' ')
+    echo "t_rss: pipeline at --ram ${ram}M per stage: peak RSS $(for p in $peaks; do printf '%d MiB ' $((p / 1048576)); done)"
+    [ "$(echo $peaks | wc -w)" = 2 ] && ok || bad "pipeline at --ram ${ram}M: peaks '$peaks'"
+    for p in $peaks; do
+        [ "$p" -le $((budget + RSS_SLACK)) ] && ok || bad "pipeline at --ram ${ram}M: a stage's peak RSS $p > budget $budget + slack"
+    done
+done
 echo "t_rss: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -316,8 +316,9 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             st->unpack_s, (long long)st->pack_fallbacks);
     /* a pipeline's bytes per stage (each process reads its own disk) */
     for (int r = 0; r < st->n_stages; r++)
-        fprintf(f, "%s{\"trunk\": %lld, \"experts\": %lld}", r ? ", " : "",
-                (long long)st->stage_trunk_bytes[r], (long long)st->stage_expert_bytes[r]);
+        fprintf(f, "%s{\"trunk\": %lld, \"experts\": %lld, \"peak_rss\": %lld}", r ? ", " : "",
+                (long long)st->stage_trunk_bytes[r], (long long)st->stage_expert_bytes[r],
+                (long long)st->stage_peak_rss[r]);
     fputs("]}", f);
 }
 

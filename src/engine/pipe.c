@@ -20,7 +20,8 @@
  *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET   the header only;
  *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
  *             the stage holding the layer appends it / takes it out;
- *   STATS     int64 [N][2]: each stage fills its trunk and expert bytes.
+ *   STATS     int64 [N][3]: each stage fills its trunk and expert bytes and
+ *             its peak RSS.
  * A stage that fails sets the header's status and message; the stages after
  * it pass the message on untouched, and stage 0 returns the failure (the
  * session is then unsound, as after a failed read in one process). Activations
@@ -521,11 +522,12 @@ void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
     st->stage_group_passes = g.group_passes;
     st->stage_trunk_bytes[0] = st->trunk_bytes_read;
     st->stage_expert_bytes[0] = st->expert_bytes_read;
+    st->stage_peak_rss[0] = st->peak_rss_bytes;
     if (!e->pipe_up) return;
     ms_err err;
     ms_err_clear(&err);
     pthread_mutex_lock(&g.mu);
-    const size_t n = sizeof(hdr) + (size_t)g.size * 2 * sizeof(int64_t);
+    const size_t n = sizeof(hdr) + (size_t)g.size * 3 * sizeof(int64_t);
     hdr *h = (hdr *)room(n);
     memset(g.buf, 0, n);
     h->op = OP_STATS;
@@ -533,10 +535,11 @@ void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
     if (round_trip(n, OP_STATS, &err, &nr) == MS_OK && nr == n) {
         const int64_t *v = (const int64_t *)(g.buf + sizeof(hdr));
         for (int r = 1; r < g.size; r++) {
-            st->stage_trunk_bytes[r] = v[2 * r];
-            st->stage_expert_bytes[r] = v[2 * r + 1];
-            st->trunk_bytes_read += v[2 * r];
-            st->expert_bytes_read += v[2 * r + 1];
+            st->stage_trunk_bytes[r] = v[3 * r];
+            st->stage_expert_bytes[r] = v[3 * r + 1];
+            st->stage_peak_rss[r] = v[3 * r + 2];
+            st->trunk_bytes_read += v[3 * r];
+            st->expert_bytes_read += v[3 * r + 1];
         }
     }
     pthread_mutex_unlock(&g.mu);
@@ -716,12 +719,13 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
         else if (s) fail(h, MS_E_INTERNAL, "%s", "a position past the context");
         break;
     case OP_STATS: {
-        if (*n != sizeof *h + (size_t)g.size * 2 * sizeof(int64_t)) { fail(h, MS_E_INTERNAL, "%s", "a malformed message"); break; }
+        if (*n != sizeof *h + (size_t)g.size * 3 * sizeof(int64_t)) { fail(h, MS_E_INTERNAL, "%s", "a malformed message"); break; }
         ms_stats st;
         ms_engine_stats(e, &st);
         int64_t *v = (int64_t *)(g.buf + sizeof *h);
-        v[2 * g.rank] = st.trunk_bytes_read;
-        v[2 * g.rank + 1] = st.expert_bytes_read;
+        v[3 * g.rank] = st.trunk_bytes_read;
+        v[3 * g.rank + 1] = st.expert_bytes_read;
+        v[3 * g.rank + 2] = st.peak_rss_bytes;
         return;
     }
     default:
