@@ -214,6 +214,8 @@ typedef struct ms_stats {
     int n_stages;               /* 1 without a pipeline */
     int64_t stage_group_passes; /* batched passes sent through the stages in groups, several
                                    in flight at once (when every stage holds its trunk) */
+    int64_t stage_async_chunks; /* prompt chunks sent on to the next stage without waiting for
+                                   them: the next chunk starts while the later stages work */
     int64_t stage_trunk_bytes[MS_MAX_STAGES], stage_expert_bytes[MS_MAX_STAGES];
     int64_t stage_peak_rss[MS_MAX_STAGES];  /* each stage's process (peak_rss_bytes: stage 0's) */
 } ms_stats;

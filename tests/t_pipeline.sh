@@ -10,7 +10,9 @@
 #     given by --stages; on a test checkpoint (6 layers, 2 dense) and on the
 #     bundled model (8 layers); the side-by-side prompts went through the
 #     stages in groups when resident (the one-token steps in one piece), and
-#     nothing at the floor; --stage-groups 1 and 2 force either way;
+#     nothing at the floor; --stage-groups 1 and 2 force either way; a
+#     prompt of several chunks, only its last chunk's logits read, sent its
+#     earlier chunks on without waiting (--chunk 4 and 5);
 #  2. `run` with a text prompt on the bundled model: the same ids under
 #     mpirun -np 2 --ram min, and its JSON stats name each stage's bytes,
 #     which add up to bytes_read;
@@ -72,9 +74,16 @@ dump_case() {   # model, np, options...
         *"--stage-groups 1"*) [ "$gp" = 0 ] && ok || bad "$tag: $gp passes in groups with --stage-groups 1" ;;
         *"--stage-groups 2"*) [ -n "$gp" ] && [ "$gp" -ge 5 ] && ok || bad "$tag: '$gp' passes in groups with --stage-groups 2" ;;
         *"--ram min"*) [ "$gp" = 0 ] && ok || bad "$tag: $gp passes in groups while a stage streams its trunk" ;;
+        *"--chunk 4"*) [ "$gp" = 0 ] && ok || bad "$tag: $gp passes in groups of under 16 tokens" ;;
         # automatic: the prompts' pass (>= 16 tokens a group), not the one-token steps
         *) [ "$gp" = 1 ] && ok || bad "$tag: '$gp' passes in groups (want the prompts' one)" ;;
     esac
+    # the last prompt (23 tokens, only the last chunk's logits read): its chunks before the
+    # last went on without waiting
+    local ac want=0
+    ac=$(grep -o 'async chunks [0-9]*' "$tmp/many.log" | grep -o '[0-9]*$')
+    case "$*" in *"--chunk 5"*) want=4 ;; *"--chunk 4"*) want=5 ;; esac
+    [ "$ac" = "$want" ] && ok || bad "$tag: '$ac' prompt chunks sent on without waiting, want $want"
 }
 for m in "$TD/b" models/k3-tiny; do
     for np in 2 3; do
@@ -86,6 +95,8 @@ done
 dump_case "$TD/b" 3 --stages 1,5 --ram min
 dump_case models/k3-tiny 2 --stages 7 --speculate 3
 dump_case models/k3-tiny 2 --stage-groups 1
+dump_case models/k3-tiny 3 --chunk 4
+dump_case "$TD/b" 2 --chunk 4 --ram min
 dump_case "$TD/b" 2 --ram min --stage-groups 2
 # stage 0 ends without closing its engine (exit on an error path): the other stages end too
 timeout 60 $MPI -np 2 "$BUILD/tests/test_pipe" --dump models/k3-tiny "$tmp/many" --leave 1 > "$tmp/leave.log" 2>&1

@@ -15,7 +15,9 @@
  *   3. a copy of the session (ms_session_copy) and both decoding side by
  *      side in one pass per step (ms_sessions_feed), then a prompt each, fed
  *      together;
- *   4. a reset (ms_session_reset) and a new prompt.
+ *   4. a reset (ms_session_reset) and a new prompt of 23 tokens, no logits but
+ *      the last (in a pipeline its chunks before the last go on without
+ *      waiting).
  * Prints "test_pipe: N passed, N failed" (stage 0 only).
  */
 #include "check.h"
@@ -190,7 +192,7 @@ static int dump(int argc, char **argv) {
     }
     /* 4. reset and a new prompt */
     ms_session_reset(a);
-    CHECK(ms_session_feed(a, prompt + 3, 9, NULL) == MS_OK, "after reset: %s", ms_session_error(a));
+    CHECK(ms_session_feed(a, prompt + 1, 23, NULL) == MS_OK, "after reset: %s", ms_session_error(a));
     put_row(ms_session_logits(a), V);
     CHECK(ms_session_save(a, "/nonexistent/x") != MS_OK, "save");
     ms_stats st;
@@ -202,8 +204,9 @@ static int dump(int argc, char **argv) {
     printf("stage bytes:");
     for (int r = 0; r < st.n_stages; r++)
         printf(" %lld", (long long)(st.stage_trunk_bytes[r] + st.stage_expert_bytes[r]));
-    printf("\ndrafted %lld accepted %lld rolled back %lld\ngrouped passes %lld\n", (long long)st.spec_drafted,
-           (long long)st.spec_accepted, (long long)g_rollbacks, (long long)st.stage_group_passes);
+    printf("\ndrafted %lld accepted %lld rolled back %lld\ngrouped passes %lld\nasync chunks %lld\n",
+           (long long)st.spec_drafted, (long long)st.spec_accepted, (long long)g_rollbacks,
+           (long long)st.stage_group_passes, (long long)st.stage_async_chunks);
     free(rows);
     fclose(g_out);
     if (leave) exit(CHECK_DONE("test_pipe"));

@@ -547,9 +547,18 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
             ctx.score_top_ids = score->top_ids ? score->top_ids + (i + 1) * score->k : NULL;
             ctx.score_top_lp = score->top_lp ? score->top_lp + (i + 1) * score->k : NULL;
         }
+        /* a pipeline: a chunk before the last whose output nobody reads goes on
+           through the stages while this one starts the next */
+        ctx.pass_async = e->pipe_up && i + T < n && !all_logits && !score && !record;
         st = ms_forward(&ctx, e->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
         if (st == MS_OK && all_logits)
             memcpy(s->logits, all_logits + (i + T - 1) * V, (size_t)V * sizeof(float));
+    }
+    if (e->pipe_up) {
+        /* chunks still out after a failure (the last chunk collects them otherwise) */
+        char msg[512];
+        const ms_status ds = ms_pipe_drain(e, msg, sizeof msg);
+        if (ds != MS_OK && st == MS_OK) st = ms_err_set(&err, ds, "%s", msg);
     }
     double dt = ms_now_s() - t0;
     if (dt_out) *dt_out = dt;

@@ -171,6 +171,9 @@ ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int
 /* ms_fwd_ctx.pass_group for stage 0 (pass_user = the engine). */
 ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                              float *bank, int64_t nb_max, int *nb, ms_err *err);
+/* Stage 0, after a feed: the answers to its prompt chunks still out
+ * (ms_fwd_ctx.pass_async), dropped; the first failure among them. */
+ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len);
 /* Stage 0: add the other stages' byte counters to st. */
 void ms_pipe_add_stats(const ms_engine *e, ms_stats *st);
 /* Stage 0, at ms_engine_close: the other stages close and their processes end. */

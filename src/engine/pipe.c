@@ -75,8 +75,9 @@ static struct {
     uint8_t *buf;               /* the message being built or received */
     size_t cap;
     int64_t group_passes;       /* stage 0: passes sent in more than one group (ms_stats) */
+    int64_t async_chunks;       /* stage 0: prompt chunks sent on without waiting (ms_stats) */
     int stages_up;              /* stage 0: the other stages serve an engine of this process */
-} g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0 };
+} g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, 0 };
 
 static void quit_stages(const int *ok);
 
@@ -366,7 +367,7 @@ static ms_status round_trip(size_t n, int op, ms_err *err, size_t *n_back) {
 
 ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
     if (!e->pipe_up) return MS_OK;
-    if (op == MS_PIPE_STATS_RESET) g.group_passes = 0;
+    if (op == MS_PIPE_STATS_RESET) g.group_passes = g.async_chunks = 0;
     ms_err err;
     ms_err_clear(&err);
     pthread_mutex_lock(&g.mu);
@@ -432,64 +433,148 @@ static ms_status take_forward(const ms_engine *e, size_t nr, int nseg, int64_t T
     return MS_OK;
 }
 
-ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
-                          int64_t nb_max, int *nb, ms_err *err) {
-    pthread_mutex_lock(&g.mu);
-    const size_t n = build_forward(&g.buf, &g.cap, c, seg, nseg, T, run, bank, nb_max, *nb);
-    size_t nr;
-    ms_status st = round_trip(n, OP_FORWARD, err, &nr);
-    if (st == MS_OK) st = take_forward(c->pass_user, nr, nseg, T, run, bank, nb_max, nb, err);
-    pthread_mutex_unlock(&g.mu);
-    return st;
-}
-
-/* Groups of one batched pass in flight (ms_pipe_pass_group): their messages
- * stay in their own buffers until their sends complete. */
+/* Messages in flight from stage 0 without waiting for their answers: the
+ * groups of one batched pass (ms_pipe_pass_group ops 0 / 1), or the chunks
+ * of one prompt whose outputs nobody reads (op 2). Each stays in its own
+ * slot's buffer until its send completes. g.mu is held from the first send
+ * until every answer is back (held). */
 static struct {
     uint8_t *buf[MS_PIPE_MAX_GROUPS];
     size_t cap[MS_PIPE_MAX_GROUPS];
     MPI_Request rq[MS_PIPE_MAX_GROUPS];
-    int sent, got;
+    int live[MS_PIPE_MAX_GROUPS];
+    int64_t sent, got;
+    int held;
+    ms_status first;            /* the first failure among answers taken while sending */
+    char why[448];
 } grp;
 
-ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
-                             float *bank, int64_t nb_max, int *nb, ms_err *err) {
-    if (op == 0) {
-        if (grp.sent == 0) pthread_mutex_lock(&g.mu);   /* held until the last group is back */
-        const int k = grp.sent;
-        MS_ASSERT(k < MS_PIPE_MAX_GROUPS);
-        const size_t n = build_forward(&grp.buf[k], &grp.cap[k], c, seg, nseg, T, run, bank, nb_max, *nb);
-        if (n > INT_MAX) fatal("a pipeline message over 2 GiB (a smaller --chunk sends less)");
-        MPI_Isend(grp.buf[k], (int)n, MPI_BYTE, 1, TAG_RING, MPI_COMM_WORLD, &grp.rq[k]);
-        grp.sent++;
-        return MS_OK;
+static void wait_send(int k) {
+    if (!grp.live[k]) return;
+    int done = 0;
+    for (long ns = 1000;; nap(&ns)) {
+        MPI_Test(&grp.rq[k], &done, MPI_STATUS_IGNORE);
+        if (done) break;
     }
+    grp.live[k] = 0;
+}
+
+static void send_next(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, const float *run,
+                      const float *bank, int64_t nb_max, int nb) {
+    if (!grp.held) {
+        pthread_mutex_lock(&g.mu);
+        grp.held = 1;
+        grp.first = MS_OK;
+    }
+    const int k = (int)(grp.sent % MS_PIPE_MAX_GROUPS);
+    MS_ASSERT(grp.sent - grp.got < MS_PIPE_MAX_GROUPS);
+    wait_send(k);
+    const size_t n = build_forward(&grp.buf[k], &grp.cap[k], c, seg, nseg, T, run, bank, nb_max, nb);
+    if (n > INT_MAX) fatal("a pipeline message over 2 GiB (a smaller --chunk sends less)");
+    MPI_Isend(grp.buf[k], (int)n, MPI_BYTE, 1, TAG_RING, MPI_COMM_WORLD, &grp.rq[k]);
+    grp.live[k] = 1;
+    grp.sent++;
+}
+
+/* The oldest answer: into run / bank (NULL: looked at and dropped). */
+static ms_status take_next(const ms_engine *e, int nseg, int64_t T, float *run, float *bank, int64_t nb_max, int *nb,
+                           ms_err *err) {
     MS_ASSERT(grp.got < grp.sent);
     const size_t nr = recv_bytes(g.size - 1, TAG_RING, NULL);
+    grp.got++;
     const hdr *h = (const hdr *)g.buf;
-    ms_status st;
-    if (nr < sizeof *h || h->op != OP_FORWARD) {
-        st = ms_err_set(err, MS_E_INTERNAL, "pipeline: a malformed answer (%zu bytes)", nr);
-    } else if (h->status != MS_OK) {
+    if (nr < sizeof *h || h->op != OP_FORWARD)
+        return ms_err_set(err, MS_E_INTERNAL, "pipeline: a malformed answer (%zu bytes)", nr);
+    if (h->status != MS_OK) {
         char m[sizeof h->err];
         memcpy(m, h->err, sizeof m);
         m[sizeof m - 1] = '\0';
-        st = ms_err_set(err, (ms_status)h->status, "%s", m);
+        return ms_err_set(err, (ms_status)h->status, "%s", m);
+    }
+    return run ? take_forward(e, nr, nseg, T, run, bank, nb_max, nb, err) : MS_OK;
+}
+
+/* Every answer still out, dropped; the first failure among them (and those
+ * taken earlier). g.mu stays held. */
+static ms_status drain(ms_err *err) {
+    ms_status st = grp.first;
+    if (st != MS_OK) ms_err_set(err, st, "%s", grp.why);
+    while (grp.got < grp.sent) {
+        ms_err e2;
+        ms_err_clear(&e2);
+        const ms_status r = take_next(NULL, 0, 0, NULL, NULL, 0, NULL, &e2);
+        if (r != MS_OK && st == MS_OK) { st = r; ms_err_set(err, r, "%s", e2.msg); }
+    }
+    for (int k = 0; k < MS_PIPE_MAX_GROUPS; k++) wait_send(k);
+    grp.sent = grp.got = 0;
+    grp.first = MS_OK;
+    return st;
+}
+
+static void release(void) {
+    grp.held = 0;
+    pthread_mutex_unlock(&g.mu);
+}
+
+ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
+                          int64_t nb_max, int *nb, ms_err *err) {
+    ms_status st = MS_OK;
+    if (grp.held) {
+        /* the prompt's earlier chunks are still out: their answers first */
+        st = drain(err);
     } else {
-        st = take_forward(c->pass_user, nr, nseg, T, run, bank, nb_max, nb, err);
+        pthread_mutex_lock(&g.mu);
     }
-    if (++grp.got == grp.sent) {
-        for (int k = 0; k < grp.sent; k++) {
-            int done = 0;
-            for (long ns = 1000;; nap(&ns)) {
-                MPI_Test(&grp.rq[k], &done, MPI_STATUS_IGNORE);
-                if (done) break;
-            }
+    if (st == MS_OK) {
+        const size_t n = build_forward(&g.buf, &g.cap, c, seg, nseg, T, run, bank, nb_max, *nb);
+        size_t nr;
+        st = round_trip(n, OP_FORWARD, err, &nr);
+        if (st == MS_OK) st = take_forward(c->pass_user, nr, nseg, T, run, bank, nb_max, nb, err);
+    }
+    release();
+    return st;
+}
+
+ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
+                             float *bank, int64_t nb_max, int *nb, ms_err *err) {
+    const ms_engine *e = c->pass_user;
+    if (op == 0) {
+        MS_ASSERT(!grp.held || grp.sent > grp.got);
+        send_next(c, seg, nseg, T, run, bank, nb_max, *nb);
+        return MS_OK;
+    }
+    if (op == 2) {
+        /* a prompt chunk nobody reads the output of: at most one a stage
+           boundary in flight (deeper would not go faster, and each is a
+           message of memory) */
+        while (grp.sent - grp.got >= (e->n_stages > 1 ? e->n_stages - 1 : 1)) {
+            ms_err e2;
+            ms_err_clear(&e2);
+            const ms_status r = take_next(e, 0, 0, NULL, NULL, 0, NULL, &e2);
+            if (r != MS_OK && grp.first == MS_OK) { grp.first = r; snprintf(grp.why, sizeof grp.why, "%.400s", e2.msg); }
         }
-        if (grp.sent > 1) g.group_passes++;
-        grp.sent = grp.got = 0;
-        pthread_mutex_unlock(&g.mu);
+        send_next(c, seg, nseg, T, run, bank, nb_max, *nb);
+        g.async_chunks++;
+        return MS_OK;
     }
+    const ms_status st = take_next(e, nseg, T, run, bank, nb_max, nb, err);
+    if (grp.got == grp.sent) {
+        if (grp.sent > 1) g.group_passes++;
+        ms_err e2;
+        ms_err_clear(&e2);
+        drain(&e2);
+        release();
+    }
+    return st;
+}
+
+ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len) {
+    if (!grp.held) return MS_OK;
+    ms_err err;
+    ms_err_clear(&err);
+    const ms_status st = drain(&err);
+    release();
+    if (st != MS_OK && msg && len) snprintf(msg, len, "%s", err.msg);
     return st;
 }
 
@@ -520,6 +605,7 @@ ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t
 void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
     st->n_stages = e->n_stages;
     st->stage_group_passes = g.group_passes;
+    st->stage_async_chunks = g.async_chunks;
     st->stage_trunk_bytes[0] = st->trunk_bytes_read;
     st->stage_expert_bytes[0] = st->expert_bytes_read;
     st->stage_peak_rss[0] = st->peak_rss_bytes;

@@ -1273,6 +1273,13 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
     }
     if (m->head && (s = embed(c, f, ids, T, err)) != MS_OK) return s;
     if ((s = layers(c, f, seg, nseg, T, keep, &nb, err)) != MS_OK) return s;
+    if (m->head && m->layer1 < m->n_layer && c->pass_async && c->pass_group) {
+        MS_ASSERT(!all_logits && !c->rec && !c->score_lp);
+        if (keep && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
+        if ((s = c->pass_group(c, 2, seg, nseg, T, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK) return s;
+        for (int is = 0; is < nseg; is++) seg[is].st->n_past += seg[is].T;
+        return MS_OK;
+    }
 
     if (keep && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
     if (!m->head) {

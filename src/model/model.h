@@ -212,6 +212,13 @@ typedef struct ms_fwd_ctx {
        order, into run / bank at its tokens). */
     int pass_groups;
     int pass_group_tokens;      /* ... and at least this many tokens per group (0 = 1) */
+    /* pass_async: nobody reads this chunk's output (a prompt chunk before the
+       last, no logits, not scored or recorded): after this stage's layers it
+       goes on with pass_group op 2 and the forward returns without waiting
+       (no logits; n_past advanced). The next stages work on it while this one
+       starts the next chunk; the engine collects the answers (ms_pipe_drain,
+       or the next pass_on). */
+    int pass_async;
     ms_status (*pass_group)(const struct ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                             float *bank, int64_t nb_max, int *nb, ms_err *err);
 } ms_fwd_ctx;
