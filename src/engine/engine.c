@@ -25,6 +25,7 @@
 #include "store/store.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +123,12 @@ static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *e
         free(e);
         return MS_E_USAGE;
     }
-    int n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    /* default: the cores this process may run on (a cpuset or a binding), else all online */
+    int n_threads = p->n_threads;
+    if (n_threads <= 0) {
+        cpu_set_t mask;
+        n_threads = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    }
     if (n_threads < 1) n_threads = 1;
     ms_status st = MS_OK;
     char path[4096];

@@ -39,11 +39,13 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
 enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
@@ -104,6 +106,17 @@ int ms_pipe_boot(int *argc, char ***argv) {
     atexit(finish);
     MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    /* mpirun binds each process to one core by default (it assumes a process a
+       core); a stage is a machine's engine with its own threads, so a binding to
+       a single core is widened to every online core (a wider binding, e.g.
+       --bind-to socket, is kept) */
+    cpu_set_t mask;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) == 1 && online > 1) {
+        CPU_ZERO(&mask);
+        for (long i = 0; i < online && i < CPU_SETSIZE; i++) CPU_SET((int)i, &mask);
+        sched_setaffinity(0, sizeof mask, &mask);
+    }
     if (prov < MPI_THREAD_SERIALIZED || g.size > MS_MAX_STAGES) {
         fprintf(stderr, "moestream: %s\n", g.size > MS_MAX_STAGES ? "more pipeline stages than MS_MAX_STAGES (64)"
                                                                   : "MPI gives no MPI_THREAD_SERIALIZED");
