@@ -135,36 +135,23 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         }
         return 1;
     }
-    if (!strcmp(a, "--chunk")) {
+    /* integer options: name, range, where */
+    static const struct { const char *name, *what; long lo, hi; } ints[] = {
+        { "--chunk", "N", 1, 65536 }, { "--stage-groups", "N", 0, 64 }, { "--parallel", "N", 1, 64 },
+        { "--speculate", "K", 0, 31 } };
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+        if (strcmp(a, ints[k].name)) continue;
         char *end;
-        long long k = v ? strtoll(v, &end, 10) : -1;
-        if (!v || *end || k < 1 || k > 65536) { fprintf(stderr, "moestream: --chunk needs N in [1, 65536]\n"); return -1; }
+        const long x = v ? strtol(v, &end, 10) : -1;
+        if (!v || *end || x < ints[k].lo || x > ints[k].hi) {
+            fprintf(stderr, "moestream: %s needs %s in [%ld, %ld]\n", a, ints[k].what, ints[k].lo, ints[k].hi);
+            return -1;
+        }
         (*i)++;
-        o->chunk = k;
-        return 1;
-    }
-    if (!strcmp(a, "--stage-groups")) {
-        char *end;
-        long k = v ? strtol(v, &end, 10) : -1;
-        if (!v || *end || k < 0 || k > 64) { fprintf(stderr, "moestream: --stage-groups needs N in [0, 64]\n"); return -1; }
-        (*i)++;
-        o->stage_groups = (int)k;
-        return 1;
-    }
-    if (!strcmp(a, "--parallel")) {
-        char *end;
-        long k = v ? strtol(v, &end, 10) : -1;
-        if (!v || *end || k < 1 || k > 64) { fprintf(stderr, "moestream: --parallel needs N in [1, 64]\n"); return -1; }
-        (*i)++;
-        o->parallel = (int)k;
-        return 1;
-    }
-    if (!strcmp(a, "--speculate")) {
-        char *end;
-        long k = v ? strtol(v, &end, 10) : -1;
-        if (!v || *end || k < 0 || k > 31) { fprintf(stderr, "moestream: --speculate needs K in [0, 31]\n"); return -1; }
-        (*i)++;
-        o->speculate = (int)k;
+        if (k == 0) o->chunk = x;
+        else if (k == 1) o->stage_groups = (int)x;
+        else if (k == 2) o->parallel = (int)x;
+        else o->speculate = (int)x;
         return 1;
     }
     if (!strcmp(a, "--threads") || !strcmp(a, "--ram") || !strcmp(a, "--max-context")) {
