@@ -15,7 +15,8 @@
 #     earlier chunks on without waiting (--chunk 4 and 5);
 #  2. `run` with a text prompt on the bundled model: the same ids under
 #     mpirun -np 2 --ram min, and its JSON stats name each stage's bytes,
-#     which add up to bytes_read;
+#     which add up to bytes_read; `chat` and `batch` print what one process
+#     prints;
 #  3. refusals: a bad --stages, a command that does not pipeline (verify),
 #     stages started with another --speculate; each exits non-zero with its
 #     reason; stages with their own --ram (MPMD) give the same ids;
@@ -122,6 +123,15 @@ assert len(st) == 2, st
 assert sum(x["trunk"] + x["experts"] for x in st) == s["bytes_read"], (st, s["bytes_read"])
 assert all(x["trunk"] > 0 for x in st), st     # both stages stream at the floor
 EOF
+
+# chat (stdin reaches stage 0) and batch (sequences side by side) print what one process prints
+printf 'Who spake unto Moses?\n/exit\n' | timeout 120 "$BIN" chat models/k3-tiny --max-tokens 12 --quiet > "$tmp/c1" 2>&1
+printf 'Who spake unto Moses?\n/exit\n' | timeout 120 $MPI -np 2 "$BIN" chat models/k3-tiny --max-tokens 12 --quiet > "$tmp/c2" 2>&1
+[ -s "$tmp/c1" ] && cmp -s "$tmp/c1" "$tmp/c2" && ok || bad "chat: two stages printed '$(head -c 200 "$tmp/c2")', one process '$(head -c 200 "$tmp/c1")'"
+printf '{"prompt":"And God said"}\n{"ids":[1,2,3],"max_tokens":5}\n{"prompt":"In the beginning"}\n' > "$tmp/bq"
+"$BIN" batch models/k3-tiny --input "$tmp/bq" --parallel 3 --max-tokens 8 --quiet > "$tmp/b1" 2>/dev/null
+$MPI -np 3 "$BIN" batch models/k3-tiny --input "$tmp/bq" --parallel 3 --max-tokens 8 --quiet > "$tmp/b3" 2>/dev/null
+[ "$(wc -l < "$tmp/b1")" = 3 ] && cmp -s "$tmp/b1" "$tmp/b3" && ok || bad "batch: three stages printed other lines"
 
 # 3. refusals
 $MPI -np 2 "$BIN" run models/k3-tiny --ids 1,2,3 --max-tokens 2 --stages 9 --quiet > "$tmp/e1" 2>&1
