@@ -84,14 +84,9 @@ static struct {
 static void quit_stages(const int *ok);
 
 static void finish(void) {
-    if (g.booted && g.stages_up) {
-        /* the process ends without closing its engine (an exit on an error path):
-           the other stages would wait for it forever, and MPI_Finalize with them */
-        int ok[MS_MAX_STAGES];
-        for (int r = 0; r < g.size; r++) ok[r] = 1;
-        quit_stages(ok);
-        g.stages_up = 0;
-    }
+    /* the process ends without closing its engine (an exit on an error path):
+       the other stages would wait for it forever, and MPI_Finalize with them */
+    if (g.booted && g.stages_up) quit_stages(NULL);
     if (g.booted) MPI_Finalize();
     g.booted = 0;
 }
@@ -139,25 +134,37 @@ static void nap(long *ns) {
     if (*ns < 200000) *ns *= 2;
 }
 
-static uint8_t *room(size_t n) {
-    if (n > g.cap) {
-        uint8_t *p = realloc(g.buf, n);
+/* *buf with room for n bytes (grown, never shrunk). */
+static uint8_t *grow(uint8_t **buf, size_t *cap, size_t n) {
+    if (n > *cap) {
+        uint8_t *p = realloc(*buf, n);
         if (!p) fatal("out of memory for a pipeline message");
-        g.buf = p;
-        g.cap = n;
+        *buf = p;
+        *cap = n;
     }
-    return g.buf;
+    return *buf;
+}
+
+static uint8_t *room(size_t n) { return grow(&g.buf, &g.cap, n); }
+
+static void wait_req(MPI_Request *rq) {
+    int done = 0;
+    for (long ns = 1000;; nap(&ns)) {
+        MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+    }
+}
+
+/* A nonblocking send of p[0, n) (p must stay until *rq completes). */
+static void start_send(const void *p, size_t n, int dst, int tag, MPI_Request *rq) {
+    if (n > INT_MAX) fatal("a pipeline message over 2 GiB (a smaller --chunk sends less)");
+    MPI_Isend(p, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, rq);
 }
 
 static void send_bytes(const void *p, size_t n, int dst, int tag) {
-    if (n > INT_MAX) fatal("a pipeline message over 2 GiB (a smaller --chunk sends less)");
     MPI_Request rq;
-    MPI_Isend(p, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, &rq);
-    int done = 0;
-    for (long ns = 1000;; nap(&ns)) {
-        MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
-        if (done) return;
-    }
+    start_send(p, n, dst, tag, &rq);
+    wait_req(&rq);
 }
 
 /* The next message from src with tag (MPI_ANY_*: any) into g.buf; its size. */
@@ -269,9 +276,11 @@ ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int 
 
 /* ---- open ---- */
 
+/* QUIT to the stages r > 0 with ok[r] (ok NULL: all); they close and end. */
 static void quit_stages(const int *ok) {
     for (int r = 1; r < g.size; r++)
-        if (ok[r]) send_bytes("", 0, r, TAG_QUIT);
+        if (!ok || ok[r]) send_bytes("", 0, r, TAG_QUIT);
+    g.stages_up = 0;
 }
 
 static int64_t stage_streamed(const ms_engine *e) {
@@ -350,32 +359,32 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
 
 void ms_pipe_close(ms_engine *e) {
     if (!e->pipe_up) return;
-    int ok[MS_MAX_STAGES];
-    for (int r = 0; r < g.size; r++) ok[r] = 1;
     pthread_mutex_lock(&g.mu);
-    quit_stages(ok);
-    g.stages_up = 0;
+    quit_stages(NULL);
     pthread_mutex_unlock(&g.mu);
     e->pipe_up = 0;
 }
 
 /* ---- stage 0 ---- */
 
-/* Send g.buf[0, n) round the ring and receive what comes back; the header
- * of the answer, or a failure set in err. Under g.mu. */
+/* The answer in g.buf (nr bytes) to a message of operation op: MS_OK, or
+ * the failure a stage set in its header (or a malformed one) in err. */
+static ms_status answer(size_t nr, int op, ms_err *err) {
+    const hdr *h = (const hdr *)g.buf;
+    if (nr < sizeof *h || h->op != op) return ms_err_set(err, MS_E_INTERNAL, "pipeline: a malformed answer (%zu bytes)", nr);
+    if (h->status == MS_OK) return MS_OK;
+    char m[sizeof h->err];
+    memcpy(m, h->err, sizeof m);
+    m[sizeof m - 1] = '\0';
+    return ms_err_set(err, (ms_status)h->status, "%s", m);
+}
+
+/* Send g.buf[0, n) round the ring and receive what comes back (answer).
+ * Under g.mu. */
 static ms_status round_trip(size_t n, int op, ms_err *err, size_t *n_back) {
     send_bytes(g.buf, n, 1, TAG_RING);
     *n_back = recv_bytes(g.size - 1, TAG_RING, NULL);
-    const hdr *h = (const hdr *)g.buf;
-    if (*n_back < sizeof *h || h->op != op)
-        return ms_err_set(err, MS_E_INTERNAL, "pipeline: a malformed answer (%zu bytes)", *n_back);
-    if (h->status != MS_OK) {
-        char m[sizeof h->err];
-        memcpy(m, h->err, sizeof m);
-        m[sizeof m - 1] = '\0';
-        return ms_err_set(err, (ms_status)h->status, "%s", m);
-    }
-    return MS_OK;
+    return answer(*n_back, op, err);
 }
 
 ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
@@ -396,21 +405,34 @@ ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, si
     return st;
 }
 
+/* A FORWARD message: header, segments, then the activations (see the top). */
+static size_t forward_bytes(int64_t H, int nseg, int64_t T, int nb) {
+    return sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * (size_t)H * sizeof(float) * (size_t)(1 + nb);
+}
+
+static uint8_t *acts_of(uint8_t *msg, int nseg) { return msg + sizeof(hdr) + (size_t)nseg * sizeof(seg_desc); }
+
+/* run [T, H] and nb snapshots of bank [T, nb_max, H] to the message's bytes
+ * at p (to_msg), or back. */
+static void move_acts(uint8_t *p, float *run, float *bank, int64_t T, int64_t H, int64_t nb_max, int nb, int to_msg) {
+    const size_t row = (size_t)H * sizeof(float);
+    if (to_msg) memcpy(p, run, (size_t)T * row);
+    else memcpy(run, p, (size_t)T * row);
+    p += (size_t)T * row;
+    for (int64_t t = 0; t < T; t++, p += (size_t)nb * row) {
+        if (to_msg) memcpy(p, bank + t * nb_max * H, (size_t)nb * row);
+        else memcpy(bank + t * nb_max * H, p, (size_t)nb * row);
+    }
+}
+
 /* A FORWARD message for the segments' T tokens (run, and nb snapshots of the
  * bank per token) into *buf (grown); its size. */
 static size_t build_forward(uint8_t **buf, size_t *cap, const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T,
-                            const float *run, const float *bank, int64_t nb_max, int nb) {
+                            float *run, float *bank, int64_t nb_max, int nb) {
     const ms_engine *e = c->pass_user;
     const int64_t H = e->cfg.hidden_size;
-    const size_t row = (size_t)H * sizeof(float);
-    const size_t n = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb);
-    if (n > *cap) {
-        uint8_t *q = realloc(*buf, n);
-        if (!q) fatal("out of memory for a pipeline message");
-        *buf = q;
-        *cap = n;
-    }
-    uint8_t *b = *buf;
+    const size_t n = forward_bytes(H, nseg, T, nb);
+    uint8_t *b = grow(buf, cap, n);
     hdr *h = (hdr *)b;
     memset(h, 0, sizeof *h);
     h->op = OP_FORWARD;
@@ -420,10 +442,7 @@ static size_t build_forward(uint8_t **buf, size_t *cap, const ms_fwd_ctx *c, con
     h->flags = (c->predict ? F_PREDICT : 0) | (c->rec ? F_RECORD : 0);
     seg_desc *sd = (seg_desc *)(b + sizeof *h);
     for (int i = 0; i < nseg; i++) sd[i] = (seg_desc){ seg[i].st->pipe_id, seg[i].T, seg[i].st->n_past };
-    uint8_t *p = (uint8_t *)(sd + nseg);
-    memcpy(p, run, (size_t)T * row);
-    p += (size_t)T * row;
-    for (int64_t t = 0; t < T; t++, p += (size_t)nb * row) memcpy(p, bank + t * nb_max * H, (size_t)nb * row);
+    move_acts(acts_of(b, nseg), run, bank, T, H, nb_max, nb, 1);
     return n;
 }
 
@@ -432,16 +451,11 @@ static size_t build_forward(uint8_t **buf, size_t *cap, const ms_fwd_ctx *c, con
 static ms_status take_forward(const ms_engine *e, size_t nr, int nseg, int64_t T, float *run, float *bank,
                               int64_t nb_max, int *nb, ms_err *err) {
     const int64_t H = e->cfg.hidden_size;
-    const size_t row = (size_t)H * sizeof(float);
     const hdr *h = (const hdr *)g.buf;
     const int nb2 = h->nb;
-    const size_t want = sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb2);
-    if (h->T != T || h->nseg != nseg || nb2 < *nb || nb2 > nb_max || nr != want)
+    if (h->T != T || h->nseg != nseg || nb2 < *nb || nb2 > nb_max || nr != forward_bytes(H, nseg, T, nb2))
         return ms_err_set(err, MS_E_INTERNAL, "pipeline: the last stage answered %zu bytes (%d snapshots)", nr, nb2);
-    const uint8_t *p = g.buf + sizeof(hdr) + (size_t)nseg * sizeof(seg_desc);
-    memcpy(run, p, (size_t)T * row);
-    p += (size_t)T * row;
-    for (int64_t t = 0; t < T; t++, p += (size_t)nb2 * row) memcpy(bank + t * nb_max * H, p, (size_t)nb2 * row);
+    move_acts(acts_of(g.buf, nseg), run, bank, T, H, nb_max, nb2, 0);
     *nb = nb2;
     return MS_OK;
 }
@@ -463,17 +477,12 @@ static struct {
 } grp;
 
 static void wait_send(int k) {
-    if (!grp.live[k]) return;
-    int done = 0;
-    for (long ns = 1000;; nap(&ns)) {
-        MPI_Test(&grp.rq[k], &done, MPI_STATUS_IGNORE);
-        if (done) break;
-    }
+    if (grp.live[k]) wait_req(&grp.rq[k]);
     grp.live[k] = 0;
 }
 
-static void send_next(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, const float *run,
-                      const float *bank, int64_t nb_max, int nb) {
+static void send_next(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
+                      int64_t nb_max, int nb) {
     if (!grp.held) {
         pthread_mutex_lock(&g.mu);
         grp.held = 1;
@@ -483,8 +492,7 @@ static void send_next(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t
     MS_ASSERT(grp.sent - grp.got < MS_PIPE_MAX_GROUPS);
     wait_send(k);
     const size_t n = build_forward(&grp.buf[k], &grp.cap[k], c, seg, nseg, T, run, bank, nb_max, nb);
-    if (n > INT_MAX) fatal("a pipeline message over 2 GiB (a smaller --chunk sends less)");
-    MPI_Isend(grp.buf[k], (int)n, MPI_BYTE, 1, TAG_RING, MPI_COMM_WORLD, &grp.rq[k]);
+    start_send(grp.buf[k], n, 1, TAG_RING, &grp.rq[k]);
     grp.live[k] = 1;
     grp.sent++;
 }
@@ -495,16 +503,8 @@ static ms_status take_next(const ms_engine *e, int nseg, int64_t T, float *run, 
     MS_ASSERT(grp.got < grp.sent);
     const size_t nr = recv_bytes(g.size - 1, TAG_RING, NULL);
     grp.got++;
-    const hdr *h = (const hdr *)g.buf;
-    if (nr < sizeof *h || h->op != OP_FORWARD)
-        return ms_err_set(err, MS_E_INTERNAL, "pipeline: a malformed answer (%zu bytes)", nr);
-    if (h->status != MS_OK) {
-        char m[sizeof h->err];
-        memcpy(m, h->err, sizeof m);
-        m[sizeof m - 1] = '\0';
-        return ms_err_set(err, (ms_status)h->status, "%s", m);
-    }
-    return run ? take_forward(e, nr, nseg, T, run, bank, nb_max, nb, err) : MS_OK;
+    const ms_status st = answer(nr, OP_FORWARD, err);
+    return st == MS_OK && run ? take_forward(e, nr, nseg, T, run, bank, nb_max, nb, err) : st;
 }
 
 /* Every answer still out, dropped; the first failure among them (and those
@@ -671,20 +671,21 @@ static ms_status fail(hdr *h, ms_status st, const char *fmt, const char *what) {
 static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
     hdr *h = (hdr *)g.buf;
     const int64_t H = e->cfg.hidden_size, T = h->T;
-    const size_t row = (size_t)H * sizeof(float);
     const int nseg = h->nseg, nb = h->nb;
     const int64_t nb_max = ms_fwd_nb_max(e->fwd);
     if (nseg < 1 || nseg > e->p.prefill_chunk || T < 1 || T > e->p.prefill_chunk || nb < 0 || nb > nb_max ||
-        *n != sizeof *h + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb)) {
+        *n != forward_bytes(H, nseg, T, nb)) {
         fail(h, MS_E_INTERNAL, "%s", "a malformed forward message");
         *n = sizeof *h;
         return;
     }
     const seg_desc *sd = (const seg_desc *)(g.buf + sizeof *h);
     ms_fseg *seg = e->batch_seg;           /* [prefill_chunk] >= nseg */
+    ms_session *s0 = NULL;                  /* the first segment's (a recorded pass has one) */
     int64_t sum = 0;
     for (int i = 0; i < nseg; i++) {
         ms_session *s = find(t, sd[i].id);
+        if (i == 0) s0 = s;
         if (!s || s->st.n_past != sd[i].n_past || sd[i].T < 1) {
             fail(h, MS_E_INTERNAL, "%s", s ? "a session out of step with stage 0" : "an unknown session");
             *n = sizeof *h;
@@ -694,17 +695,13 @@ static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
         seg[i] = (ms_fseg){ &s->st, sd[i].T, NULL };
         sum += sd[i].T;
     }
-    ms_session *s0 = find(t, sd[0].id);
     if (sum != T || ((h->flags & F_RECORD) && (nseg != 1 || s0->max_draft == 0 || T > s0->rb.max_T))) {
         fail(h, MS_E_INTERNAL, "%s", "a malformed forward message");
         *n = sizeof *h;
         return;
     }
-    const uint8_t *p = (const uint8_t *)(sd + nseg);
     float *run = ms_fwd_run(e->fwd), *bank = ms_fwd_bank(e->fwd);
-    memcpy(run, p, (size_t)T * row);
-    p += (size_t)T * row;
-    for (int64_t tk = 0; tk < T; tk++, p += (size_t)nb * row) memcpy(bank + tk * nb_max * H, p, (size_t)nb * row);
+    move_acts(acts_of(g.buf, nseg), run, bank, T, H, nb_max, nb, 0);
     ms_fwd_ctx ctx = { .m = &e->model, .store = e->store, .pool = e->pool,
                        .predict = (h->flags & F_PREDICT) != 0,
                        .rec = (h->flags & F_RECORD) ? &s0->rb : NULL, .stage_nb = nb };
@@ -718,15 +715,10 @@ static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
         return;
     }
     /* the same header and segments, this stage's activations */
-    const int nb2 = ctx.stage_nb;
-    *n = sizeof *h + (size_t)nseg * sizeof(seg_desc) + (size_t)T * row * (size_t)(1 + nb2);
+    *n = forward_bytes(H, nseg, T, ctx.stage_nb);
     uint8_t *b = room(*n);
-    h = (hdr *)b;
-    h->nb = nb2;
-    uint8_t *q = b + sizeof *h + (size_t)nseg * sizeof(seg_desc);
-    memcpy(q, run, (size_t)T * row);
-    q += (size_t)T * row;
-    for (int64_t tk = 0; tk < T; tk++, q += (size_t)nb2 * row) memcpy(q, bank + tk * nb_max * H, (size_t)nb2 * row);
+    ((hdr *)b)->nb = ctx.stage_nb;
+    move_acts(acts_of(b, nseg), run, bank, T, H, nb_max, ctx.stage_nb, 1);
 }
 
 /* A layer's state: GET appends it to the message, PUT takes it out (the
@@ -734,29 +726,24 @@ static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
 static void stage_state(ms_engine *e, const stage_sessions *t, size_t *n) {
     hdr *h = (hdr *)g.buf;
     const ms_model *m = &e->model;
-    const ms_config *c = &e->cfg;
     const int il = (int)h->a1;
     if (il < m->layer0 || il >= m->layer1) return;
     ms_session *s = find(t, h->a0);
-    const ms_layer *L = &m->layers[il];
-    const int64_t S = c->kda_num_heads * c->kda_head_dim * c->kda_head_dim;
-    const int64_t C = 3 * c->kda_num_heads * c->kda_head_dim * (c->short_conv_kernel_size - 1);
-    const int64_t M = h->T * (c->kv_lora_rank + c->qk_rope_head_dim);
-    const size_t bytes = (size_t)(L->is_mla ? M : S + C) * sizeof(float);
     const int put = h->op == OP_STATE_PUT;
+    float *part[2];
+    int64_t len[2];
+    ms_state_layer(s ? &s->st : NULL, m, il, h->T, part, len);
+    const size_t bytes = (size_t)(len[0] + len[1]) * sizeof(float);
     if (!s || h->T < 0 || h->T > s->st.max_ctx || *n != sizeof *h + (put ? bytes : 0)) {
         fail(h, MS_E_INTERNAL, "%s", s ? "a malformed state message" : "an unknown session");
         *n = sizeof *h;
         return;
     }
-    float *p[2] = { L->is_mla ? s->st.mla_cache[L->mla_index] : s->st.kda_S[L->kda_index],
-                    L->is_mla ? NULL : s->st.kda_conv[L->kda_index] };
-    const size_t part[2] = { (size_t)(L->is_mla ? M : S) * sizeof(float), (size_t)(L->is_mla ? 0 : C) * sizeof(float) };
-    uint8_t *b = room(sizeof *h + bytes);
-    for (size_t k = 0, off = sizeof(hdr); k < 2; off += part[k], k++) {
-        if (!part[k]) continue;
-        if (put) memcpy(p[k], b + off, part[k]);
-        else memcpy(b + off, p[k], part[k]);
+    uint8_t *b = room(sizeof *h + bytes) + sizeof(hdr);
+    for (int k = 0; k < 2; b += (size_t)len[k] * sizeof(float), k++) {
+        if (!len[k]) continue;              /* an MLA layer has no second part */
+        if (put) memcpy(part[k], b, (size_t)len[k] * sizeof(float));
+        else memcpy(b, part[k], (size_t)len[k] * sizeof(float));
     }
     *n = sizeof(hdr) + (put ? 0 : bytes);
 }

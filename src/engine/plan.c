@@ -36,16 +36,16 @@ int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, 
     const ms_config *c = &m->cfg;
     int64_t spec = 0;
     if (max_draft > 0)
-        spec = ms_rollback_bytes_part(m, max_draft + 1) +
+        spec = ms_rollback_bytes(m, max_draft + 1) +
                (max_draft + 1) * (c->vocab_size * (int64_t)sizeof(float) + (int64_t)sizeof(int32_t));
-    const int64_t one = ms_state_bytes_part(m, max_ctx) + c->vocab_size * (int64_t)sizeof(float) +
+    const int64_t one = ms_state_bytes(m, max_ctx) + c->vocab_size * (int64_t)sizeof(float) +
                         max_ctx * (int64_t)sizeof(int32_t) + spec;
     /* a pipeline stage (a part of the model) also holds the messages of a pass:
        the one received or sent, and on stage 0 the groups in flight */
     int64_t msg = 0;
     if (m->layer1 - m->layer0 < m->n_layer) {
-        const int64_t nb_max = (c->num_hidden_layers + c->attn_res_block_size - 1) / c->attn_res_block_size + 1;
-        msg = 2 * (1024 + chunk * (24 + c->hidden_size * (int64_t)sizeof(float) * (1 + nb_max)));
+        /* a header, and per token a segment entry, the residual stream and the bank (engine/pipe.c) */
+        msg = 2 * (1024 + chunk * (24 + c->hidden_size * (int64_t)sizeof(float) * (1 + ms_bank_snapshots(c))));
     }
     return (n_seq > 1 ? n_seq : 1) * one + ms_fwd_bytes(m, chunk, max_ctx) + msg;
 }

@@ -70,29 +70,24 @@ static ms_status fail(ms_session *s, ms_status st, const char *fmt, const char *
  * stage holds travels through `scratch` (ms_pipe_layer_state). */
 static ms_status layer_state(ms_session *s, int il, int saving, const dims *d, float *scratch, io *f,
                              char *msg, size_t len) {
-    const ms_model *m = &s->e->model;
-    const ms_layer *L = &m->layers[il];
-    const size_t a = (size_t)(L->is_mla ? d->n_past * d->mla_pos : d->kda_S) * sizeof(float);
-    const size_t b = (size_t)(L->is_mla ? 0 : d->kda_conv) * sizeof(float);
-    float *pa, *pb;
-    const int here = il >= m->layer0 && il < m->layer1;
-    if (here) {
-        pa = L->is_mla ? s->st.mla_cache[L->mla_index] : s->st.kda_S[L->kda_index];
-        pb = L->is_mla ? NULL : s->st.kda_conv[L->kda_index];
-    } else {
-        pa = scratch;
-        pb = scratch + a / sizeof(float);
+    float *part[2];
+    int64_t n[2];
+    ms_state_layer(&s->st, &s->e->model, il, d->n_past, part, n);
+    const int here = part[0] != NULL;
+    if (!here) {
+        part[0] = scratch;
+        part[1] = scratch + n[0];
         if (saving) {
-            const ms_status st = ms_pipe_layer_state(s->e, 1, s->st.pipe_id, il, d->n_past, scratch,
-                                                     (int64_t)((a + b) / sizeof(float)), msg, len);
+            const ms_status st = ms_pipe_layer_state(s->e, 1, s->st.pipe_id, il, d->n_past, scratch, n[0] + n[1], msg, len);
             if (st != MS_OK) return st;
         }
     }
-    if (saving) { put(f, pa, a); put(f, pb, b); }
-    else { get(f, pa, a); get(f, pb, b); }
+    for (int k = 0; k < 2; k++) {
+        if (saving) put(f, part[k], (size_t)n[k] * sizeof(float));
+        else get(f, part[k], (size_t)n[k] * sizeof(float));
+    }
     if (!here && !saving && !f->bad)
-        return ms_pipe_layer_state(s->e, 0, s->st.pipe_id, il, d->n_past, scratch, (int64_t)((a + b) / sizeof(float)),
-                                   msg, len);
+        return ms_pipe_layer_state(s->e, 0, s->st.pipe_id, il, d->n_past, scratch, n[0] + n[1], msg, len);
     return MS_OK;
 }
 

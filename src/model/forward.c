@@ -311,11 +311,7 @@ static int64_t rec_o_dtb(const ms_config *c) { return rec_o_alog(c) + c->kda_num
 static int64_t rec_o_tok(const ms_config *c) { return rec_o_dtb(c) + rec_P(c); }
 static int64_t rec_floats(const ms_config *c, int64_t max_T) { return rec_o_tok(c) + max_T * rec_tok(c); }
 
-int64_t ms_rollback_bytes(const ms_config *c, int64_t max_T) {
-    return c->n_kda_layers * (rec_floats(c, max_T) * (int64_t)sizeof(float) + (int64_t)sizeof(float *));
-}
-
-int64_t ms_rollback_bytes_part(const ms_model *m, int64_t max_T) {
+int64_t ms_rollback_bytes(const ms_model *m, int64_t max_T) {
     return (m->kda1 - m->kda0) * (rec_floats(&m->cfg, max_T) * (int64_t)sizeof(float) + (int64_t)sizeof(float *));
 }
 
@@ -859,7 +855,7 @@ static void *take(fwd_alloc *a, int64_t n, size_t elem) {
 
 static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
     const ms_config *c = &m->cfg;
-    const int64_t H = c->hidden_size, B = c->attn_res_block_size;
+    const int64_t H = c->hidden_size;
     const int64_t P = c->kda_num_heads * c->kda_head_dim, nh = c->num_attention_heads;
     const int64_t E = c->num_experts, k = c->num_experts_per_token, lat = c->routed_expert_hidden_size;
     const int64_t S = c->num_shared_experts * c->moe_intermediate_size;
@@ -876,7 +872,7 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
     for (int il = 0; il < m->n_layer; il++)
         if (!m->layers[il].is_mla && m->layers[il].f_a.rows > fa_rank) fa_rank = m->layers[il].f_a.rows;
     f->max_T = T;
-    f->nb_max = (c->num_hidden_layers + B - 1) / B + 1;
+    f->nb_max = ms_bank_snapshots(c);
     f->run = TF(T * H); f->h = TF(T * H); f->x = TF(T * H);
     f->a = TF(T * H); f->ffn = TF(T * H); f->y = TF(T * H);
     f->bank = TF(T * f->nb_max * H);
@@ -1094,9 +1090,6 @@ static void score_rows(ms_fwd_ctx *c, ms_fwd *f, const uint8_t *lb, int ic, int6
     }
 }
 
-/* The whole model over the pass's tokens: segments seg[0..nseg) in order,
- * ids concatenated. all_logits ([T, V], nseg 1): every row, else each
- * segment's last row into seg[i].logits. */
 /* run[0, T) = the tokens' embedding rows, used as is (no scaling). */
 static ms_status embed(ms_fwd_ctx *c, ms_fwd *f, const int32_t *ids, int64_t T, ms_err *err) {
     const ms_model *m = c->m;
@@ -1177,16 +1170,14 @@ static ms_status layers(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, 
  * their places in run / bank, and the head runs over all the tokens as one
  * pass. Each segment's tokens meet only their own state, so the bits are
  * those of one pass (DETERMINISM item 11). This stage reads its layers once
+ * per group: the engine asks for groups only when every stage holds its
  * trunk (engine/pipe.c), and by default only for passes of many tokens
  * (pass_group_tokens per group): a decode step's pass costs about one read of
  * the weights from memory whatever its tokens, so splitting it costs more
  * than the stages gain by working at once (docs/PERFORMANCE.md). */
 static ms_status in_groups(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids, int64_t T,
-                           int *nb_out, ms_err *err) {
+                           int G, int *nb_out, ms_err *err) {
     const int64_t H = c->m->cfg.hidden_size;
-    const int64_t per_group = c->pass_group_tokens > 1 ? c->pass_group_tokens : 1;
-    int G = c->pass_groups < nseg ? c->pass_groups : nseg;
-    if (G > T / per_group) G = (int)(T / per_group);
     int s0[MS_PIPE_MAX_GROUPS + 1];
     int64_t t0[MS_PIPE_MAX_GROUPS + 1];
     MS_ASSERT(G <= MS_PIPE_MAX_GROUPS);
@@ -1229,6 +1220,22 @@ static ms_status in_groups(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
     return s;
 }
 
+/* The groups a pass of nseg segments and T tokens goes to the next stage in
+ * (in_groups): at most pass_groups, one segment and pass_group_tokens tokens
+ * each at least; < 2: the pass goes as one piece. */
+static int n_groups(const ms_fwd_ctx *c, int nseg, int64_t T) {
+    const ms_model *m = c->m;
+    if (!m->head || m->layer1 == m->n_layer || !c->pass_group) return 1;
+    const int64_t per_group = c->pass_group_tokens > 1 ? c->pass_group_tokens : 1;
+    int64_t G = c->pass_groups < nseg ? c->pass_groups : nseg;
+    if (G > T / per_group) G = T / per_group;
+    return (int)G;
+}
+
+/* The whole model over the pass's tokens: segments seg[0..nseg) in order,
+ * ids concatenated. all_logits ([T, V], nseg 1): every row, else each
+ * segment's last row into seg[i].logits. A pipeline stage runs its part
+ * (model.h, ms_fwd_ctx.pass_on). */
 static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
                          float *all_logits, ms_err *err) {
     const ms_model *m = c->m;
@@ -1264,35 +1271,32 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
     const int keep = nseg == 1 && T > 1;
 
     int nb = m->head ? 0 : c->stage_nb;     /* snapshots in the bank (same for every token) */
-    const int64_t per_group = c->pass_group_tokens > 1 ? c->pass_group_tokens : 1;
-    if (m->head && m->layer1 < m->n_layer && c->pass_group && c->pass_groups > 1 && nseg > 1 && T >= 2 * per_group) {
-        /* several groups in flight through the stages (pipe_groups, below) */
-        s = in_groups(c, f, seg, nseg, ids, T, &nb, err);
-        if (s != MS_OK) return s;
-        goto head;
-    }
-    if (m->head && (s = embed(c, f, ids, T, err)) != MS_OK) return s;
-    if ((s = layers(c, f, seg, nseg, T, keep, &nb, err)) != MS_OK) return s;
-    if (m->head && m->layer1 < m->n_layer && c->pass_async && c->pass_group) {
-        MS_ASSERT(!all_logits && !c->rec && !c->score_lp);
+    const int rest = m->head && m->layer1 < m->n_layer;    /* later layers run in other stages */
+    const int G = n_groups(c, nseg, T);
+    if (G > 1) {
+        /* several groups in flight through the stages */
+        if ((s = in_groups(c, f, seg, nseg, ids, T, G, &nb, err)) != MS_OK) return s;
+    } else {
+        if (m->head && (s = embed(c, f, ids, T, err)) != MS_OK) return s;
+        if ((s = layers(c, f, seg, nseg, T, keep, &nb, err)) != MS_OK) return s;
         if (keep && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
-        if ((s = c->pass_group(c, 2, seg, nseg, T, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK) return s;
-        for (int is = 0; is < nseg; is++) seg[is].st->n_past += seg[is].T;
-        return MS_OK;
+        if (!m->head || (rest && c->pass_async)) {
+            /* a stage's output, or a chunk sent on unawaited: no head here */
+            if (rest) {
+                MS_ASSERT(c->pass_group && !all_logits && !c->rec && !c->score_lp);
+                if ((s = c->pass_group(c, 2, seg, nseg, T, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK) return s;
+            } else {
+                c->stage_nb = nb;
+                if (c->rec) c->rec->n_rec = T;
+            }
+            for (int is = 0; is < nseg; is++) seg[is].st->n_past += seg[is].T;
+            return MS_OK;
+        }
+        if (rest) {
+            MS_ASSERT(c->pass_on);
+            if ((s = c->pass_on(c, seg, nseg, T, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK) return s;
+        }
     }
-
-    if (keep && m->cfg.num_experts > 0) keep_last_experts(c, f, T);
-    if (!m->head) {
-        c->stage_nb = nb;
-        for (int is = 0; is < nseg; is++) seg[is].st->n_past += seg[is].T;
-        if (c->rec) c->rec->n_rec = T;
-        return MS_OK;
-    }
-    if (m->layer1 < m->n_layer) {
-        MS_ASSERT(c->pass_on);
-        if ((s = c->pass_on(c, seg, nseg, T, f->run, f->bank, f->nb_max, &nb, err)) != MS_OK) return s;
-    }
-head:;
 
     /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm); logits = lm_head y,
      * for every token (all_logits, scoring) or each segment's last one */
@@ -1360,6 +1364,10 @@ ms_status ms_forward_batch(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
 ms_status ms_forward_stage(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, ms_err *err) {
     MS_ASSERT(!c->m->head && c->stage_nb >= 0 && c->stage_nb <= f->nb_max);
     return forward(c, f, seg, nseg, NULL, NULL, err);
+}
+
+int64_t ms_bank_snapshots(const ms_config *c) {
+    return (c->num_hidden_layers + c->attn_res_block_size - 1) / c->attn_res_block_size + 1;
 }
 
 float *ms_fwd_run(ms_fwd *f) { return f->run; }

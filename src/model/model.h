@@ -120,9 +120,14 @@ typedef struct ms_state {
 } ms_state;
 
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err);
-/* Bytes ms_state_init allocates for the whole model; for m's part. */
-int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx);
-int64_t ms_state_bytes_part(const ms_model *m, int64_t max_ctx);
+/* Bytes ms_state_init allocates (for m's part of the model). */
+int64_t ms_state_bytes(const ms_model *m, int64_t max_ctx);
+/* Layer il's state as sessions on disk keep it: part[0] (a KDA layer's S, an
+ * MLA layer's cache for positions [0, n_past)) and part[1] (a KDA layer's
+ * conv history; none for MLA), n[] floats each. The pointers are NULL when
+ * the layer is not in m's part (another pipeline stage holds it) or st is
+ * NULL; the sizes are always given. */
+void ms_state_layer(const ms_state *st, const ms_model *m, int il, int64_t n_past, float *part[2], int64_t n[2]);
 void ms_state_free(ms_state *st, const ms_model *m);
 void ms_state_reset(ms_state *st, const ms_model *m);
 /* dst = src (positions [0, src->n_past); dst->max_ctx >= src->n_past). */
@@ -150,10 +155,9 @@ typedef struct ms_rollback {
     float **kda;                /* [n_kda] records, layout above */
 } ms_rollback;
 
-/* Bytes ms_rollback_init allocates for chunks of up to max_T tokens (the
- * whole model; m's part). */
-int64_t ms_rollback_bytes(const ms_config *c, int64_t max_T);
-int64_t ms_rollback_bytes_part(const ms_model *m, int64_t max_T);
+/* Bytes ms_rollback_init allocates for chunks of up to max_T tokens (for m's
+ * part of the model). */
+int64_t ms_rollback_bytes(const ms_model *m, int64_t max_T);
 ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms_err *err);
 void ms_rollback_free(ms_rollback *rb, const ms_model *m);
 
@@ -247,6 +251,8 @@ ms_status ms_forward_batch(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int n
  * ctx->stage_nb snapshots), leaving the output there. Each state's n_past +=
  * its T; recorded like ms_forward when ctx->rec (one segment). */
 ms_status ms_forward_stage(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int nseg, ms_err *err);
+/* The most attention-residual snapshots a token's bank holds (nb_max). */
+int64_t ms_bank_snapshots(const ms_config *c);
 /* The stage activations: run [max_T, H], bank [max_T, nb_max, H]. */
 float *ms_fwd_run(ms_fwd *f);
 float *ms_fwd_bank(ms_fwd *f);

@@ -16,15 +16,20 @@ static int64_t mla_pos_floats(const ms_config *c) {
     return c->kv_lora_rank + c->qk_rope_head_dim;
 }
 
-int64_t ms_state_bytes(const ms_config *c, int64_t max_ctx) {
-    return (int64_t)sizeof(float) * (c->n_kda_layers * (kda_S_floats(c) + kda_conv_floats(c) + 1) +
-                                     c->n_mla_layers * max_ctx * mla_pos_floats(c));
-}
-
-int64_t ms_state_bytes_part(const ms_model *m, int64_t max_ctx) {
+int64_t ms_state_bytes(const ms_model *m, int64_t max_ctx) {
     const ms_config *c = &m->cfg;
     return (int64_t)sizeof(float) * ((m->kda1 - m->kda0) * (kda_S_floats(c) + kda_conv_floats(c) + 1) +
                                      (m->mla1 - m->mla0) * max_ctx * mla_pos_floats(c));
+}
+
+void ms_state_layer(const ms_state *st, const ms_model *m, int il, int64_t n_past, float *part[2], int64_t n[2]) {
+    const ms_config *c = &m->cfg;
+    const ms_layer *L = &m->layers[il];
+    const int here = il >= m->layer0 && il < m->layer1 && st;
+    n[0] = L->is_mla ? n_past * mla_pos_floats(c) : kda_S_floats(c);
+    n[1] = L->is_mla ? 0 : kda_conv_floats(c);
+    part[0] = !here ? NULL : L->is_mla ? st->mla_cache[L->mla_index] : st->kda_S[L->kda_index];
+    part[1] = !here || L->is_mla ? NULL : st->kda_conv[L->kda_index];
 }
 
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err) {
