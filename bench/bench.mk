@@ -14,10 +14,11 @@
 #   build/bench/batchbench MODEL_DIR --ids ... --parallel 1,2,4 [--ram S] [--rounds R]
 #                       sequences decoded together: s/step, tokens/s, bytes/token per P
 #   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
-#   make bench-kernel-ab [AB_OLD=commit] [AB_ISA=avx512|avx2] [AB_ROUNDS=15]
+#   make bench-kernel-ab [AB_OLD=commit] [AB_ISA=avx512|avx2] [AB_ROUNDS=15] [AB_TABLES="avx512 avx512-l2"]
 #                       MXFP4 kernels of src/kernels/x86/matvec_$(AB_ISA).c at AB_OLD
 #                       (default HEAD) against the working tree, alternating in one
-#                       process with the read bandwidth (bench/kernel_ab.c; ~1 s a round)
+#                       process with the read bandwidth (bench/kernel_ab.c; ~1 s a round); AB_TABLES names the old
+#                       and the new table (default: the file's main table both sides)
 #
 # Every knob of bench/bench.py is an environment variable (BENCH_*; see its
 # header); make passes them through.
@@ -74,13 +75,14 @@ bench-render:
 AB_OLD    ?= HEAD
 AB_ISA    ?= avx512
 AB_ROUNDS ?= 15
+AB_TABLES ?=
 AB_FLAGS   = $(if $(filter avx2,$(AB_ISA)),$(AVX2_FLAGS),$(AVX512_FLAGS))
 
 bench-kernel-ab: bench/kernel_ab.c $(LIB)
 	@mkdir -p $(BUILD)/bench/ab
 	git show $(AB_OLD):src/kernels/x86/matvec_$(AB_ISA).c > $(BUILD)/bench/ab/old_$(AB_ISA).c
-	$(CC) $(ALL_CFLAGS) $(AB_FLAGS) -Dms_kern_$(AB_ISA)=ms_kern_ab_old -c $(BUILD)/bench/ab/old_$(AB_ISA).c -o $(BUILD)/bench/ab/old.o
-	$(CC) $(ALL_CFLAGS) $(AB_FLAGS) -Dms_kern_$(AB_ISA)=ms_kern_ab_new -c src/kernels/x86/matvec_$(AB_ISA).c -o $(BUILD)/bench/ab/new.o
+	$(CC) $(ALL_CFLAGS) $(AB_FLAGS) -Dms_kern_$(AB_ISA)=ms_kern_ab_old -Dms_kern_$(AB_ISA)_l2=ms_kern_ab_old_l2 -c $(BUILD)/bench/ab/old_$(AB_ISA).c -o $(BUILD)/bench/ab/old.o
+	$(CC) $(ALL_CFLAGS) $(AB_FLAGS) -Dms_kern_$(AB_ISA)=ms_kern_ab_new -Dms_kern_$(AB_ISA)_l2=ms_kern_ab_new_l2 -c src/kernels/x86/matvec_$(AB_ISA).c -o $(BUILD)/bench/ab/new.o
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) bench/kernel_ab.c $(BUILD)/bench/ab/old.o $(BUILD)/bench/ab/new.o $(LIB) $(LDLIBS) -o $(BUILD)/bench/kernel_ab
 	@echo "load: $$(cut -d' ' -f1-3 /proc/loadavg)"
-	$(BUILD)/bench/kernel_ab $(AB_ROUNDS)
+	$(BUILD)/bench/kernel_ab $(AB_ROUNDS) $(AB_TABLES)

@@ -662,7 +662,7 @@ def kernel_summary(text):
         if m:
             out["memcpy_gbps"] = float(m.group(1))
             out["memcpy_rw_gbps"] = float(m.group(2))
-        m = re.match(r"matvec_(bf16|mxfp4)\s+(\w+)\s+(\d+x\d+)\s+(\d) thr: hot\s+([0-9.]+) GB/s\s+cold\s+([0-9.]+) GB/s", line)
+        m = re.match(r"matvec_(bf16|mxfp4)\s+([\w-]+)\s+(\d+x\d+)\s+(\d) thr: hot\s+([0-9.]+) GB/s\s+cold\s+([0-9.]+) GB/s", line)
         if m:
             # one entry per kind, ISA, shape and thread count (the MXFP4 gate/up and
             # down shapes differ: neither may hide the other)

@@ -148,9 +148,10 @@ int main(void) {
         ms_err_clear(&err);
         if (ms_pool_open(nt, &g_pool[nt], &err) != MS_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
     }
-    const ms_kern *tabs[3] = { ms_kernels_select("ref"), ms_kernels_select("avx2"),
-                               ms_kernels_select("avx512") };
-    for (int t = 0; t < 3; t++)
+    enum { N_TAB = 4 };
+    const ms_kern *tabs[N_TAB] = { ms_kernels_select("ref"), ms_kernels_select("avx2"),
+                                   ms_kernels_select("avx512"), ms_kernels_select("avx512-l2") };
+    for (int t = 0; t < N_TAB; t++)
         if (tabs[t]) bench_in_cache(tabs[t]);
     /* read / memcpy bandwidth on 1 GiB (larger than any LLC here) */
     size_t big = (size_t)1 << 30;
@@ -180,7 +181,7 @@ int main(void) {
         for (size_t i = 0; i < bytes * ncold / 2; i++) w16[i] = (uint16_t)(0x3C00 + (i * 2654435761u >> 20) % 0x800);
         float *x = xmalloc((size_t)cols * 4), *y = xmalloc((size_t)rows * 4);
         for (int64_t i = 0; i < cols; i++) x[i] = (float)(i % 7) - 3.0f;
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < N_TAB; t++) {
             if (!tabs[t]) continue;
             for (int nt = 1; nt <= 2; nt++) {
                 int reps = t == 0 ? 1 : 5;
@@ -209,7 +210,7 @@ int main(void) {
         }
         float *x = xmalloc((size_t)cols * 4), *y = xmalloc((size_t)rows * 4);
         for (int64_t i = 0; i < cols; i++) x[i] = (float)(i % 5) - 2.0f;
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < N_TAB; t++) {
             if (!tabs[t]) continue;
             for (int nt = 1; nt <= 2; nt++) {
                 double hot = bench_matvec(tabs[t], 1, M, 0, pbytes, 1, x, y, rows, cols, bytes, nt,

@@ -19,7 +19,11 @@
  *   Before timing, old and new outputs are compared bit for bit (exit 1 if not).
  * Does not: assert a speed; pin threads; check the old header is compatible (the
  *   old file is compiled against the working tree's kernels/kernels.h).
- * Usage: kernel_ab [rounds]   (default 15)
+ * Usage: kernel_ab [rounds [old-table new-table]]   (default 15; tables by
+ *   name, "avx512" or "avx512-l2" for the avx512 file: the second is the same
+ *   kernels with the matvec prefetches to L2, ms_kern_avx512_l2, compiled
+ *   under the names ms_kern_ab_old_l2 / ms_kern_ab_new_l2 where the file
+ *   defines it)
  */
 #include "base/pool.h"
 #include "kernels/kernels.h"
@@ -33,7 +37,16 @@
 #include "bench_util.h"
 
 extern const ms_kern ms_kern_ab_old, ms_kern_ab_new;
-static const ms_kern *const kern[2] = { &ms_kern_ab_old, &ms_kern_ab_new };
+extern const ms_kern ms_kern_ab_old_l2 __attribute__((weak)), ms_kern_ab_new_l2 __attribute__((weak));
+static const ms_kern *kern[2] = { &ms_kern_ab_old, &ms_kern_ab_new };
+
+/* The table of one side (old or new) named `name`, or NULL. */
+static const ms_kern *side_table(int v, const char *name) {
+    const ms_kern *c[2] = { v ? &ms_kern_ab_new : &ms_kern_ab_old, v ? &ms_kern_ab_new_l2 : &ms_kern_ab_old_l2 };
+    for (int i = 0; i < 2; i++)
+        if (c[i] && !strcmp(c[i]->name, name)) return c[i];
+    return NULL;
+}
 
 enum { MAX_ROUNDS = 101, N_COPY = 96, N_MEAS = 14 };
 static const int64_t shape[2][2] = { { 3072, 3584 }, { 3584, 3072 } };
@@ -224,6 +237,16 @@ static double bf16_matvec_gbps(int v, int nt) {
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 15;
     if (rounds < 1 || rounds > MAX_ROUNDS) { fprintf(stderr, "kernel_ab: rounds in 1..%d\n", MAX_ROUNDS); return 2; }
+    if (argc == 4) {
+        for (int v = 0; v < 2; v++)
+            if (!(kern[v] = side_table(v, argv[2 + v]))) {
+                fprintf(stderr, "kernel_ab: the %s file has no table \"%s\"\n", v ? "new" : "old", argv[2 + v]);
+                return 2;
+            }
+    } else if (argc != 1 && argc != 2) {
+        fprintf(stderr, "usage: kernel_ab [rounds [old-table new-table]]\n");
+        return 2;
+    }
     for (int nt = 1; nt <= 2; nt++) {
         ms_err err;
         ms_err_clear(&err);
@@ -294,8 +317,8 @@ int main(int argc, char **argv) {
             res[v][13][rd] = bf16_matvec_gbps(v, 2);
         }
     }
-    printf("kernel_ab: %s, %d rounds (medians); read bandwidth 1 thr %.2f GB/s, 2 thr %.2f GB/s\n",
-           kern[1]->name, rounds, median(bw[0], rounds), median(bw[1], rounds));
+    printf("kernel_ab: old %s, new %s, %d rounds (medians); read bandwidth 1 thr %.2f GB/s, 2 thr %.2f GB/s\n",
+           kern[0]->name, kern[1]->name, rounds, median(bw[0], rounds), median(bw[1], rounds));
     for (int m = 0; m < N_MEAS; m++) {
         double ratio[MAX_ROUNDS], f_old[MAX_ROUNDS], f_new[MAX_ROUNDS];
         for (int rd = 0; rd < rounds; rd++) {

@@ -17,6 +17,9 @@
 
 #include "check.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -102,8 +105,9 @@ static uint16_t extreme_bf16(void) {
 }
 
 /* the tables to compare; NULL when the CPU lacks them */
-static const ms_kern *tables[3];
-static const char *table_names[3] = { "ref", "avx2", "avx512" };
+enum { N_TAB = 4 };
+static const ms_kern *tables[N_TAB];
+static const char *table_names[N_TAB] = { "ref", "avx2", "avx512", "avx512-l2" };
 
 /* ---- the dispatch ------------------------------------------------------------ */
 
@@ -114,15 +118,26 @@ static void test_select(void) {
     CHECK(ms_kernels_select("ref") == &ms_kern_ref, "ref");
     CHECK(ms_kernels_select("nonsense") == NULL, "unknown names give NULL");
     CHECK(ms_kernels_select("") == NULL, "empty name gives NULL");
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_TAB; i++) {
         tables[i] = ms_kernels_select(table_names[i]);
         if (tables[i]) CHECK(strcmp(tables[i]->name, table_names[i]) == 0, "name %s", table_names[i]);
     }
     CHECK(ms_kernels_select("avx512") == tables[2], "idempotent");
-    /* auto picks the widest supported */
-    const char *best = tables[2] ? "avx512" : tables[1] ? "avx2" : "ref";
+    CHECK(!tables[2] == !tables[3], "avx512 and avx512-l2 come together");
+    /* auto picks the widest supported; of the two avx512 tables, the one
+     * with the prefetches to L2 on AMD family 0x19 (Zen 4) only */
+    int zen4 = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx, fam = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        fam = (eax >> 8) & 0xf;
+        if (fam == 0xf) fam += (eax >> 20) & 0xff;
+    }
+    zen4 = __builtin_cpu_is("amd") && fam == 0x19;
+#endif
+    const char *best = tables[2] ? (zen4 ? "avx512-l2" : "avx512") : tables[1] ? "avx2" : "ref";
     CHECK(a && strcmp(a->name, best) == 0, "auto picked %s, expected %s", a ? a->name : "-", best);
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < N_TAB; i++)
         if (!tables[i]) printf("test_kernels: %s not supported by this CPU: its comparisons skipped\n",
                                table_names[i]);
 }
@@ -151,7 +166,7 @@ static void test_t16_tree(void) {
     CHECK(t16_dot(w, x, NULL, 10) == 16777218.0f, "test-side T16");
     uint16_t wb[32];
     for (int i = 0; i < 32; i++) wb[i] = f2bf16_trunc(w[i]);   /* all exact in bf16 */
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         for (int n = 10; n <= 32; n += 22) {   /* ragged and full-width */
             float y = 0.0f, yf = 0.0f;
@@ -171,7 +186,7 @@ static void test_t16_tree(void) {
     float expect = 0x1p-11f + 0x1p-24f;
     volatile float prod = wf[16] * xf[16];
     CHECK(prod + -1.0f != expect, "the case must defeat an unfused multiply-add");
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         float y = 0.0f;
         tables[k]->matvec_f32(&y, wf, xf, 0, 1, 17);
@@ -185,7 +200,7 @@ static void test_t16_tree(void) {
     uint16_t wzb[40];
     for (int i = 0; i < 40; i++) { wz[i] = -1e-30f; xz[i] = 1e-30f; wzb[i] = f2bf16_trunc(wz[i]); }
     static const int nz[] = { 16, 17, 20, 31, 32, 33, 40 };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         for (size_t i = 0; i < sizeof nz / sizeof nz[0]; i++) {
             float yb = 1.0f, yf = 1.0f;
@@ -244,7 +259,7 @@ static void test_dense_vs_ref(void) {
             }
             CHECK(bad == 0, "ref != test T16 on %d rows (cols %lld mode %d)", bad, (long long)cols, mode);
 
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < N_TAB; k++) {
                 if (!tables[k]) continue;
                 for (int ir = 0; ir < NRANGES; ir++) {
                     int64_t r0 = ranges[ir][0], r1 = ranges[ir][1];
@@ -315,7 +330,7 @@ static void test_mxfp4_vs_ref(void) {
                 if (f2u(mx_expect(P + r * cols / 2, S + r * ng, x, cols)) != f2u(want[r])) bad++;
             CHECK(bad == 0, "ref mxfp4 != test decode+T16 on %d rows (cols %lld mode %d)", bad,
                   (long long)cols, mode);
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < N_TAB; k++) {
                 if (!tables[k]) continue;
                 for (int ir = 0; ir < NRANGES; ir++) {
                     int64_t r0 = ranges[ir][0], r1 = ranges[ir][1], n255 = 0;
@@ -346,7 +361,7 @@ static void test_mxfp4_scales(void) {
     for (int i = 0; i < R * C / 2; i++) P[i] = (uint8_t)rng_u32();
     for (int r = 0; r < R; r++) { S[r * 2] = (uint8_t)r; S[r * 2 + 1] = 127; }
     for (int i = 0; i < C; i++) x[i] = rng_unit();
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         poison(y, R);
         int64_t cnt = tables[k]->matvec_mxfp4(y, P, S, x, 0, R, C);
@@ -364,7 +379,7 @@ static void test_mxfp4_scales(void) {
         x2[i] = i < 32 ? INFINITY : x[i];
     }
     float only1 = t16_dot(w1, x, NULL, C);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         float v = 0.0f, vinf = 0.0f;
         tables[k]->matvec_mxfp4(&v, P + 255 * 32, S + 255 * 2, x, 0, 1, C);
@@ -378,7 +393,7 @@ static void test_mxfp4_scales(void) {
     float xo[32] = { 1.0f };
     for (int e = -127; e <= 127; e += 127) {
         s1[0] = (uint8_t)(127 + e);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < N_TAB; k++) {
             if (!tables[k]) continue;
             float v = 0.0f;
             tables[k]->matvec_mxfp4(&v, p1, s1, xo, 0, 1, 32);
@@ -391,7 +406,7 @@ static void test_mxfp4_codes(void) {
     static const float expect[16] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6 };
     uint8_t p[16], s[1] = { 127 };   /* multiplier 2^(127-127) = 1 */
     float x[32];
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         for (int c = 0; c < 16; c++) {
             for (int h = 0; h < 2; h++) {   /* low nibble -> element 0, high -> element 1 */
@@ -452,7 +467,7 @@ static void test_mxfp4_real_shapes(void) {
         CHECK(n255_all > 0 && n_finite == TT * rows, "the shape test needs skipped groups (%lld) and "
               "finite nonzero results (%lld of %lld)", (long long)n255_all, (long long)n_finite,
               (long long)(TT * rows));
-        for (int k = 1; k < 3; k++) {
+        for (int k = 1; k < N_TAB; k++) {
             if (!tables[k]) continue;
             for (size_t ir = 0; ir < sizeof rr / sizeof rr[0]; ir++) {
                 int64_t r0 = rr[ir][0], r1 = rr[ir][1], n255 = 0;
@@ -493,7 +508,7 @@ static void test_mxfp4_negzero(void) {
     static uint8_t P[R * C / 2], S[R * NGZ];
     float x[C], xi[C], y[R];
     for (int i = 0; i < C; i++) { x[i] = 1e-30f; xi[i] = (i >= 32 && i < 64) ? INFINITY : 1e-30f; }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         for (int variant = 0; variant < 4; variant++) {
             memset(P, 0x99, sizeof P);
@@ -540,7 +555,7 @@ static void test_matmat(void) {
         for (int64_t i = 0; i < Tmax * ldx; i++) X[i] = rng_unit();
         poison(want, Tmax * ldy);
         for (int64_t t = 0; t < Tmax; t++) ms_kern_ref.matvec_bf16(want + t * ldy, W, X + t * ldx, r0, r1, cols);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < N_TAB; k++) {
             if (!tables[k]) continue;
             for (size_t it = 0; it < sizeof Ts / sizeof Ts[0]; it++) {
                 int64_t T = Ts[it];
@@ -574,7 +589,7 @@ static void test_matmat(void) {
         int64_t n255 = 0;
         for (int64_t t = 0; t < Tmax; t++)
             n255 = ms_kern_ref.matvec_mxfp4(want + t * ldy, P, S, X + t * ldx, r0, r1, cols);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < N_TAB; k++) {
             if (!tables[k]) continue;
             for (size_t it = 0; it < sizeof Ts / sizeof Ts[0]; it++) {
                 int64_t T = Ts[it];
@@ -679,7 +694,7 @@ static void test_vmath_tables(void) {
     for (int64_t i = 0; i < N; i++) { x[i] = vm_input(i, N); x2[i] = vm_input(i, N); }
     float (*const scalar[3])(float) = { ms_expf, ms_sigmoidf, ms_siluf };
     static const char *names[3] = { "expf_n", "sigmoidf_n", "siluf_n" };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_TAB; k++) {
         if (!tables[k]) continue;
         void (*const arr[3])(float *, const float *, int64_t) = { tables[k]->expf_n, tables[k]->sigmoidf_n,
                                                                    tables[k]->siluf_n };
@@ -758,7 +773,7 @@ static void test_kda_update(void) {
                 memcpy(Sw, S0, (size_t)(dk * dv) * sizeof *Sw);
                 poison(ow, 128);
                 ms_kda_update(Sw, alpha, k, v, 0.75f, q, 0.125f, with_o ? ow : NULL, dk, dv);
-                for (int t = 0; t < 3; t++) {
+                for (int t = 0; t < N_TAB; t++) {
                     if (!tables[t]) continue;
                     memcpy(Sg, S0, (size_t)(dk * dv) * sizeof *Sg);
                     poison(og, 128);
@@ -824,7 +839,7 @@ static void test_mla_attention(void) {
                 CHECK(plus0 == nq * width, "reference mix of -0 terms is +0 (%lld of %lld)", (long long)plus0,
                       (long long)(nq * width));
             }
-            for (int t = 0; t < 3; t++) {
+            for (int t = 0; t < N_TAB; t++) {
                 if (!tables[t]) continue;
                 poison(Sg, nq * lds);
                 tables[t]->mla_scores(Sg, lds, Q, ldq, nq, C, pw, n, 0.0625);

@@ -22,6 +22,7 @@
 #define MS_KERN_X86 1
 extern const ms_kern ms_kern_avx2;     /* kernels/x86/matvec_avx2.c */
 extern const ms_kern ms_kern_avx512;   /* kernels/x86/matvec_avx512.c */
+extern const ms_kern ms_kern_avx512_l2; /* the same, matvec prefetches to L2 */
 #else
 #define MS_KERN_X86 0
 #endif
@@ -66,6 +67,18 @@ float ms_mxfp4_scale[256] = {
 static pthread_once_t select_once = PTHREAD_ONCE_INIT;
 static int have_avx2;
 static int have_avx512;
+static int prefer_l2;                   /* avx512-l2 is the auto choice */
+
+#if MS_KERN_X86
+#include <cpuid.h>
+/* The display family (base + extended, as the vendors document it). */
+static unsigned cpu_family(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned f = (a >> 8) & 0xf;
+    return f == 0xf ? f + ((a >> 20) & 0xff) : f;
+}
+#endif
 
 static void select_init(void) {
     for (int s = 0; s < 255; s++) MS_ASSERT(ms_mxfp4_scale[s] == ldexpf(1.0f, s - 128));
@@ -79,11 +92,17 @@ static void select_init(void) {
     have_avx512 = have_avx2 && __builtin_cpu_supports("avx512f") &&
                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                   __builtin_cpu_supports("avx512dq");
+    /* AMD family 0x19 with AVX-512 is Zen 4: its matvec streams faster with
+     * the prefetches to L2 (x1.13-1.33 cold, kernels/x86/matvec_avx512.c,
+     * PREFETCH HINT); elsewhere the L1 prefetch was equal or ahead. */
+    prefer_l2 = have_avx512 && __builtin_cpu_is("amd") && cpu_family() == 0x19;
 #endif
 }
 
 /* CONTRACT     force: NULL or "auto" -> the best supported table; "ref", "avx2",
- *              "avx512" -> that table, or NULL if this CPU (or build) lacks it;
+ *              "avx512", "avx512-l2" -> that table, or NULL if this CPU (or
+ *              build) lacks it; the two avx512 tables differ only in where
+ *              matvec prefetches go, and auto takes avx512-l2 on Zen 4;
  *              any other name -> NULL.
  * THREADS      safe to call from several threads, any number of times.
  * RETURNS      a pointer to a static table (never freed). Allocates nothing. */
@@ -92,8 +111,9 @@ const ms_kern *ms_kernels_select(const char *force) {
     int is_auto = force == NULL || strcmp(force, "auto") == 0;
     if (!is_auto && strcmp(force, "ref") == 0) return &ms_kern_ref;
 #if MS_KERN_X86
+    if (!is_auto && strcmp(force, "avx512-l2") == 0) return have_avx512 ? &ms_kern_avx512_l2 : NULL;
     if (is_auto || strcmp(force, "avx512") == 0) {
-        if (have_avx512) return &ms_kern_avx512;
+        if (have_avx512) return is_auto && prefer_l2 ? &ms_kern_avx512_l2 : &ms_kern_avx512;
         if (!is_auto) return NULL;
     }
     if (is_auto || strcmp(force, "avx2") == 0) {

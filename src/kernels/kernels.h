@@ -55,7 +55,7 @@ void ms_sigmoidf_n(float *y, const float *x, int64_t n);
 void ms_siluf_n(float *y, const float *x, int64_t n);
 
 typedef struct ms_kern {
-    const char *name;           /* "ref", "avx2", "avx512" */
+    const char *name;           /* "ref", "avx2", "avx512", "avx512-l2" */
 
     /* SHAPES       W [rows, cols] BF16 row-major (row stride = cols); x [cols]; y [rows]
      * DEFINITION   y[r] = T16 dot(W[r, :], x) for r in [r0, r1)
@@ -102,7 +102,9 @@ typedef struct ms_kern {
 extern const ms_kern ms_kern_ref;
 
 /* Pick the best table the CPU supports; `force` = NULL/"auto", "ref", "avx2",
- * "avx512". Returns NULL if a forced ISA is not supported. Idempotent. */
+ * "avx512", "avx512-l2" (the avx512 kernels with the matvec prefetches to L2:
+ * auto's choice on Zen 4). Returns NULL if a forced ISA is not supported.
+ * Idempotent. */
 const ms_kern *ms_kernels_select(const char *force);
 
 /* ---- scalar building blocks (kernels/ref/ops.c), shared by every ISA ----

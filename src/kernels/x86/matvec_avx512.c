@@ -1,6 +1,7 @@
 /* kernels/x86/matvec_avx512.c - the matrix products with AVX-512 (same bits as ref).
  *
- * Owns: ms_kern_avx512. Compiled with -mavx512f/bw/vl/dq -mfma (file suffix);
+ * Owns: ms_kern_avx512 and ms_kern_avx512_l2 (the same kernels; the second's
+ *   matvec prefetches go to L2, see PREFETCH HINT). Compiled with -mavx512f/bw/vl/dq -mfma (file suffix);
  *   run only after ms_kernels_select has seen those features.
  * Idea: the 16 lanes of the T16 tree (kernels.h) are exactly one __m512
  *   accumulator: element c of a row goes to lane c % 16 because every load
@@ -37,7 +38,7 @@
 
 #include <immintrin.h>
 
-extern const ms_kern ms_kern_avx512;
+extern const ms_kern ms_kern_avx512, ms_kern_avx512_l2;
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -55,6 +56,25 @@ INLINE __m512 bf16x16(__m256i v) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
 
+/* PREFETCH HINT. The matvec kernels fetch the next block of rows ahead of
+ * use; L2 (a compile-time constant at every call) says where to: 0 = every
+ * cache level (T0; table "avx512"), 1 = L2 and beyond (T2; table
+ * "avx512-l2"). Which is faster depends on the core, so ms_kernels_select
+ * picks per CPU family (kernels/dispatch.c). Measured with bench/kernel_ab.c
+ * (15 rounds, medians, cold = one pass over copies larger than the LLC):
+ *   - machine C (AMD EPYC family 25 model 17, Zen 4, 2 vCPUs): T2 against T0
+ *     MXFP4 matvec cold x1.13-1.25 (1 and 2 threads, both expert shapes), bf16
+ *     matvec cold x1.27-1.33; hot x0.96-1.0. Zen 4 keeps fewer L1 misses in
+ *     flight than the stream needs; a T0 prefetch holds an L1 miss buffer
+ *     until its line arrives, a T2 prefetch only an L2 one.
+ *   - machine A (Intel, family 6): T1 / T2 equal to T0; machine B (Zen 5):
+ *     T0 ahead of T1 / T2 in a standalone test of the access pattern (see
+ *     PREFETCH below and docs/PERFORMANCE.md). */
+INLINE void pf_line(uintptr_t a, const int L2) {
+    if (L2) _mm_prefetch((const char *)a, _MM_HINT_T2);
+    else _mm_prefetch((const char *)a, _MM_HINT_T0);
+}
+
 /* ---- BF16 and F32: a block of NR rows x NT tokens ------------------------ */
 
 /* Y[t*ldy + r + j] = dot(W[r + j], X[t*ldx]) for j < NR, t < NT. NR, NT are
@@ -62,7 +82,7 @@ INLINE __m512 bf16x16(__m256i v) {
  * accumulators live in registers. F32 weights when Wf != NULL. */
 INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf,
                       const float *X, int64_t ldx, int64_t r, int64_t cols,
-                      const int NR, const int NT) {
+                      const int NR, const int NT, const int L2) {
     __m512 acc[6][4];                   /* NR <= 6, NT <= 4 */
 #pragma GCC unroll 8
     for (int j = 0; j < NR; j++)
@@ -85,7 +105,7 @@ INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf
         if (NT == 1 && !Wf) {
 #pragma GCC unroll 8
             for (int k = 0; k < NR / 2; k++)
-                _mm_prefetch((const char *)(pf_next + (uintptr_t)(c * 2 * NR + k * 64)), _MM_HINT_T0);
+                pf_line(pf_next + (uintptr_t)(c * 2 * NR + k * 64), L2);
         }
         __m512 w[6];
 #pragma GCC unroll 8
@@ -124,10 +144,10 @@ INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf
 /* One block of NR rows at r, for every token: 4 at a time, then singly. */
 INLINE void block_all_tokens(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf,
                              const float *X, int64_t ldx, int64_t T, int64_t r, int64_t cols,
-                             const int NR) {
+                             const int NR, const int L2) {
     int64_t t = 0;
-    for (; t + 4 <= T; t += 4) block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, NR, 4);
-    for (; t < T; t++) block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, NR, 1);
+    for (; t + 4 <= T; t += 4) block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, NR, 4, L2);
+    for (; t < T; t++) block_dot(Y + t * ldy, ldy, Wb, Wf, X + t * ldx, ldx, r, cols, NR, 1, L2);
 }
 
 /* Rows [r0, r1) x tokens [0, T): blocks of 6 rows (T >= 4) or 4 rows; for
@@ -135,31 +155,37 @@ INLINE void block_all_tokens(float *Y, int64_t ldy, const uint16_t *Wb, const fl
  * cache. */
 INLINE void dense_rows(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf,
                        const float *X, int64_t ldx, int64_t T,
-                       int64_t r0, int64_t r1, int64_t cols) {
+                       int64_t r0, int64_t r1, int64_t cols, const int L2) {
     int64_t r = r0;
     /* prompt chunks: 6 rows x 4 tokens (24 accumulators) share each weight
      * and x load more widely than 4 x 4 (bench/kernel_ab.c, T = 32 on a
      * 4096 x 7168 matrix, one thread: x1.09 in two sessions; 4 x 6, 5 x 5,
      * 7 x 3 and 8 x 2 gained less) */
     if (T >= 4)
-        for (; r + 6 <= r1; r += 6) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 6);
-    for (; r + 4 <= r1; r += 4) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 4);
-    for (; r < r1; r++) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 1);
+        for (; r + 6 <= r1; r += 6) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 6, L2);
+    for (; r + 4 <= r1; r += 4) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 4, L2);
+    for (; r < r1; r++) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 1, L2);
 }
 
 static void avx512_matvec_bf16(float *y, const uint16_t *W, const float *x,
                                int64_t r0, int64_t r1, int64_t cols) {
-    dense_rows(y, 0, W, NULL, x, 0, 1, r0, r1, cols);
+    dense_rows(y, 0, W, NULL, x, 0, 1, r0, r1, cols, 0);
 }
 
+static void avx512l2_matvec_bf16(float *y, const uint16_t *W, const float *x,
+                                 int64_t r0, int64_t r1, int64_t cols) {
+    dense_rows(y, 0, W, NULL, x, 0, 1, r0, r1, cols, 1);
+}
+
+/* prompt chunks reuse each block for T tokens and do not prefetch */
 static void avx512_matmat_bf16(float *Y, int64_t ldy, const uint16_t *W, const float *X,
                                int64_t ldx, int64_t T, int64_t r0, int64_t r1, int64_t cols) {
-    dense_rows(Y, ldy, W, NULL, X, ldx, T, r0, r1, cols);
+    dense_rows(Y, ldy, W, NULL, X, ldx, T, r0, r1, cols, 0);
 }
 
 static void avx512_matvec_f32(float *y, const float *W, const float *x,
                               int64_t r0, int64_t r1, int64_t cols) {
-    dense_rows(y, 0, NULL, W, x, 0, 1, r0, r1, cols);
+    dense_rows(y, 0, NULL, W, x, 0, 1, r0, r1, cols, 0);
 }
 
 /* ---- MXFP4 ----------------------------------------------------------------- */
@@ -268,7 +294,7 @@ INLINE void mx_decode_nat(const uint8_t *p, __m512 lut, __m512 *w0, __m512 *w1) 
  * skipped (scale 255) groups in the NR rows. */
 INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
                         const float *X, int64_t ldx, int64_t r, int64_t cols,
-                        const int NR, const int NT, const int PERM) {
+                        const int NR, const int NT, const int PERM, const int L2) {
     const int64_t ng = cols / 32;
     const __m512i xperm = mx_xperm();
     const __m512i shifts = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
@@ -299,9 +325,8 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
              * both fronts finish with this block (see "PREFETCH" above):
              * one 64-byte line per half every 64 / (NR * 8) groups. */
             if (((g * NR * 8) & 63) == 0) {
-                _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * NR * 8)), _MM_HINT_T0);
-                _mm_prefetch((const char *)(pf_next + (uintptr_t)(NR * (cols / 4) + g * NR * 8)),
-                             _MM_HINT_T0);
+                pf_line(pf_next + (uintptr_t)(g * NR * 8), L2);
+                pf_line(pf_next + (uintptr_t)(NR * (cols / 4) + g * NR * 8), L2);
             }
         } else if ((g & 3) == 0) {
             /* matmat: the next NR rows, one line per row every 4 groups */
@@ -381,11 +406,11 @@ static int mx_any255(const uint8_t *s, int64_t n) {
     return 0;
 }
 
-/* Rows [r, r + 8): cols / 32 <= MX_FAST_NG and no scale byte 255 there. Not
- * inlined: it gets all registers to itself. */
-__attribute__((noinline)) static void mx_rows8_fast(float *y, const uint8_t *packed,
-                                                     const uint8_t *scales, const float *x,
-                                                     int64_t r, int64_t cols) {
+/* Rows [r, r + 8): cols / 32 <= MX_FAST_NG and no scale byte 255 there.
+ * Called only through the two instances below (not inlined into the block
+ * loop: it gets all registers to itself). */
+INLINE void mx_rows8_fast(float *y, const uint8_t *packed, const uint8_t *scales, const float *x,
+                          int64_t r, int64_t cols, const int L2) {
     const int64_t ng = cols / 32, rb = cols / 2;
     uint32_t off[8][MX_FAST_NG] __attribute__((aligned(64)));   /* byte offset of MX_LUT[s] */
     for (int j = 0; j < 8; j++) {
@@ -409,8 +434,8 @@ __attribute__((noinline)) static void mx_rows8_fast(float *y, const uint8_t *pac
     for (int64_t g = 0; g < ng; g++) {
         __m512 x0 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32));
         __m512 x1 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32 + 16));
-        _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * 128)), _MM_HINT_T0);
-        _mm_prefetch((const char *)(pf_next + (uintptr_t)(g * 128 + 64)), _MM_HINT_T0);
+        pf_line(pf_next + (uintptr_t)(g * 128), L2);
+        pf_line(pf_next + (uintptr_t)(g * 128 + 64), L2);
         /* the stride made opaque to the compiler each group, so it addresses
          * rows as base + stride * {1, 2, 4} instead of keeping 8 row pointers */
         __asm__("" : "+r"(stride));
@@ -437,18 +462,41 @@ __attribute__((noinline)) static void mx_rows8_fast(float *y, const uint8_t *pac
  * against 4 rows: 26.0 vs 24.5 Gelem/s in L2, 14.0 vs 13.2 GB/s hot at
  * 3072 x 3584; cold equal within noise); tails of 4 and 1 rows. A block
  * without skipped groups (the normal case) takes mx_rows8_fast. */
-static int64_t avx512_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_t *scales,
-                                   const float *x, int64_t r0, int64_t r1, int64_t cols) {
+__attribute__((noinline)) static void mx_rows8_fast_t0(float *y, const uint8_t *packed,
+                                                        const uint8_t *scales, const float *x,
+                                                        int64_t r, int64_t cols) {
+    mx_rows8_fast(y, packed, scales, x, r, cols, 0);
+}
+__attribute__((noinline)) static void mx_rows8_fast_l2(float *y, const uint8_t *packed,
+                                                        const uint8_t *scales, const float *x,
+                                                        int64_t r, int64_t cols) {
+    mx_rows8_fast(y, packed, scales, x, r, cols, 1);
+}
+
+INLINE int64_t mx_matvec(float *y, const uint8_t *packed, const uint8_t *scales, const float *x,
+                         int64_t r0, int64_t r1, int64_t cols, const int L2) {
     int64_t n255 = 0, r = r0;
     for (; r + 8 <= r1; r += 8) {
-        if (cols / 32 <= MX_FAST_NG && !mx_any255(scales + r * (cols / 32), 8 * (cols / 32)))
-            mx_rows8_fast(y, packed, scales, x, r, cols);
-        else
-            n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 8, 1, 1);
+        if (cols / 32 <= MX_FAST_NG && !mx_any255(scales + r * (cols / 32), 8 * (cols / 32))) {
+            if (L2) mx_rows8_fast_l2(y, packed, scales, x, r, cols);
+            else mx_rows8_fast_t0(y, packed, scales, x, r, cols);
+        } else {
+            n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 8, 1, 1, L2);
+        }
     }
-    for (; r + 4 <= r1; r += 4) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 4, 1, 1);
-    for (; r < r1; r++) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 1, 1, 1);
+    for (; r + 4 <= r1; r += 4) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 4, 1, 1, L2);
+    for (; r < r1; r++) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 1, 1, 1, L2);
     return n255;
+}
+
+static int64_t avx512_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_t *scales,
+                                   const float *x, int64_t r0, int64_t r1, int64_t cols) {
+    return mx_matvec(y, packed, scales, x, r0, r1, cols, 0);
+}
+
+static int64_t avx512l2_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_t *scales,
+                                     const float *x, int64_t r0, int64_t r1, int64_t cols) {
+    return mx_matvec(y, packed, scales, x, r0, r1, cols, 1);
 }
 
 /* One block of NR MXFP4 rows at r (natural lane order), for every token: 4 at
@@ -458,16 +506,16 @@ INLINE void mx_all_tokens(float *Y, int64_t ldy, const uint8_t *packed, const ui
                           const int NR) {
     int64_t t = 0;
     for (; t + 4 <= T; t += 4)
-        mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 4, 0);
-    for (; t < T; t++) mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 1, 0);
+        mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 4, 0, 0);
+    for (; t < T; t++) mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 1, 0, 0);
 }
 
 /* Blocks of 4 rows x 4 tokens (16 accumulators), then 2 and 1 rows. Against
  * 2 rows x 4 tokens: x1.29 in L2 at T = 4 (bench/kernel_ab.c, 7 rounds). */
-static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
-                                   const uint8_t *scales, const float *X, int64_t ldx,
-                                   int64_t T, int64_t r0, int64_t r1, int64_t cols) {
-    if (T == 1) return avx512_matvec_mxfp4(Y, packed, scales, X, r0, r1, cols);
+INLINE int64_t mx_matmat(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
+                         const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1,
+                         int64_t cols, const int L2) {
+    if (T == 1) return mx_matvec(Y, packed, scales, X, r0, r1, cols, L2);
     int64_t n255 = 0;   /* once per scale byte, not once per token */
     for (int64_t i = r0 * (cols / 32); i < r1 * (cols / 32); i++) n255 += scales[i] == 255;
     int64_t r = r0;
@@ -475,6 +523,18 @@ static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
     for (; r + 2 <= r1; r += 2) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 2);
     for (; r < r1; r++) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 1);
     return n255;
+}
+
+static int64_t avx512_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
+                                   const uint8_t *scales, const float *X, int64_t ldx,
+                                   int64_t T, int64_t r0, int64_t r1, int64_t cols) {
+    return mx_matmat(Y, ldy, packed, scales, X, ldx, T, r0, r1, cols, 0);
+}
+
+static int64_t avx512l2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
+                                     const uint8_t *scales, const float *X, int64_t ldx,
+                                     int64_t T, int64_t r0, int64_t r1, int64_t cols) {
+    return mx_matmat(Y, ldy, packed, scales, X, ldx, T, r0, r1, cols, 1);
 }
 
 /* The AVX-512 table (F + BW + VL + DQ + FMA). */
@@ -489,6 +549,23 @@ const ms_kern ms_kern_avx512 = {
     .matvec_f32 = avx512_matvec_f32,
     .matvec_mxfp4 = avx512_matvec_mxfp4,
     .matmat_mxfp4 = avx512_matmat_mxfp4,
+    .expf_n = avx512_expf_n,
+    .sigmoidf_n = avx512_sigmoidf_n,
+    .siluf_n = avx512_siluf_n,
+    .situ_glu = avx512_situ_glu,
+    .kda_update = avx512_kda_update,
+    .mla_scores = avx512_mla_scores,
+    .mla_mix = avx512_mla_mix,
+};
+
+/* The same kernels with the matvec prefetches to L2 (PREFETCH HINT). */
+const ms_kern ms_kern_avx512_l2 = {
+    .name = "avx512-l2",
+    .matvec_bf16 = avx512l2_matvec_bf16,
+    .matmat_bf16 = avx512_matmat_bf16,
+    .matvec_f32 = avx512_matvec_f32,
+    .matvec_mxfp4 = avx512l2_matvec_mxfp4,
+    .matmat_mxfp4 = avx512l2_matmat_mxfp4,
     .expf_n = avx512_expf_n,
     .sigmoidf_n = avx512_sigmoidf_n,
     .siluf_n = avx512_siluf_n,
