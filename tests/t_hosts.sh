@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# tests/t_hosts.sh - the pipeline across hosts: every stage on its own network
+# stack, the stages talking TCP.
+#
+# Each test host is a network namespace (its own interfaces, address and host
+# name) on a bridge; mpirun starts its daemons there the way it starts them on
+# other machines, through its rsh agent (here a script that runs the command
+# with `ip netns exec HOST` instead of ssh), and the stages use Open MPI's TCP
+# transport (--mca btl self,tcp) over the bridge. What is not separate: the
+# file system (every host sees the same MODEL_DIR path) and the CPUs.
+#
+#  1. build/tests/test_pipe --dump (every logits row and id of the t_pipeline
+#     scenario) on 3 hosts resident and on 2 hosts at the smallest plan with
+#     speculation: byte-identical to one process; each host's namespace held
+#     a stage;
+#  2. `run` with a text prompt on 2 hosts: the ids of one process, also with
+#     a budget per host (mpirun's ':' syntax: host 1 at its floor, streaming,
+#     host 2 without a budget, holding its layers);
+#  3. `serve` on 2 hosts: the completion of a one-process server (asked from
+#     inside host 1's namespace), and SIGTERM to mpirun ends every process on
+#     both hosts;
+#  4. a stage's process killed (-9) on host 2 while serving: mpirun ends the
+#     job (non-zero exit) within 60 s and nothing is left on either host;
+#  5. host 2 lost during a request (every process in its namespace killed,
+#     Open MPI's daemon with them): the request fails instead of hanging,
+#     mpirun ends non-zero, nothing is left on host 1.
+# Needs root and network namespaces. Without them it says why and counts
+# nothing, unless MS_REQUIRE_NETNS=1 (.ci/run sets it), which makes that one
+# failure.
+# Prints "t_hosts: N passed, N failed" as its last line.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${MS_BUILD:-build}
+BIN=${MS_BIN:-$BUILD/moestream}
+PY=/usr/bin/python3
+. tests/lib_serve.sh
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# as in t_pipeline.sh: Open MPI's own allocations at MPI_Finalize are not the engine's leaks
+if [ "${MS_SANITIZER:-0}" = 1 ]; then export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"; fi
+
+# names unique to this run (interface names have at most 15 characters)
+rid=$(( $$ % 100000 ))
+br=msb$rid
+ns() { echo "mst$rid-h$1"; }
+net="10.$(( 200 + rid % 50 )).$(( rid / 50 % 250 ))"
+hosts_down() {
+    for h in 1 2 3; do
+        for p in $(ip netns pids "$(ns $h)" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+        ip netns del "$(ns $h)" 2>/dev/null
+    done
+    ip link del "$br" 2>/dev/null
+}
+trap 'hosts_down; serve_cleanup' EXIT
+hosts_up() {
+    ip link add "$br" type bridge && ip addr add "$net.1/24" dev "$br" && ip link set "$br" up || return 1
+    for h in 1 2 3; do
+        ip netns add "$(ns $h)" &&
+        ip link add "msv$rid-$h" type veth peer name eth0 netns "$(ns $h)" &&
+        ip link set "msv$rid-$h" master "$br" && ip link set "msv$rid-$h" up &&
+        ip netns exec "$(ns $h)" ip addr add "$net.$((h + 1))/24" dev eth0 &&
+        ip netns exec "$(ns $h)" ip link set eth0 up &&
+        ip netns exec "$(ns $h)" ip link set lo up || return 1
+    done
+}
+why=
+if [ "$(id -u)" != 0 ]; then why="not root"
+elif ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then why="ip (iproute2) or unshare missing"
+elif ! command -v mpirun >/dev/null; then why="mpirun missing (make setup installs openmpi-bin)"
+elif ! hosts_up > "$tmp/up.log" 2>&1; then why="network namespaces refused: $(head -c 200 "$tmp/up.log")"
+fi
+if [ -n "$why" ]; then
+    echo "t_hosts: cannot make test hosts here ($why)"
+    [ "${MS_REQUIRE_NETNS:-0}" = 1 ] && bad "MS_REQUIRE_NETNS=1 and no test hosts"
+    echo "t_hosts: $pass passed, $fail failed"
+    [ $fail -eq 0 ]; exit
+fi
+
+# mpirun's rsh agent: "agent HOST COMMAND..." runs COMMAND on HOST, as ssh would (through a
+# shell), in HOST's namespace with HOST as its host name
+cat > "$tmp/agent" <<EOF
+#!/bin/sh
+h=\$1; shift
+exec ip netns exec "mst$rid-\$h" unshare --uts /bin/sh -c "hostname \$h; \$*"
+EOF
+chmod +x "$tmp/agent"
+MPI="mpirun --mca plm_rsh_agent $tmp/agent --mca btl self,tcp --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24"
+on() { ip netns exec "$(ns "$1")" "${@:2}"; }             # a command on test host N
+left() { ip netns pids "$(ns "$1")" 2>/dev/null | wc -l; }   # processes on test host N
+
+# 1. every logits row over TCP, one process against 3 and 2 hosts
+seen=0
+watch_hosts() {   # while $1 runs: did every host of $2..$n hold a test_pipe process?
+    local pid=$1; shift
+    local h all=0
+    while kill -0 "$pid" 2>/dev/null; do
+        all=1
+        for h in "$@"; do
+            ip netns pids "$(ns $h)" 2>/dev/null | xargs -r ps -o comm= -p 2>/dev/null | grep -q test_pipe || all=0
+        done
+        [ $all = 1 ] && { seen=1; return; }
+        sleep 0.05
+    done
+}
+dump_case() {   # hosts (1,2,3), options...
+    local hl=$1; shift
+    local n=$(( $(echo "$hl" | tr -cd , | wc -c) + 1 ))
+    local tag="hosts h$hl [$*]"
+    "$BUILD/tests/test_pipe" --dump models/k3-tiny "$tmp/one" "$@" > "$tmp/one.log" 2>&1 \
+        || { bad "$tag: one process: $(tail -n 3 "$tmp/one.log")"; return; }
+    seen=0
+    timeout 300 $MPI --host "$(echo "h$hl" | sed 's/,/,h/g')" -np "$n" \
+        "$BUILD/tests/test_pipe" --dump models/k3-tiny "$tmp/many" "$@" > "$tmp/many.log" 2>&1 &
+    local mp=$!
+    watch_hosts $mp $(echo "$hl" | tr , ' ')
+    wait $mp
+    local rc=$?
+    [ $rc -eq 0 ] && grep -q 'test_pipe: [0-9]* passed, 0 failed' "$tmp/many.log" && ok \
+        || { bad "$tag: exit $rc: $(grep -v '^ \|^$' "$tmp/many.log" | tail -n 4)"; return; }
+    [ -s "$tmp/one" ] && cmp -s "$tmp/one" "$tmp/many" && ok || bad "$tag: logits differ from one process"
+    [ $seen = 1 ] && ok || bad "$tag: not every host held a stage"
+}
+dump_case 1,2,3
+dump_case 1,2 --speculate 4 --ram min --chunk 5
+
+# 2. run, text in and out
+P="And the LORD spake unto Moses, saying"
+ids() { $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['generated_ids'])" "$1" 2>/dev/null; }
+"$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --ram min --json --quiet > "$tmp/r1.json" 2>&1
+timeout 120 $MPI --host h1,h2 -np 2 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --ram min \
+    --json --quiet > "$tmp/r2.json" 2> "$tmp/r2.err"
+a=$(ids "$tmp/r1.json"); b=$(ids "$tmp/r2.json")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run: ids '$a' one process, '$b' on two hosts ($(head -c 300 "$tmp/r2.err"))"
+# each host with its own options (mpirun's ':' syntax): its own budget
+timeout 120 $MPI -np 1 --host h1 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --ram min --json --quiet \
+    : -np 1 --host h2 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --json --quiet \
+    > "$tmp/r3.json" 2> "$tmp/r3.err"
+c=$(ids "$tmp/r3.json")
+[ -n "$a" ] && [ "$a" = "$c" ] && ok || bad "run, a budget per host: ids '$c', want '$a' ($(head -c 300 "$tmp/r3.err"))"
+$PY - "$tmp/r3.json" <<'EOF' && ok || bad "run, a budget per host: stage bytes $(grep -o '"stage_bytes_read[^]]*' "$tmp/r3.json")"
+import json, sys
+st = json.load(open(sys.argv[1]))["stats"]["stage_bytes_read"]
+assert len(st) == 2 and st[0]["trunk"] > 0 and st[1]["trunk"] == 0, st   # host 1 streams, host 2 holds its layers
+EOF
+
+# 3-5. serve on two hosts
+body='{"model":"k3-tiny","prompt":"And the LORD spake","max_tokens":12,"temperature":0}'
+text() {   # URL [host]: the completion's text, asked from the host's namespace (or here)
+    local c=(curl -s --max-time 120 "$1/v1/completions" -H 'Content-Type: application/json' -d "$body")
+    if [ -n "${2:-}" ]; then on "$2" "${c[@]}"; else "${c[@]}"; fi \
+        | $PY -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])" 2>/dev/null
+}
+serve_hosts() {   # log: serve on h1 (stage 0) and h2; sets mpid and url
+    $MPI --host h1,h2 -np 2 "$BIN" serve models/k3-tiny --port 0 --quiet > "$1" 2>&1 &
+    mpid=$!
+    for _ in $(seq 300); do grep -q 'listening on' "$1" && break; sleep 0.1; done
+    url=$(grep -o 'listening on http://[^/]*' "$1" | head -n 1 | sed 's|.*listening on ||')
+}
+gone() {   # pid, seconds: did it end within them?
+    local i
+    for i in $(seq $(( $2 * 10 ))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    return 1
+}
+stage_pid() {   # the moestream process on host N
+    ip netns pids "$(ns "$1")" 2>/dev/null | xargs -r ps -o pid=,comm= -p 2>/dev/null | awk '$2 == "moestream" { print $1 }' | head -n 1
+}
+serve_start one models/k3-tiny
+t1=$(text "$(cat "$tmp/url.one")")
+
+serve_hosts "$tmp/srv.a.log"
+t2=$(text "$url" 1)
+[ -n "$url" ] && [ -n "$t1" ] && [ "$t1" = "$t2" ] && ok \
+    || bad "serve: '$t1' one process, '$t2' on two hosts ($(tail -n 3 "$tmp/srv.a.log"))"
+[ -n "$(stage_pid 2)" ] && ok || bad "serve: no stage on host 2"
+kill -TERM $mpid 2>/dev/null
+if gone $mpid 30; then ok; else bad "serve: mpirun did not end on SIGTERM"; kill -KILL $mpid; fi
+wait $mpid 2>/dev/null
+sleep 0.5
+[ "$(left 1)" = 0 ] && [ "$(left 2)" = 0 ] && ok || bad "serve: processes left after SIGTERM: $(left 1) on host 1, $(left 2) on host 2"
+
+# 4. a stage crashes while the server is idle
+serve_hosts "$tmp/srv.b.log"
+p2=$(stage_pid 2)
+[ -n "$url" ] && [ -n "$p2" ] && ok || bad "crash: the server did not start on two hosts ($(tail -n 3 "$tmp/srv.b.log"))"
+[ -n "$p2" ] && kill -KILL "$p2"
+if gone $mpid 60; then
+    wait $mpid; rc=$?
+    [ $rc -ne 0 ] && ok || bad "crash: mpirun exited 0 after a stage was killed"
+else
+    bad "crash: the job still runs 60 s after its stage 1 was killed"; kill -KILL $mpid; wait $mpid 2>/dev/null
+fi
+sleep 0.5
+[ "$(left 1)" = 0 ] && ok || bad "crash: $(left 1) processes left on host 1"
+
+# 5. host 2 lost in the middle of a request: its daemon and its stage killed together
+serve_hosts "$tmp/srv.c.log"
+[ -n "$url" ] && ok || bad "lost host: the server did not start ($(tail -n 3 "$tmp/srv.c.log"))"
+slow='{"model":"k3-tiny","prompt":"And the LORD spake","max_tokens":4000,"temperature":0,"stream":true}'
+on 1 curl -s -N --max-time 120 "$url/v1/completions" -H 'Content-Type: application/json' -d "$slow" > "$tmp/slow.out" 2>&1 &
+cpid=$!
+for _ in $(seq 100); do grep -q '"text"' "$tmp/slow.out" 2>/dev/null && break; sleep 0.1; done
+grep -q '"text"' "$tmp/slow.out" && ok || bad "lost host: the request was not under way ($(head -c 200 "$tmp/slow.out"))"
+for p in $(ip netns pids "$(ns 2)"); do kill -KILL "$p" 2>/dev/null; done
+if gone $mpid 60; then
+    wait $mpid; rc=$?
+    [ $rc -ne 0 ] && ok || bad "lost host: mpirun exited 0"
+else
+    bad "lost host: the job still runs 60 s after host 2 went away"; kill -KILL $mpid; wait $mpid 2>/dev/null
+fi
+if gone $cpid 30; then ok; else bad "lost host: the client still waits 30 s after the job ended"; kill -KILL $cpid; fi
+wait $cpid 2>/dev/null
+grep -q '\[DONE\]' "$tmp/slow.out" && bad "lost host: the stream ended as if complete" || ok
+sleep 0.5
+[ "$(left 1)" = 0 ] && ok || bad "lost host: $(left 1) processes left on host 1"
+
+echo "t_hosts: $pass passed, $fail failed"
+[ $fail -eq 0 ]
