@@ -6,8 +6,11 @@
 # name) on a bridge; mpirun starts its daemons there the way it starts them on
 # other machines, through its rsh agent (here a script that runs the command
 # with `ip netns exec HOST` instead of ssh), and the stages use Open MPI's TCP
-# transport (--mca btl self,tcp) over the bridge. What is not separate: the
-# file system (every host sees the same MODEL_DIR path) and the CPUs.
+# transport (--mca btl self,tcp) over the bridge. Each host also has its own
+# mount namespace, in which $tmp/model shows that host's copy of the
+# checkpoint (the bundled model unless a case gives it another), as when
+# every machine keeps its own copy under the same path. Still shared: the
+# CPUs and the rest of the file system.
 #
 #  1. build/tests/test_pipe --dump (every logits row and id of the t_pipeline
 #     scenario) on 3 hosts resident and on 2 hosts at the smallest plan with
@@ -23,7 +26,13 @@
 #     job (non-zero exit) within 60 s and nothing is left on either host;
 #  5. host 2 lost during a request (every process in its namespace killed,
 #     Open MPI's daemon with them): the request fails instead of hanging,
-#     mpirun ends non-zero, nothing is left on host 1.
+#     mpirun ends non-zero, nothing is left on host 1;
+#  6. every host with its own copy of the checkpoint: an identical copy on
+#     host 2 gives the ids of one process; another checkpoint there is
+#     refused at start, and so is a copy whose weights differ under the same
+#     tensor table (one byte of a layer of stage 1 changed, its checksum
+#     sidecar rebuilt to match), which would otherwise run and give other
+#     ids (checked with --no-verify).
 # Needs root and network namespaces. Without them it says why and counts
 # nothing, unless MS_REQUIRE_NETNS=1 (.ci/run sets it), which makes that one
 # failure.
@@ -32,6 +41,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${MS_BUILD:-build}
 BIN=${MS_BIN:-$BUILD/moestream}
+TD=${MS_TESTDATA:-$BUILD/testdata}
 PY=/usr/bin/python3
 . tests/lib_serve.sh
 pass=0; fail=0
@@ -79,11 +89,14 @@ if [ -n "$why" ]; then
 fi
 
 # mpirun's rsh agent: "agent HOST COMMAND..." runs COMMAND on HOST, as ssh would (through a
-# shell), in HOST's namespace with HOST as its host name
+# shell), in HOST's namespaces with HOST as its host name and $tmp/model showing $tmp/fs/HOST
+# (when a case made one) or the bundled model
+mkdir -p "$tmp/model" "$tmp/fs"
 cat > "$tmp/agent" <<EOF
 #!/bin/sh
 h=\$1; shift
-exec ip netns exec "mst$rid-\$h" unshare --uts /bin/sh -c "hostname \$h; \$*"
+exec ip netns exec "mst$rid-\$h" unshare --uts --mount --propagation private /bin/sh -c \\
+    "hostname \$h; if [ -d $tmp/fs/\$h ]; then d=$tmp/fs/\$h; else d=$PWD/models/k3-tiny; fi; mount --bind \\\$d $tmp/model; \$*"
 EOF
 chmod +x "$tmp/agent"
 MPI="mpirun --mca plm_rsh_agent $tmp/agent --mca btl self,tcp --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24"
@@ -214,6 +227,43 @@ wait $cpid 2>/dev/null
 grep -q '\[DONE\]' "$tmp/slow.out" && bad "lost host: the stream ended as if complete" || ok
 sleep 0.5
 [ "$(left 1)" = 0 ] && ok || bad "lost host: $(left 1) processes left on host 1"
+
+# 6. a copy of the checkpoint per host
+two() {   # output file, options...: `run` on hosts 1 and 2 reading $tmp/model
+    local out=$1; shift
+    timeout 120 $MPI --host h1,h2 -np 2 "$BIN" run "$tmp/model" --prompt "$P" --max-tokens 16 --json --quiet "$@" \
+        > "$out" 2> "$out.err"
+}
+cp -r models/k3-tiny "$tmp/fs/h2"
+two "$tmp/c1.json"; rc=$?
+c=$(ids "$tmp/c1.json")
+[ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$c" ] && ok || bad "own copies: exit $rc, ids '$c', want '$a' ($(head -c 300 "$tmp/c1.json.err"))"
+rm -rf "$tmp/fs/h2"; cp -r "$TD/b" "$tmp/fs/h2"
+two "$tmp/c2.json"; rc=$?
+[ $rc -ne 0 ] && grep -q 'stage 1 opened another checkpoint' "$tmp/c2.json" "$tmp/c2.json.err" && ok \
+    || bad "another checkpoint on host 2: exit $rc: $(grep -v '^-\|^$' "$tmp/c2.json.err" | head -n 3)"
+rm -rf "$tmp/fs/h2"; cp -r models/k3-tiny "$tmp/fs/h2"
+$PY - "$tmp/fs/h2" <<'EOF' || bad "could not change a weight of layer 7"
+import json, os, struct, sys
+d = sys.argv[1]
+index = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+name = [n for n in index if n.endswith("layers.7.self_attn.o_proj.weight")][0]   # read by every token
+path = os.path.join(d, index[name])
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    start = json.loads(f.read(n))[name]["data_offsets"][0]
+    f.seek(8 + n + start + 1)            # the high byte of the first BF16 value
+    b = f.read(1)[0]
+    f.seek(8 + n + start + 1)
+    f.write(bytes([b ^ 0x40]))
+EOF
+"$BIN" verify "$tmp/fs/h2" --write --quiet > "$tmp/v.log" 2>&1 || bad "verify --write on the changed copy: $(tail -n 2 "$tmp/v.log")"
+two "$tmp/c3.json"; rc=$?
+[ $rc -ne 0 ] && grep -q "stage 1's checkpoint holds other weights" "$tmp/c3.json" "$tmp/c3.json.err" && ok \
+    || bad "other weights on host 2: exit $rc: $(grep -v '^-\|^$' "$tmp/c3.json.err" | head -n 3)"
+two "$tmp/c4.json" --no-verify; rc=$?
+c=$(ids "$tmp/c4.json")
+[ $rc -eq 0 ] && [ -n "$c" ] && [ "$c" != "$a" ] && ok || bad "other weights, unchecked: exit $rc, ids '$c' (one process: '$a'): the case proves nothing"
 
 echo "t_hosts: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -31,7 +31,9 @@
  * Waiting polls (MPI_Improbe / MPI_Test) with naps growing to 200 us instead
  * of MPI's busy wait, so a waiting stage leaves its cores to its I/O threads.
  * At open every stage r > 0 reports to stage 0 (READY: status, layers, prompt
- * chunk, model hash); on any failure stage 0 sends QUIT to the stages that
+ * chunk, model hash, and what its checksum sidecar says of the weights, so
+ * machines holding different weights under the same tensor table are refused
+ * where both have a sidecar); on any failure stage 0 sends QUIT to the stages that
  * opened, and every process ends.
  */
 #include "engine/engine_int.h"
@@ -68,6 +70,7 @@ typedef struct ready {
     int64_t chunk, max_context;
     int64_t streamed;           /* trunk bytes the stage streams per pass (0: it holds its trunk) */
     uint64_t hash;
+    uint64_t sums;              /* ms_sums_content_hash of its sidecar (0: weights not verified) */
     char err[448];
 } ready;
 
@@ -283,6 +286,10 @@ static void quit_stages(const int *ok) {
     g.stages_up = 0;
 }
 
+static uint64_t sums_digest(const ms_engine *e) {
+    return e->sums ? ms_sums_content_hash(e->sums) : 0;
+}
+
 static int64_t stage_streamed(const ms_engine *e) {
     const ms_plan *p = ms_store_get_plan(e->store);
     return p ? p->streamed_region_bytes : 0;
@@ -302,6 +309,7 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
             rd.max_draft = e->p.max_draft;
             rd.streamed = stage_streamed(e);
             rd.hash = e->model_hash;
+            rd.sums = sums_digest(e);
         } else {
             snprintf(rd.err, sizeof rd.err, "%s", msg ? msg : "");
         }
@@ -311,6 +319,7 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     int ok[MS_MAX_STAGES] = { 0 };
     ms_status first = MS_OK;
     int64_t streamed = own == MS_OK ? stage_streamed(e) : 0;
+    const uint64_t sums = own == MS_OK ? sums_digest(e) : 0;
     char why[600] = "";
     for (int r = 1; r < g.size; r++) {
         const size_t n = recv_bytes(r, TAG_READY, NULL);
@@ -327,6 +336,10 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
         } else if (own == MS_OK && rd.hash != e->model_hash) {
             bad = MS_E_MODEL;
             snprintf(b, sizeof b, "pipeline stage %d opened another checkpoint (config or tensor table differ)", r);
+        } else if (own == MS_OK && sums && rd.sums && rd.sums != sums) {
+            bad = MS_E_MODEL;
+            snprintf(b, sizeof b, "pipeline stage %d's checkpoint holds other weights than stage 0's (the same tensor "
+                     "table, but their moestream.sums differ): every machine needs the same checkpoint", r);
         } else if (own == MS_OK && (rd.layer0 != e->stage_start[r] || rd.layer1 != e->stage_start[r + 1])) {
             bad = MS_E_INTERNAL;
             snprintf(b, sizeof b, "pipeline stage %d runs layers %d..%d, stage 0 expected %d..%d", r, rd.layer0,
