@@ -47,9 +47,7 @@ PY=/usr/bin/python3
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# as in t_pipeline.sh: Open MPI's own allocations at MPI_Finalize are not the engine's leaks
-if [ "${MS_SANITIZER:-0}" = 1 ]; then export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"; fi
+. tests/lib_mpi.sh
 
 # names unique to this run (interface names have at most 15 characters)
 rid=$(( $$ % 100000 ))

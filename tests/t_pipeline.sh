@@ -38,14 +38,7 @@ PY=/usr/bin/python3
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# Open MPI refuses root unless told; the test machines run as root
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Under AddressSanitizer (make asan): Open MPI leaves its own allocations (in its dlopen'ed
-# components, ompi_op_base_op_select, ...) at MPI_Finalize, which LeakSanitizer reports as
-# leaks of every process; memory errors and undefined behaviour are still caught here, and
-# the engine's own leaks by every other test
-if [ "${MS_SANITIZER:-0}" = 1 ]; then export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"; fi
+. tests/lib_mpi.sh
 MPI="mpirun --oversubscribe --mca btl self,vader"
 if ! command -v mpirun >/dev/null; then
     bad "mpirun is missing (make setup installs openmpi-bin)"

@@ -542,35 +542,27 @@ static int64_t avx512l2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packe
 #define VM_W 8
 #include "kernels/x86/vmath_body.h"
 
+/* What the two tables share: everything but the matvec paths' prefetches. */
+#define AVX512_SHARED                                                             \
+    .matmat_bf16 = avx512_matmat_bf16, .matvec_f32 = avx512_matvec_f32,           \
+    .expf_n = avx512_expf_n, .sigmoidf_n = avx512_sigmoidf_n,                     \
+    .siluf_n = avx512_siluf_n, .situ_glu = avx512_situ_glu,                       \
+    .kda_update = avx512_kda_update, .mla_scores = avx512_mla_scores,             \
+    .mla_mix = avx512_mla_mix
+
 const ms_kern ms_kern_avx512 = {
     .name = "avx512",
     .matvec_bf16 = avx512_matvec_bf16,
-    .matmat_bf16 = avx512_matmat_bf16,
-    .matvec_f32 = avx512_matvec_f32,
     .matvec_mxfp4 = avx512_matvec_mxfp4,
     .matmat_mxfp4 = avx512_matmat_mxfp4,
-    .expf_n = avx512_expf_n,
-    .sigmoidf_n = avx512_sigmoidf_n,
-    .siluf_n = avx512_siluf_n,
-    .situ_glu = avx512_situ_glu,
-    .kda_update = avx512_kda_update,
-    .mla_scores = avx512_mla_scores,
-    .mla_mix = avx512_mla_mix,
+    AVX512_SHARED,
 };
 
 /* The same kernels with the matvec prefetches to L2 (PREFETCH HINT). */
 const ms_kern ms_kern_avx512_l2 = {
     .name = "avx512-l2",
     .matvec_bf16 = avx512l2_matvec_bf16,
-    .matmat_bf16 = avx512_matmat_bf16,
-    .matvec_f32 = avx512_matvec_f32,
     .matvec_mxfp4 = avx512l2_matvec_mxfp4,
     .matmat_mxfp4 = avx512l2_matmat_mxfp4,
-    .expf_n = avx512_expf_n,
-    .sigmoidf_n = avx512_sigmoidf_n,
-    .siluf_n = avx512_siluf_n,
-    .situ_glu = avx512_situ_glu,
-    .kda_update = avx512_kda_update,
-    .mla_scores = avx512_mla_scores,
-    .mla_mix = avx512_mla_mix,
+    AVX512_SHARED,
 };
