@@ -677,10 +677,14 @@ def kernel_summary(text):
 
 def overlap_of(row, comp):
     """Measured overlap of I/O and compute at one rung: 0 = serial (s = io + compute),
-    1 = perfect (s = max(io, compute)); clipped to [0, 1]."""
+    1 = perfect (s = max(io, compute)); clipped to [0, 1]. The I/O floor is the one of
+    the device as measured right before and after the rung where the run has those
+    probes (the disk drifts during a run: on machine C from 2.2 to 1.75 GB/s, and
+    against the start-of-run device the floor rung showed no overlap at all), else
+    the start-of-run device's."""
     if row is None or comp is None:
         return None
-    io = row["io_floor_best"]
+    io = row.get("io_floor_adjacent") or row["io_floor_best"]
     small = min(io, comp)
     if small <= 0:
         return None
@@ -867,7 +871,7 @@ def markdown(results):
     if pr:
         L.append("")
         L.append("Projection for the real K3 (%s): compute = %.0f GB touched per token / %.2f GB/s "
-                 "= %.1f s on this CPU; overlap measured %s (trunk streams) / %s (trunk pinned)."
+                 "= %.1f s on this CPU; overlap measured %s (trunk streams) / %s (trunk pinned), against the device next to each rung."
                  % (pr["config"], pr["k3_touched_bytes_per_token"] / GB, pr["compute_gbps"], pr["compute_s"],
                     fmt(pr["overlap_trunk_streams"]), fmt(pr["overlap_trunk_pinned"])))
         L.append("")
