@@ -130,7 +130,8 @@ static void print_usage(FILE *f) {
     fprintf(f, "usage: decodebench MODEL_DIR --ids 1,2,3 [--gen N] [--ram S] [--trunk-ram S]\n"
                "         [--expert-ram S] [--io pread|direct|uring] [--queue-depth N] [--io-chunk S]\n"
                "         [--threads N] [--cache s3fifo|lru] [--no-readahead] [--speculate K] [--chunk N]\n"
-               "         [--no-verify] [--no-pack] [--pick-among N]   (--ram min: the smallest plan)\n");
+               "         [--no-verify] [--no-pack] [--pick-among N] [--kernels NAME]\n"
+               "         (--ram min: the smallest plan)\n");
 }
 
 int main(int argc, char **argv) {
@@ -156,6 +157,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--queue-depth")) ep.io_queue_depth = atoi(v);
         else if (!strcmp(a, "--io")) ep.io_backend = v;
         else if (!strcmp(a, "--cache")) ep.cache_policy = v;
+        else if (!strcmp(a, "--kernels")) ep.kernels = v;
         else if (!strcmp(a, "--ram") && !strcmp(v, "min")) ep.ram_bytes = MS_RAM_MIN;
         else if (!strcmp(a, "--ram")) ep.ram_bytes = sz = parse_size(v);
         else if (!strcmp(a, "--speculate")) ep.max_draft = atoi(v);
@@ -245,6 +247,7 @@ int main(int argc, char **argv) {
     json_object_set_new(out, "status", json_string(ms_status_name(st)));
     if (st != MS_OK) json_object_set_new(out, "error", json_string(ms_session_error(s)));
     json_object_set_new(out, "n_threads", json_integer(ep.n_threads));
+    json_object_set_new(out, "kernels", json_string(info.kernels));
     json_object_set_new(out, "open_s", json_real(open_s));
     json_object_set_new(out, "open_cpu_s", json_real(open_cpu.s));
     json_object_set_new(out, "open_minor_faults", json_integer(open_cpu.minflt));

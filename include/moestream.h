@@ -69,6 +69,10 @@ typedef struct ms_engine_params {
     const char *cache_policy;   /* "s3fifo" (default), "lru" */
     int no_readahead;           /* 1: read streamed trunk regions synchronously */
     const char *trace_path;     /* append every expert request here */
+    const char *kernels;        /* the kernel table: NULL or "auto" = the best this CPU runs;
+                                   "ref", "avx2", "avx512", "avx512-l2" to choose one (a CPU
+                                   that lacks it: MS_E_USAGE at open). Every table gives the
+                                   same bits (docs/DETERMINISM.md); only the speed differs */
     int no_predict_experts;     /* 1: do not prefetch predicted experts. By default, during
                                    decode, the next layer's router (when it is in memory) is
                                    applied to this layer's input and its choices are read as
@@ -164,6 +168,7 @@ typedef struct ms_model_info {
     int64_t max_context;
     int64_t prefill_chunk;      /* tokens per pass over the weights (the automatic choice
                                    when ms_engine_params.prefill_chunk was 0) */
+    const char *kernels;        /* the kernel table in use ("avx512", ...; static storage) */
 } ms_model_info;
 
 void ms_engine_info(const ms_engine *e, ms_model_info *info);

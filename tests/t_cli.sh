@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/t_cli.sh - the moestream program: ids equal to the reference's, JSON
-# output, logits dump, exit codes, sessions saved and resumed bit-identically.
+# output, logits dump, exit codes, sessions saved and resumed bit-identically,
+# --kernels.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${MS_BUILD:-build}
@@ -90,5 +91,16 @@ grep -q "scratch for 1024-token chunks, chosen for the budget" "$tmp/plan8.txt" 
 "$BIN" plan "$cfg" | grep -q "scratch for 32-token chunks)" && ok || bad "plan without --ram: not 32-token chunks"
 "$BIN" plan "$cfg" --ram 8G --chunk 64 | grep -q "scratch for 64-token chunks)" && ok || bad "plan --chunk 64 at 8G"
 "$BIN" plan "$cfg" --ram 2G 2>/dev/null | grep -q "DOES NOT FIT" && ok || bad "plan at 2G does not say it does not fit"
+# --kernels: the table is named in the JSON; ref gives the logits bits of the automatic
+# choice; an unknown name is a usage error (exit 2) that lists the known ones
+"$BIN" run models/k3-tiny --ids 1,2,3 --gen 6 --json --dump-logits "$tmp/k0.f32" --quiet > "$tmp/k0.json"
+"$BIN" run models/k3-tiny --ids 1,2,3 --gen 6 --json --dump-logits "$tmp/k1.f32" --kernels ref --quiet > "$tmp/k1.json"
+[ "$(jget "$tmp/k1.json" kernels)" = ref ] && [ -n "$(jget "$tmp/k0.json" kernels)" ] && ok \
+    || bad "--kernels ref: JSON names '$(jget "$tmp/k1.json" kernels)', auto '$(jget "$tmp/k0.json" kernels)'"
+[ "$(jget "$tmp/k0.json" generated_ids)" = "$(jget "$tmp/k1.json" generated_ids)" ] && [ -s "$tmp/k0.f32" ] \
+    && cmp -s "$tmp/k0.f32" "$tmp/k1.f32" && ok || bad "--kernels ref: other ids or logits than the automatic table"
+expect_rc 2 "$BIN" run models/k3-tiny --ids 1,2,3 --gen 2 --kernels sse9
+grep -q "unknown (auto, ref, avx2, avx512, avx512-l2)" "$tmp/err" && ok || bad "--kernels sse9: $(cat "$tmp/err")"
+
 echo "t_cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -7,6 +7,8 @@
  *   - the same feed one token at a time gives the same logits BITS as one
  *     chunked feed (prefill chunks == decode);
  *   - 2, 3 and 7 threads give the same bits as 1 thread (chunked and token by token);
+ *   - every kernel table the CPU runs (ref, avx2, avx512, avx512-l2: ms_engine_params
+ *     .kernels) gives the same bits as the automatic choice, chunked and token by token;
  *   - greedy decode of the prompt reproduces greedy_ids exactly, and a full
  *     recompute at every step gives the same ids and logits bits.
  * For each trap fixture (trap_NAME): the engine matches the correct reference
@@ -78,16 +80,22 @@ static void free_golden(golden *g) {
     free(g->prompt); free(g->greedy); free(g->tf); free(g->tf_argmax); free(g->tf_logits);
 }
 
-static ms_engine *open_engine(const char *dir, int threads) {
+/* kernels: a table's name, or NULL = auto. NULL (no failure) when that table
+ * is not on this CPU. */
+static ms_engine *open_engine_k(const char *dir, int threads, const char *kernels) {
     ms_engine_params p = ms_engine_default_params();
     p.model_dir = dir;
     p.n_threads = threads;
+    p.kernels = kernels;
     ms_engine *e = NULL;
     char msg[1024];
     ms_status st = ms_engine_open(&p, &e, msg, sizeof msg);
+    if (kernels && st == MS_E_USAGE && strstr(msg, "lacks it")) return NULL;
     CHECK(st == MS_OK, "open %s: %s", dir, msg);
     return e;
 }
+
+static ms_engine *open_engine(const char *dir, int threads) { return open_engine_k(dir, threads, NULL); }
 
 /* Teacher forcing: logits for every position of ids, in one feed (chunked
  * internally) or one token per feed. */
@@ -165,6 +173,26 @@ static void check_model(const char *dir, const char *name) {
                   "%s: %d-thread logits differ from 1-thread bits", name, n_thr[it]);
             free(lg2);
             ms_engine_close(e2);
+        }
+
+        /* every kernel table this CPU runs, chunked (matrix-matrix kernels) and token by
+         * token (matrix-vector): the same bits as the automatic choice */
+        static const char *const tabs[] = { "ref", "avx2", "avx512", "avx512-l2" };
+        for (int it = 0; it < 4; it++) {
+            ms_engine *ek = open_engine_k(dir, 2, tabs[it]);
+            if (!ek) { printf("%s: kernels %s not on this CPU: skipped\n", name, tabs[it]); continue; }
+            ms_model_info ki;
+            ms_engine_info(ek, &ki);
+            CHECK(ki.kernels && !strcmp(ki.kernels, tabs[it]), "%s: asked for kernels %s, got %s", name, tabs[it],
+                  ki.kernels ? ki.kernels : "-");
+            for (int by_one = 0; by_one < 2; by_one++) {
+                float *lgk = teacher_force(ek, g.tf, n, V, by_one);
+                CHECK(lgk && memcmp(lg, lgk, (size_t)(n * V) * sizeof *lg) == 0,
+                      "%s: kernels %s (%s) give other logits bits than %s", name, tabs[it],
+                      by_one ? "token by token" : "chunked", info.kernels);
+                free(lgk);
+            }
+            ms_engine_close(ek);
         }
         free(lg);
     }

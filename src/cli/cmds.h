@@ -27,6 +27,7 @@ typedef struct cli_opts {
     int64_t chunk;              /* --chunk N: prompt tokens per pass over the weights (0 = the
                                    engine's choice: for --ram, else 32) */
     const char *stages;         /* --stages L1,L2,...: a pipeline's split (under mpirun) */
+    const char *kernels;        /* --kernels NAME: the kernel table (auto, ref, avx2, avx512, avx512-l2) */
     int stage_groups;           /* --stage-groups N (0 = automatic) */
 } cli_opts;
 

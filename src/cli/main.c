@@ -58,6 +58,8 @@ static void usage(FILE *f) {
         "\n"
         "common options:\n"
         "  --threads N          compute threads (default: all cores; output bits do not change)\n"
+        "  --kernels NAME       the kernel table: auto (default: the best for this CPU), ref,\n"
+        "                       avx2, avx512, avx512-l2 (same bits, other speed; run --json names it)\n"
         "  --ram SIZE           resident-memory ceiling, e.g. 8G; min = the smallest plan,\n"
         "                       auto = 90%% of MemAvailable, all = no limit (the default)\n"
         "  --quiet              no progress or summary on stderr\n"
@@ -103,11 +105,12 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--predict-experts")) { o->no_predict_experts = 0; return 1; }   /* the default */
     if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 1; }
     if (!strcmp(a, "--no-pack")) { o->no_pack = 1; return 1; }
-    if (!strcmp(a, "--sums") || !strcmp(a, "--pack") || !strcmp(a, "--stages")) {
+    if (!strcmp(a, "--sums") || !strcmp(a, "--pack") || !strcmp(a, "--stages") || !strcmp(a, "--kernels")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
         (*i)++;
         if (!strcmp(a, "--sums")) o->sums_path = v;
         else if (!strcmp(a, "--pack")) o->pack_path = v;
+        else if (!strcmp(a, "--kernels")) o->kernels = v;
         else o->stages = v;
         return 1;
     }
@@ -196,6 +199,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.io_backend = o->io_backend;
     ep.io_queue_depth = o->io_queue_depth;
     ep.cache_policy = o->cache_policy;
+    ep.kernels = o->kernels;
     ep.no_readahead = o->no_readahead;
     ep.trace_path = o->trace_path;
     ep.no_predict_experts = o->no_predict_experts;
@@ -519,8 +523,8 @@ static int cmd_run(int argc, char **argv) {
         }
         ms_model_info mi;
         ms_engine_info(e, &mi);
-        printf(", \"status\": \"%s\", \"prefill_chunk\": %lld, \"stats\": ", ms_status_name(st),
-               (long long)mi.prefill_chunk);
+        printf(", \"status\": \"%s\", \"prefill_chunk\": %lld, \"kernels\": \"%s\", \"stats\": ",
+               ms_status_name(st), (long long)mi.prefill_chunk, mi.kernels);
         cli_print_stats_json(stdout, &stt);
         printf("}\n");
     } else if (!text_mode) {

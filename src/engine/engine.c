@@ -123,6 +123,15 @@ static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *e
         free(e);
         return MS_E_USAGE;
     }
+    /* the kernel table, before anything is read */
+    if (!(e->model.kern = ms_kernels_select(p->kernels))) {
+        if (errbuf && errbuf_len)
+            snprintf(errbuf, errbuf_len, "kernels '%s': %s", p->kernels,
+                     ms_kernels_known(p->kernels) ? "this CPU (or build) lacks it"
+                                                 : "unknown (auto, ref, avx2, avx512, avx512-l2)");
+        free(e);
+        return MS_E_USAGE;
+    }
     /* default: the cores this process may run on (a cpuset or a binding), else all online */
     int n_threads = p->n_threads;
     if (n_threads <= 0) {
@@ -277,7 +286,7 @@ static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *e
         e->model_bound = 1;
         if (st != MS_OK) goto fail;
     }
-    e->model.kern = ms_kernels_select(NULL);
+    e->model.kern = ms_kernels_select(p->kernels);   /* checked at the start */
     MS_ASSERT(e->model.kern != NULL);
     if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_model_validate(&e->model, e->store, &err)) != MS_OK) goto fail;
@@ -352,6 +361,7 @@ void ms_engine_info(const ms_engine *e, ms_model_info *info) {
     info->pad_id = e->cfg.pad_token_id;
     info->max_context = e->p.max_context;
     info->prefill_chunk = e->p.prefill_chunk;
+    info->kernels = e->model.kern->name;
 }
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st) {

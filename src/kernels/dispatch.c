@@ -106,6 +106,14 @@ static void select_init(void) {
  *              any other name -> NULL.
  * THREADS      safe to call from several threads, any number of times.
  * RETURNS      a pointer to a static table (never freed). Allocates nothing. */
+int ms_kernels_known(const char *name) {
+    static const char *const names[] = { "auto", "ref", "avx2", "avx512", "avx512-l2" };
+    if (!name) return 1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i])) return 1;
+    return 0;
+}
+
 const ms_kern *ms_kernels_select(const char *force) {
     pthread_once(&select_once, select_init);
     int is_auto = force == NULL || strcmp(force, "auto") == 0;

@@ -107,6 +107,10 @@ extern const ms_kern ms_kern_ref;
  * Idempotent. */
 const ms_kern *ms_kernels_select(const char *force);
 
+/* 1 if `name` names a table on some CPU (NULL and "auto" included), else 0:
+ * tells "unknown" from "not on this CPU" when ms_kernels_select says NULL. */
+int ms_kernels_known(const char *name);
+
 /* ---- scalar building blocks (kernels/ref/ops.c), shared by every ISA ----
  * Reductions here accumulate in DOUBLE in increasing index order. */
 
