@@ -577,7 +577,8 @@ def derive(results):
         n = d["tokens"]
         per = [t["s"] for t in res["decode_tokens"]]
         row = {"label": rung["label"], "ram": rung["ram"], "plan": rung.get("plan", {}),
-               "decode_tokens": n, "overrides": bool(rung.get("trunk_ram") or rung.get("expert_ram"))}
+               "decode_tokens": n, "overrides": bool(rung.get("trunk_ram") or rung.get("expert_ram")),
+               "kernels": res.get("kernels")}    # the kernel table (decodebench reports it)
         row["s_per_token"] = d["s"] / n
         row["s_per_token_median"] = sorted(per)[len(per) // 2]
         row["s_per_token_min"] = min(per)
@@ -767,6 +768,9 @@ def markdown(results):
              % (m.get("date"), m.get("commit", "?")[:12], m.get("load_at_start"),
                 os.path.relpath(MODEL, ROOT), results["layout"]["total_bytes"] / GB,
                 " ".join(results["model"]["msgen_args"])))
+    tabs = sorted({r.get("kernels") for r in results.get("rows", []) if r.get("kernels")})
+    if tabs:
+        L[-1] += " Kernels: %s." % ", ".join(tabs)
     bw = results["device_bw"]
     L.append("")
     L.append("Device (engine I/O layer, O_DIRECT into 2 MiB huge-page buffers): layer-sized reads "
