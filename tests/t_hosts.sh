@@ -28,7 +28,8 @@
 #     Open MPI's daemon with them): the request fails instead of hanging,
 #     mpirun ends non-zero, nothing is left on host 1;
 #  6. every host with its own copy of the checkpoint: an identical copy on
-#     host 2 gives the ids of one process; another checkpoint there is
+#     host 2 gives the ids of one process (without its checksum sidecar too,
+#     with a warning that the weights go unchecked); another checkpoint there is
 #     refused at start, and so is a copy whose weights differ under the same
 #     tensor table (one byte of a layer of stage 1 changed, its checksum
 #     sidecar rebuilt to match), which would otherwise run and give other
@@ -236,6 +237,13 @@ cp -r models/k3-tiny "$tmp/fs/h2"
 two "$tmp/c1.json"; rc=$?
 c=$(ids "$tmp/c1.json")
 [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$c" ] && ok || bad "own copies: exit $rc, ids '$c', want '$a' ($(head -c 300 "$tmp/c1.json.err"))"
+# host 2's copy without a sidecar: it runs, and stage 0 warns that the weights go unchecked
+rm "$tmp/fs/h2/moestream.sums"
+timeout 120 $MPI --host h1,h2 -np 2 "$BIN" run "$tmp/model" --prompt "$P" --max-tokens 16 --json \
+    > "$tmp/c5.json" 2> "$tmp/c5.json.err"; rc=$?
+c=$(ids "$tmp/c5.json")
+[ $rc -eq 0 ] && [ "$a" = "$c" ] && grep -q "stage 1 has no checksum sidecar and stage 0 has one" "$tmp/c5.json.err" && ok \
+    || bad "a copy without sidecar: exit $rc, ids '$c', stderr: $(head -c 300 "$tmp/c5.json.err")"
 rm -rf "$tmp/fs/h2"; cp -r "$TD/b" "$tmp/fs/h2"
 two "$tmp/c2.json"; rc=$?
 [ $rc -ne 0 ] && grep -q 'stage 1 opened another checkpoint' "$tmp/c2.json" "$tmp/c2.json.err" && ok \

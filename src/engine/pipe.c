@@ -352,6 +352,10 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
         } else if (own == MS_OK) {
             if (rd.chunk < e->p.prefill_chunk) e->p.prefill_chunk = rd.chunk;  /* every stage's scratch holds the pass */
             streamed += rd.streamed;
+            if (!sums != !rd.sums)
+                ms_log(&e->log, MS_LOG_WARN, "pipeline stage %d has %s checksum sidecar and stage 0 %s: whether "
+                       "they hold the same weights is not checked (moestream verify on every machine)", r,
+                       rd.sums ? "a" : "no", sums ? "has one" : "has none");
         }
         if (bad != MS_OK && first == MS_OK) { first = bad; snprintf(why, sizeof why, "%s", b); }
     }
