@@ -33,7 +33,8 @@ Environment (all optional):
   BENCH_GEN        tokens generated per budget (N - 1 decode feeds; default 6, quick 3)
   BENCH_BUDGETS    explicit ladder instead of the derived one: comma list of
                    RAM[:trunk=S][:expert=S], e.g. "4G,8G:trunk=6G:expert=1G"
-  BENCH_IO / BENCH_QD   engine I/O backend and queue depth (default direct / 4)
+  BENCH_IO / BENCH_QD   engine I/O backend and queue depth (default direct / 16, the
+                        engine's; runs before 2026-12-02 15:15 used 4)
   BENCH_THREADS    compute threads (default 0 = all cores)
   BENCH_DEV_BYTES  bytes per device configuration (default 2G, quick 512M)
   BENCH_PROBE      0: skip the short device probe before and after every rung
@@ -85,7 +86,7 @@ CFG = {
     "seed": int(env("BENCH_SEED", 7)),
     "gen": int(env("BENCH_GEN", 3 if QUICK else 6)),
     "io": env("BENCH_IO", "direct"),
-    "qd": int(env("BENCH_QD", 4)),
+    "qd": int(env("BENCH_QD", 16)),
     "threads": int(env("BENCH_THREADS", 0)),
     "dev_bytes": env("BENCH_DEV_BYTES", "512M" if QUICK else "2G"),
     "dev_qds": "1,4,16" if QUICK else "1,2,4,8,16",

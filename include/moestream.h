@@ -63,7 +63,7 @@ typedef struct ms_engine_params {
     int64_t trunk_bytes;        /* > 0: ceiling on pinned trunk + ring */
     int64_t expert_bytes;       /* > 0: ceiling on the expert cache */
     const char *io_backend;     /* "direct" (default), "pread", "uring" */
-    int io_queue_depth;         /* reads in flight (default 4) */
+    int io_queue_depth;         /* reads in flight (default 16) */
     int64_t io_chunk_bytes;     /* reads are split into pieces of at most this many bytes,
                                    rounded up to 4 KiB (default 2 MiB; at most 1 GiB) */
     const char *cache_policy;   /* "s3fifo" (default), "lru" */

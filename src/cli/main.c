@@ -64,7 +64,7 @@ static void usage(FILE *f) {
         "                       auto = 90%% of MemAvailable, all = no limit (the default)\n"
         "  --quiet              no progress or summary on stderr\n"
         "  --trunk-ram SIZE     ceiling on pinned trunk + ring   --expert-ram SIZE  ceiling on the expert cache\n"
-        "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight\n"
+        "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight (16)\n"
         "  --cache s3fifo|lru   expert cache policy (s3fifo)     --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
         "  --no-predict-experts do not prefetch the next layer's experts predicted by its\n"
