@@ -876,7 +876,7 @@ def markdown(results):
     if pr:
         L.append("")
         L.append("Projection for the real K3 (%s): compute = %.0f GB touched per token / %.2f GB/s "
-                 "= %.1f s on this CPU; overlap measured %s (trunk streams) / %s (trunk pinned), against the device next to each rung."
+                 "= %.1f s on this CPU; overlap measured %s (trunk streams) / %s (trunk pinned), against the device next to each rung where it was probed."
                  % (pr["config"], pr["k3_touched_bytes_per_token"] / GB, pr["compute_gbps"], pr["compute_s"],
                     fmt(pr["overlap_trunk_streams"]), fmt(pr["overlap_trunk_pinned"])))
         L.append("")

@@ -123,8 +123,10 @@ static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *e
         free(e);
         return MS_E_USAGE;
     }
-    /* the kernel table, before anything is read */
-    if (!(e->model.kern = ms_kernels_select(p->kernels))) {
+    /* the kernel table, before anything is read (binding the model below resets
+       e->model, which takes it afterwards) */
+    const ms_kern *kern = ms_kernels_select(p->kernels);
+    if (!kern) {
         if (errbuf && errbuf_len)
             snprintf(errbuf, errbuf_len, "kernels '%s': %s", p->kernels,
                      ms_kernels_known(p->kernels) ? "this CPU (or build) lacks it"
@@ -286,8 +288,7 @@ static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *e
         e->model_bound = 1;
         if (st != MS_OK) goto fail;
     }
-    e->model.kern = ms_kernels_select(p->kernels);   /* checked at the start */
-    MS_ASSERT(e->model.kern != NULL);
+    e->model.kern = kern;
     if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_model_validate(&e->model, e->store, &err)) != MS_OK) goto fail;
     if ((st = ms_pool_open(n_threads, &e->pool, &err)) != MS_OK) goto fail;

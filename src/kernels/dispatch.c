@@ -99,13 +99,7 @@ static void select_init(void) {
 #endif
 }
 
-/* CONTRACT     force: NULL or "auto" -> the best supported table; "ref", "avx2",
- *              "avx512", "avx512-l2" -> that table, or NULL if this CPU (or
- *              build) lacks it; the two avx512 tables differ only in where
- *              matvec prefetches go, and auto takes avx512-l2 on Zen 4;
- *              any other name -> NULL.
- * THREADS      safe to call from several threads, any number of times.
- * RETURNS      a pointer to a static table (never freed). Allocates nothing. */
+/* The names ms_kernels_select knows on any CPU (kernels.h). */
 int ms_kernels_known(const char *name) {
     static const char *const names[] = { "auto", "ref", "avx2", "avx512", "avx512-l2" };
     if (!name) return 1;
@@ -114,6 +108,13 @@ int ms_kernels_known(const char *name) {
     return 0;
 }
 
+/* CONTRACT     force: NULL or "auto" -> the best supported table; "ref", "avx2",
+ *              "avx512", "avx512-l2" -> that table, or NULL if this CPU (or
+ *              build) lacks it; the two avx512 tables differ only in where
+ *              matvec prefetches go, and auto takes avx512-l2 on Zen 4;
+ *              any other name -> NULL.
+ * THREADS      safe to call from several threads, any number of times.
+ * RETURNS      a pointer to a static table (never freed). Allocates nothing. */
 const ms_kern *ms_kernels_select(const char *force) {
     pthread_once(&select_once, select_init);
     int is_auto = force == NULL || strcmp(force, "auto") == 0;

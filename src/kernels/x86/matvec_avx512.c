@@ -177,10 +177,16 @@ static void avx512l2_matvec_bf16(float *y, const uint16_t *W, const float *x,
     dense_rows(y, 0, W, NULL, x, 0, 1, r0, r1, cols, 1);
 }
 
-/* prompt chunks reuse each block for T tokens and do not prefetch */
+/* prompt chunks: blocks of 4 tokens do not prefetch; a single token (T = 1,
+ * or a chunk's last T % 4) prefetches as its table's matvec does */
 static void avx512_matmat_bf16(float *Y, int64_t ldy, const uint16_t *W, const float *X,
                                int64_t ldx, int64_t T, int64_t r0, int64_t r1, int64_t cols) {
     dense_rows(Y, ldy, W, NULL, X, ldx, T, r0, r1, cols, 0);
+}
+
+static void avx512l2_matmat_bf16(float *Y, int64_t ldy, const uint16_t *W, const float *X,
+                                 int64_t ldx, int64_t T, int64_t r0, int64_t r1, int64_t cols) {
+    dense_rows(Y, ldy, W, NULL, X, ldx, T, r0, r1, cols, 1);
 }
 
 static void avx512_matvec_f32(float *y, const float *W, const float *x,
@@ -542,9 +548,9 @@ static int64_t avx512l2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packe
 #define VM_W 8
 #include "kernels/x86/vmath_body.h"
 
-/* What the two tables share: everything but the matvec paths' prefetches. */
+/* What the two tables share: every kernel that does not prefetch rows. */
 #define AVX512_SHARED                                                             \
-    .matmat_bf16 = avx512_matmat_bf16, .matvec_f32 = avx512_matvec_f32,           \
+    .matvec_f32 = avx512_matvec_f32,                                              \
     .expf_n = avx512_expf_n, .sigmoidf_n = avx512_sigmoidf_n,                     \
     .siluf_n = avx512_siluf_n, .situ_glu = avx512_situ_glu,                       \
     .kda_update = avx512_kda_update, .mla_scores = avx512_mla_scores,             \
@@ -553,6 +559,7 @@ static int64_t avx512l2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packe
 const ms_kern ms_kern_avx512 = {
     .name = "avx512",
     .matvec_bf16 = avx512_matvec_bf16,
+    .matmat_bf16 = avx512_matmat_bf16,
     .matvec_mxfp4 = avx512_matvec_mxfp4,
     .matmat_mxfp4 = avx512_matmat_mxfp4,
     AVX512_SHARED,
@@ -562,6 +569,7 @@ const ms_kern ms_kern_avx512 = {
 const ms_kern ms_kern_avx512_l2 = {
     .name = "avx512-l2",
     .matvec_bf16 = avx512l2_matvec_bf16,
+    .matmat_bf16 = avx512l2_matmat_bf16,
     .matvec_mxfp4 = avx512l2_matvec_mxfp4,
     .matmat_mxfp4 = avx512l2_matmat_mxfp4,
     AVX512_SHARED,
