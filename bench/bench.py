@@ -33,8 +33,8 @@ Environment (all optional):
   BENCH_GEN        tokens generated per budget (N - 1 decode feeds; default 6, quick 3)
   BENCH_BUDGETS    explicit ladder instead of the derived one: comma list of
                    RAM[:trunk=S][:expert=S], e.g. "4G,8G:trunk=6G:expert=1G"
-  BENCH_IO / BENCH_QD   engine I/O backend and queue depth (default direct / 16, the
-                        engine's; runs before 2026-12-02 15:15 used 4)
+  BENCH_IO / BENCH_QD   engine I/O backend and queue depth (default direct / 32, the
+                        engine's; runs before 2026-12-02 15:15 used 4, before 18:00 16)
   BENCH_THREADS    compute threads (default 0 = all cores)
   BENCH_DEV_BYTES  bytes per device configuration (default 2G, quick 512M)
   BENCH_PROBE      0: skip the short device probe before and after every rung
@@ -86,10 +86,10 @@ CFG = {
     "seed": int(env("BENCH_SEED", 7)),
     "gen": int(env("BENCH_GEN", 3 if QUICK else 6)),
     "io": env("BENCH_IO", "direct"),
-    "qd": int(env("BENCH_QD", 16)),
+    "qd": int(env("BENCH_QD", 32)),
     "threads": int(env("BENCH_THREADS", 0)),
     "dev_bytes": env("BENCH_DEV_BYTES", "512M" if QUICK else "2G"),
-    "dev_qds": "1,4,16" if QUICK else "1,2,4,8,16",
+    "dev_qds": "1,4,16,32" if QUICK else "1,2,4,8,16,32",
     "budgets": env("BENCH_BUDGETS", ""),
     "prompt_len": 32,
     "pack": env("BENCH_PACK", "0") not in ("0", ""),
@@ -591,6 +591,13 @@ def derive(results):
         row["io_wait_per_token"] = d["io_wait_s"] / n
         row["compute_per_token"] = row["s_per_token"] - row["io_wait_per_token"]
         row["cpu_per_token"] = d["cpu_s"] / n
+        if d.get("io_busy_s"):
+            # the disk as the engine saw it during decode: time with at least one read in
+            # flight, the mean number in flight then, and the bandwidth it delivered then
+            row["busy_per_token"] = d["io_busy_s"] / n
+            row["busy_share"] = row["busy_per_token"] / row["s_per_token"]
+            row["inflight_mean"] = d["io_inflight_s"] / d["io_busy_s"]
+            row["busy_gbps"] = row["bytes_per_token"] / row["busy_per_token"] / GB
         steady = res["decode_tokens"][1:]
         if steady and "minor_faults" in steady[0]:
             # page faults after the first decode token: memory first touched per token
@@ -637,6 +644,10 @@ def derive(results):
         r["overlap_fraction"] = ((io + comp - r["s_per_token"]) / small) if small > 0 else None
         # the target: decode s/token / max(I/O floor, compute floor)
         r["target_ratio"] = r["s_per_token"] / max(io, comp)
+        if r.get("busy_per_token"):
+            # against the disk's own busy time in the same tokens: the part of the target
+            # ratio that is idle disk, without the device's drift between probe and run
+            r["target_ratio_busy"] = r["s_per_token"] / max(r["busy_per_token"], comp)
         if r.get("io_floor_adjacent") is not None:
             r["target_ratio_adjacent"] = r["s_per_token"] / max(r["io_floor_adjacent"], comp)
     results["rows"] = rows
@@ -820,6 +831,15 @@ def markdown(results):
                  "; ".join("%s %s / %s" % (r["ram"], fmt(r.get("target_ratio")),
                                           fmt(r.get("target_ratio_adjacent")))
                            for r in results["rows"]) + ".")
+        busy = [r for r in results["rows"] if r.get("busy_per_token")]
+        if busy:
+            L.append("")
+            L.append("The disk during decode, as the engine counts it (time with at least one read in "
+                     "flight; rung: busy s/token, share of the wall time, mean reads in flight while "
+                     "busy, GB/s delivered while busy, s/token / max(busy s/token, compute floor)): " +
+                     "; ".join("%s %.3f s, %.0f%%, %.1f, %.2f GB/s, %s" % (
+                         r["ram"], r["busy_per_token"], 100 * r["busy_share"], r["inflight_mean"],
+                         r["busy_gbps"], fmt(r.get("target_ratio_busy"))) for r in busy) + ".")
         L.append("")
         if results.get("touched_bytes_per_token"):
             L.append("Compute floor (fully resident decode): %.2f s/token = %.1f GB of weights touched "

@@ -92,6 +92,8 @@ static json_t *phase_json(const ms_stats *a, const ms_stats *b, int64_t n_tokens
     json_object_set_new(j, "minor_faults", json_integer(cpu.minflt));
     json_object_set_new(j, "major_faults", json_integer(cpu.majflt));
     json_object_set_new(j, "io_wait_s", json_real(b->io_wait_s - a->io_wait_s));
+    json_object_set_new(j, "io_busy_s", json_real(b->io_busy_s - a->io_busy_s));
+    json_object_set_new(j, "io_inflight_s", json_real(b->io_inflight_s - a->io_inflight_s));
     json_object_set_new(j, "trunk_bytes", json_integer(b->trunk_bytes_read - a->trunk_bytes_read));
     json_object_set_new(j, "expert_bytes", json_integer(b->expert_bytes_read - a->expert_bytes_read));
     json_object_set_new(j, "reads", json_integer(b->reads_issued - a->reads_issued));

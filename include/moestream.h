@@ -63,7 +63,7 @@ typedef struct ms_engine_params {
     int64_t trunk_bytes;        /* > 0: ceiling on pinned trunk + ring */
     int64_t expert_bytes;       /* > 0: ceiling on the expert cache */
     const char *io_backend;     /* "direct" (default), "pread", "uring" */
-    int io_queue_depth;         /* reads in flight (default 16) */
+    int io_queue_depth;         /* reads in flight (default 32) */
     int64_t io_chunk_bytes;     /* reads are split into pieces of at most this many bytes,
                                    rounded up to 4 KiB (default 2 MiB; at most 1 GiB) */
     const char *cache_policy;   /* "s3fifo" (default), "lru" */
@@ -179,6 +179,11 @@ typedef struct ms_stats {
     int64_t n_tokens_decode;    /* tokens fed one at a time */
     double prefill_s, decode_s; /* wall time inside feeds */
     double io_wait_s;           /* time the compute thread waited for weights */
+    double io_busy_s;           /* time with at least one weight read in flight: the device
+                                   busy as far as the engine sees it (wall time less this
+                                   is time the disk idled) */
+    double io_inflight_s;       /* reads in flight integrated over time (read-seconds);
+                                   / io_busy_s = the mean number in flight while busy */
     int64_t trunk_bytes_read;
     int64_t expert_bytes_read;
     int64_t reads_issued;

@@ -35,8 +35,10 @@ import numpy as np
 d = json.load(open(sys.argv[1]))
 assert [k for k in ("prompt_ids", "generated_ids", "stats") if k in d] == ["prompt_ids", "generated_ids", "stats"], d.keys()
 assert len(d["generated_ids"]) == 4
-for k in ("s_per_token", "bytes_read", "prefill_s", "peak_rss_bytes"):
+for k in ("s_per_token", "bytes_read", "prefill_s", "peak_rss_bytes", "io_busy_s", "io_inflight_s"):
     assert k in d["stats"], k
+st = d["stats"]
+assert 0 <= st["io_busy_s"] <= st["io_inflight_s"] or st["io_inflight_s"] == st["io_busy_s"] == 0, st
 a = np.fromfile(sys.argv[2], dtype="<f4"); b = np.fromfile(sys.argv[3], dtype="<f4")
 assert a.shape == b.shape, (a.shape, b.shape)
 err = float(np.abs(a - b).max()); scale = float(np.abs(b).max())

@@ -16,8 +16,9 @@
  * other request is; a corruption of three units of one request is reported as
  * its first unit (ms_io_wait_checked hands it back apart, ms_io_wait returns
  * it); an EIO is an I/O error, not a check failure; asking for a check without
- * a hook is refused. */
+ * a hook is refused. Priorities and cancelling; the device activity counters. */
 #include "base/bufalloc.h"
+#include "base/clock.h"
 #include "base/io.h"
 #include "check.h"
 
@@ -679,6 +680,46 @@ static void expect_data(const uint8_t *buf, int64_t off, int n_chunks, const cha
     CHECK(memcmp(buf, g_data + off, (size_t)n_chunks * 4096) == 0, "%s: bytes differ from the file", what);
 }
 
+/* Device activity (busy_ns, depth_ns): nothing counts while reads only wait
+ * in the queue (paused) or nothing is queued; once the reads run, the busy
+ * time lies inside the stretch from un-pausing to the wait's return, and the
+ * reads in flight integrated over it lie between 1 and queue_depth times it. */
+static void test_busy(ms_io_kind kind) {
+    ms_io_params p = params(kind, 4, 4096);
+    int skipped;
+    ms_io *io = open_io(&p, &skipped);
+    if (!io) return;
+    int fi = add_main_file(io);
+    const char *kn = ms_io_kind_name(kind);
+    ms_io_stats st;
+    ms_io_pause(io, 1);
+    uint8_t *buf;
+    const uint64_t t = submit_at(io, fi, 8192, 256, MS_IO_PRIO_DEMAND, &buf);
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    ms_io_get_stats(io, &st);
+    CHECK(st.busy_ns == 0 && st.depth_ns == 0, "%s: queued but paused, yet busy %lld ns, depth %lld ns",
+          kn, (long long)st.busy_ns, (long long)st.depth_ns);
+    const int64_t t0 = ms_now_ns();
+    ms_io_pause(io, 0);
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_io_wait(io, t, &err) == MS_OK, "%s: wait: %s", kn, err.msg);
+    const int64_t t1 = ms_now_ns();
+    expect_data(buf, 8192, 256, "busy");
+    ms_io_get_stats(io, &st);
+    CHECK(st.busy_ns > 0 && st.busy_ns <= t1 - t0, "%s: busy %lld ns outside (0, %lld]", kn,
+          (long long)st.busy_ns, (long long)(t1 - t0));
+    CHECK(st.depth_ns >= st.busy_ns && st.depth_ns <= 4 * st.busy_ns,
+          "%s: depth %lld ns not within 1..4 x busy %lld ns", kn, (long long)st.depth_ns, (long long)st.busy_ns);
+    const ms_io_stats before = st;
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    ms_io_get_stats(io, &st);
+    CHECK(st.busy_ns == before.busy_ns && st.depth_ns == before.depth_ns,
+          "%s: idle, yet busy grew %lld -> %lld ns", kn, (long long)before.busy_ns, (long long)st.busy_ns);
+    ms_io_close(io);
+    ms_buf_free(buf, 256 * 4096, 0);
+}
+
 /* Queued while paused, read after: DEMAND (and what was promoted to it) first,
  * then AHEAD, then SPECULATIVE, each FIFO; a cancelled batch reads nothing and
  * fails "cancelled"; a batch cancelled after it completed is intact. */
@@ -800,6 +841,7 @@ int main(void) {
         test_threads(kinds[k]);
         test_check(kinds[k]);
         test_prio(kinds[k]);
+        test_busy(kinds[k]);
     }
 
     /* parameter validation */

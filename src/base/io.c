@@ -127,6 +127,10 @@ struct ms_io {
     int stop;
     int paused;             /* ms_io_pause: readers take no new chunk */
     ms_io_stats st;
+    /* reads in flight on the device, every backend (pread calls running,
+     * SQEs submitted), and when that count last changed: busy_ns / depth_ns */
+    int reading;
+    int64_t reading_t;
     pthread_t *threads;
     int n_threads;
     /* checking (params.check): landed chunks waiting for the hook */
@@ -150,13 +154,16 @@ ms_io_params ms_io_default_params(void) {
     ms_io_params p;
     memset(&p, 0, sizeof p);
     p.kind = MS_IO_DIRECT;
-    /* 16: machine C's virtio disk (2.0-2.5 GB/s) decoded the floor rung x1.16 faster
-     * than at 4 (3 alternating rounds, 5.27 -> 4.55 s/token median; 6.64G 2 of 2 and
-     * 8.33G 2 of 3 rounds faster too), and every machine's device probe read most at
-     * 8-16 reads in flight (docs/PERFORMANCE.md, "Machine C"). A read in flight holds
-     * no memory of its own (it lands in its destination); the pread backend runs a
+    /* 32: on machine C's virtio disk (2.0-2.5 GB/s) 16 reads in flight decoded the
+     * floor rung x1.16 faster than 4, and 32 faster again than 16 in 4 of 5
+     * alternating rounds (the disk delivered 2.48 against 2.25 GB/s while busy,
+     * medians; 64 no better), the rung where experts stream 2 of 3; at 16 the
+     * engine kept the queue full (15.9 of 16 in flight on average while the disk
+     * was busy), so the disk, not the engine, set the pace (docs/PERFORMANCE.md,
+     * "Machine C" and "Machine C, second session"). A read in flight holds no
+     * memory of its own (it lands in its destination); the pread backend runs a
      * worker thread per slot. */
-    p.queue_depth = 16;
+    p.queue_depth = 32;
     p.chunk_bytes = (int64_t)2 << 20;
     p.max_retries = 3;
     p.uring_buffered = 0;
@@ -410,6 +417,22 @@ static int attempt_done(ms_io *io, io_chunk *c, int64_t res) {
     return 1;
 }
 
+/* ------------------------------------------------------- device activity */
+
+/* Account the time since the count of reads in flight last changed, then
+ * change it by delta (+1 a read goes to the device, -1 it came back).
+ * Under io->mu. */
+static void reading_add(ms_io *io, int delta) {
+    int64_t now = ms_now_ns();
+    if (io->reading > 0) {
+        io->st.busy_ns += now - io->reading_t;
+        io->st.depth_ns += (int64_t)io->reading * (now - io->reading_t);
+    }
+    io->reading_t = now;
+    io->reading += delta;
+    MS_ASSERT(io->reading >= 0);
+}
+
 /* ---------------------------------------------------------- pread backend */
 
 static void *pread_worker(void *arg) {
@@ -432,10 +455,12 @@ static void *pread_worker(void *arg) {
                 int fd = c->cur_fd;
                 int64_t off = c->off, len = c->end - c->off;
                 uint8_t *dst = c->base + (off - c->abeg);
+                reading_add(io, 1);
                 pthread_mutex_unlock(&io->mu);
                 ssize_t r = pread(fd, dst, (size_t)len, (off_t)off);
                 res = r < 0 ? -(int64_t)errno : (int64_t)r;
                 pthread_mutex_lock(&io->mu);
+                reading_add(io, -1);
             }
             int ad = attempt_done(io, c, res);
             if (ad == AD_CHECK) check_push(io, c);
@@ -486,6 +511,7 @@ static void *uring_thread(void *arg) {
                                (unsigned)(c->end - c->off), (uint64_t)c->off);
             io_uring_sqe_set_data(sqe, c);
             io->inflight++;
+            reading_add(io, 1);
         }
         if (io->stop && !io->q_len && io->inflight == 0) break;
         if (!io->efd_armed) uring_arm_eventfd(io);
@@ -511,6 +537,7 @@ static void *uring_thread(void *arg) {
                 continue;
             }
             io->inflight--;
+            reading_add(io, -1);
             int ad = attempt_done(io, c, cqe->res);
             if (ad == AD_REISSUE) q_push_front(io, c);
             else if (ad == AD_CHECK) check_push(io, c);
@@ -1026,6 +1053,7 @@ ms_status ms_io_read(ms_io *io, const ms_io_req *reqs, int n, ms_err *err) {
 void ms_io_get_stats(const ms_io *io, ms_io_stats *st) {
     ms_io *m = (ms_io *)io;
     pthread_mutex_lock(&m->mu);
+    reading_add(m, 0);      /* count the open stretch up to now */
     *st = io->st;
     pthread_mutex_unlock(&m->mu);
 }

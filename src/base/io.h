@@ -324,6 +324,11 @@ typedef struct ms_io_stats {
     int64_t check_ns;     /* time I/O threads spent in the check hook */
     int64_t check_bytes;  /* bytes the hook reported checked and matching */
     int64_t cancelled_chunks, cancelled_bytes;  /* dropped by ms_io_cancel (data bytes) */
+    int64_t busy_ns;      /* wall time with at least one read in flight (a pread call
+                             running, an SQE submitted and not completed): the device
+                             busy as far as the engine can see it */
+    int64_t depth_ns;     /* the reads in flight integrated over time: depth_ns / busy_ns
+                             is the mean number in flight while busy (<= queue_depth) */
 } ms_io_stats;
 
 /* Snapshot of the counters since open. Thread-safe. */

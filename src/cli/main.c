@@ -64,7 +64,7 @@ static void usage(FILE *f) {
         "                       auto = 90%% of MemAvailable, all = no limit (the default)\n"
         "  --quiet              no progress or summary on stderr\n"
         "  --trunk-ram SIZE     ceiling on pinned trunk + ring   --expert-ram SIZE  ceiling on the expert cache\n"
-        "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight (16)\n"
+        "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight (32)\n"
         "  --cache s3fifo|lru   expert cache policy (s3fifo)     --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
         "  --no-predict-experts do not prefetch the next layer's experts predicted by its\n"
@@ -286,6 +286,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"decode_s\": %.6f, \"s_per_token\": %.6f, \"bytes_read\": %lld, \"trunk_bytes_read\": %lld, "
             "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
             "\"expert_requests\": %lld, \"expert_hits\": %lld, \"io_wait_s\": %.6f, "
+            "\"io_busy_s\": %.6f, \"io_inflight_s\": %.6f, "
             "\"scale255_groups\": %lld, \"readahead_issued\": %lld, \"readahead_used\": %lld, "
             "\"prefetch_issued\": %lld, \"prefetch_hits\": %lld, \"peak_rss_bytes\": %lld, "
             "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
@@ -297,7 +298,8 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
             n_tok ? (double)(st->trunk_bytes_read + st->expert_bytes_read) / (double)n_tok : 0.0,
             (long long)st->reads_issued, (long long)st->expert_requests, (long long)st->expert_hits,
-            st->io_wait_s, (long long)st->scale255_groups, (long long)st->readahead_issued,
+            st->io_wait_s, st->io_busy_s, st->io_inflight_s, (long long)st->scale255_groups,
+            (long long)st->readahead_issued,
             (long long)st->readahead_used, (long long)st->prefetch_issued, (long long)st->prefetch_hits,
             (long long)st->peak_rss_bytes, st->verify_on ? "true" : "false", (long long)st->verify_bytes,
             (long long)st->verify_retries, (long long)st->verify_failures, st->verify_s, st->verify_sync_s,

@@ -375,6 +375,8 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->expert_requests = ss.expert_requests;
     st->expert_hits = ss.expert_hits;
     st->io_wait_s = 1e-9 * (double)ss.io_wait_ns;
+    st->io_busy_s = 1e-9 * (double)ss.io_busy_ns;
+    st->io_inflight_s = 1e-9 * (double)ss.io_depth_ns;
     st->scale255_groups = e->scale255;
     st->readahead_issued = ss.ra_issued;
     st->readahead_used = ss.ra_used;

@@ -176,6 +176,7 @@ struct ms_store {
     int n_pk;
     pk_prog *pk_prog;           /* [n_pk], by image offset */
     int64_t unpack_ns;          /* added by the checker threads (atomic) */
+    int64_t io_busy0, io_depth0;    /* the I/O layer's busy_ns / depth_ns at the last reset */
 };
 
 /* The I/O layer's check hook (base/io.h): called on an I/O thread when a
@@ -1451,6 +1452,8 @@ void ms_store_get_stats(const ms_store *s, ms_store_stats *st) {
     ms_io_get_stats(s->io, &io);
     st->verify_ns += io.check_ns;
     st->verify_bytes += io.check_bytes;
+    st->io_busy_ns = io.busy_ns - s->io_busy0;
+    st->io_depth_ns = io.depth_ns - s->io_depth0;
 }
 
 void ms_store_reset_stats(ms_store *s) {
@@ -1465,6 +1468,12 @@ void ms_store_reset_stats(ms_store *s) {
     s->stats.verify_sync_ns = keep.verify_sync_ns;
     s->stats.packed_regions = keep.packed_regions;
     __atomic_store_n(&s->unpack_ns, 0, __ATOMIC_RELAXED);
+    if (s->io) {
+        ms_io_stats io;
+        ms_io_get_stats(s->io, &io);
+        s->io_busy0 = io.busy_ns;
+        s->io_depth0 = io.depth_ns;
+    }
 }
 
 /* ------------------------------------------------------------ write pack */

@@ -126,6 +126,8 @@ typedef struct ms_store_stats {
     int64_t reads_issued;       /* I/O requests (one per range read) */
     int64_t expert_requests, expert_hits;
     int64_t io_wait_ns;         /* time the caller spent blocked on reads */
+    int64_t io_busy_ns;         /* time with at least one read in flight (ms_io_stats.busy_ns) */
+    int64_t io_depth_ns;        /* reads in flight integrated over time (ms_io_stats.depth_ns) */
     int64_t resident_bytes;     /* bytes the store allocated for weights (the plan's total) */
     int64_t expert_misses;      /* demand reads of experts */
     int64_t prefetch_issued, prefetch_hits, prefetch_wasted, prefetch_failed;
