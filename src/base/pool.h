@@ -1,7 +1,7 @@
 /* base/pool.h - a fixed thread pool for data-parallel loops.
  *
  * Owns: n_threads - 1 worker threads; the calling thread is worker 0.
- * Idea: ms_pool_for(pool, n, fn, ctx) cuts [0, n) into up to 4 x n_threads
+ * Idea: ms_pool_for(pool, n, fn, ctx) cuts [0, n) into up to 16 x n_threads
  *   contiguous chunks and the threads (the caller included) take them one by
  *   one until none is left (dynamic, so a thread that lost its core to another
  *   process does not hold the loop up), returning when all are done. Which
