@@ -14,6 +14,8 @@
 #   build/bench/batchbench MODEL_DIR --ids ... --parallel 1,2,4 [--ram S] [--rounds R]
 #                       sequences decoded together: s/step, tokens/s, bytes/token per P
 #   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
+#   make bench-mx-bound the core's ceiling for MXFP4 under the T16 tree: FMAs alone,
+#                       + the decode's index work, + its lookups, weights in L1 (bench/mx_bound.c)
 #   make bench-kernel-ab [AB_OLD=commit] [AB_ISA=avx512|avx2] [AB_ROUNDS=15] [AB_TABLES="avx512 avx512-l2"]
 #                       MXFP4 kernels of src/kernels/x86/matvec_$(AB_ISA).c at AB_OLD
 #                       (default HEAD) against the working tree, alternating in one
@@ -24,10 +26,12 @@
 # header); make passes them through.
 
 BENCH_PROGS := $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench/bench_kernels \
-               $(BUILD)/bench/membw $(BUILD)/bench/batchbench
+               $(BUILD)/bench/membw $(BUILD)/bench/batchbench $(BUILD)/bench/mx_bound \
+               $(BUILD)/bench/hashbench
 BENCH_PY    := /usr/bin/python3 bench/bench.py
 
-.PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash bench-kernel-ab
+.PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash bench-kernel-ab \
+        bench-mx-bound
 
 bench-progs: $(BENCH_PROGS)
 
@@ -57,6 +61,13 @@ $(BUILD)/bench/hashbench: bench/hashbench.c
 
 bench-hash: $(BUILD)/bench/hashbench
 	$(BUILD)/bench/hashbench
+
+$(BUILD)/bench/mx_bound: bench/mx_bound.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LDLIBS) -o $@
+
+bench-mx-bound: $(BUILD)/bench/mx_bound
+	$(BUILD)/bench/mx_bound
 
 bench: $(BIN) $(BENCH_PROGS)
 	BUILD=$(BUILD) $(BENCH_PY) all

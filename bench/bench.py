@@ -38,7 +38,7 @@ Environment (all optional):
   BENCH_THREADS    compute threads (default 0 = all cores)
   BENCH_DEV_BYTES  bytes per device configuration (default 2G, quick 512M)
   BENCH_PROBE      0: skip the short device probe before and after every rung
-                   (default on: O_DIRECT, huge pages, both patterns, qd 4 and 16,
+                   (default on: O_DIRECT, huge pages, both patterns, qd 16 and BENCH_QD,
                    BENCH_PROBE_BYTES each, default 1G, quick 512M); the "that
                    device" columns form each rung's floor from the probes' mean
   BENCH_OUT        output directory (default $BUILD/bench)
