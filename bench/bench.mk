@@ -15,7 +15,8 @@
 #                       sequences decoded together: s/step, tokens/s, bytes/token per P
 #   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
 #   make bench-mx-bound the core's ceiling for MXFP4 under the T16 tree: FMAs alone,
-#                       + the decode's index work, + its lookups, weights in L1 (bench/mx_bound.c)
+#                       + the decode's index work, + its lookups, weights in L1; then the
+#                       decode from DRAM in the row-major and a linear layout (bench/mx_bound.c)
 #   make bench-kernel-ab [AB_OLD=commit] [AB_ISA=avx512|avx2] [AB_ROUNDS=15] [AB_TABLES="avx512 avx512-l2"]
 #                       MXFP4 kernels of src/kernels/x86/matvec_$(AB_ISA).c at AB_OLD
 #                       (default HEAD) against the working tree, alternating in one
