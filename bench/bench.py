@@ -61,7 +61,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-K3_CONFIG = os.path.join(os.path.dirname(ROOT), "shared", "spec", "kimi-k3-config.json")
+# the released K3 config.json, kept in the repository for `plan` (docs/configs/)
+K3_CONFIG = os.path.join(ROOT, "docs", "configs", "kimi-k3-config.json")
 K3_EXPERT_BYTES = 17547264
 K3_EXPERTS_PER_TOKEN = 16 * 92          # top-16 in each of the 92 MoE layers
 K3_N_EXPERT = 896 * 92

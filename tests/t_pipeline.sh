@@ -24,7 +24,7 @@
 #     process's file; loaded by 3 stages, the same continuation;
 #  5. `plan --pipeline N`: one row per stage, the layers covering the model
 #     once in order, DOES NOT FIT per stage (exit 2), --stages honoured, and
-#     (where ../shared/spec has it) the K3 config at 4 x 32G pins every trunk;
+#     the released K3 config (tests/data/format) at 4 x 32G pins every trunk;
 #  6. `serve` under mpirun -np 2 answers a completion with the text of a
 #     one-process server, and SIGTERM ends every process.
 # Prints "t_pipeline: N passed, N failed" as its last line.
@@ -174,10 +174,8 @@ EOF
 rc=$?
 [ $rc -eq 2 ] && [ "$(grep -c 'DOES NOT FIT' "$tmp/p2")" = 2 ] && ok || bad "plan --pipeline 2 at 1M: exit $rc"
 "$BIN" plan models/k3-tiny --pipeline 2 --stages 3 | grep -qE '^ +1 +3-7 ' && ok || bad "plan --stages 3"
-if [ -f ../shared/spec/kimi-k3-config.json ]; then
-    "$BIN" plan ../shared/spec/kimi-k3-config.json --ram 32G --pipeline 4 > "$tmp/pk" 2>&1
-    [ "$(grep -cE '^ +[0-3] .* 0 B +[0-9]+/[0-9]+ ' "$tmp/pk")" = 4 ] && ok || bad "K3 at 4 x 32G: $(cat "$tmp/pk")"
-fi
+"$BIN" plan tests/data/format/kimi-k3-config.json --ram 32G --pipeline 4 > "$tmp/pk" 2>&1
+[ "$(grep -cE '^ +[0-3] .* 0 B +[0-9]+/[0-9]+ ' "$tmp/pk")" = 4 ] && ok || bad "K3 at 4 x 32G: $(cat "$tmp/pk")"
 
 # 6. serve
 serve_start one models/k3-tiny

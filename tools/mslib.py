@@ -2,7 +2,7 @@
 template, the names of the spec's traps, and the checkpoint file names.
 
 Owns: RELEASED_CONFIG (a copy of the released Kimi K3 config.json, spec section 2,
-  embedded so the tools work without ../shared), load_released_config(), TRAPS,
+  embedded so the tools work on their own), load_released_config(), TRAPS,
   shard_name().
 Idea: the generator writes the released on-disk layout and the reference parses
   it back on its own; the only things they share are names and the template, never
@@ -13,7 +13,7 @@ Does not: read or write tensors.
 import json
 import os
 
-# The released config.json (spec/kimi-k3-config.json), same content. The file itself
+# The released config.json (docs/configs/kimi-k3-config.json), same content. The file itself
 # is preferred when found (see load_released_config); this copy keeps the tools
 # self-contained.
 RELEASED_CONFIG_TEXT = r"""
@@ -220,12 +220,12 @@ RELEASED_CONFIG_TEXT = r"""
 }
 """
 
-# Where the released file may live, relative to this script: the repo's own copy
-# (tests/data/format), the shared spec beside the repo (CI: ../shared).
+# Where the released file lives, relative to this script: the repository's two
+# copies (the test fixture and the one the docs use), byte for byte the same.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CONFIG_CANDIDATES = [
     os.path.join(_HERE, "..", "tests", "data", "format", "kimi-k3-config.json"),
-    os.path.join(_HERE, "..", "..", "shared", "spec", "kimi-k3-config.json"),
+    os.path.join(_HERE, "..", "docs", "configs", "kimi-k3-config.json"),
 ]
 
 
