@@ -20,6 +20,7 @@
  * Does not: look at weights or the tokenizer.
  */
 #include "format/config.h"
+#include "base/file.h"
 #include "format/json_util.h"
 
 #include <jansson.h>
@@ -467,7 +468,7 @@ ms_status ms_config_load(const char *path, ms_config *out, ms_err *err) {
     if (out) memset(out, 0, sizeof *out);
     char *text = NULL;
     size_t n = 0;
-    ms_status st = ms_json_read_file(path, CONFIG_MAX_BYTES, &text, &n, err);
+    ms_status st = ms_file_read(path, CONFIG_MAX_BYTES, &text, &n, err);
     if (st < 0) return st;
     st = ms_config_parse(text, n, path, out, err);
     free(text);

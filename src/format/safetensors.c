@@ -22,6 +22,7 @@
  * Does not: read tensor data, keep file descriptors open after ms_ckpt_open.
  */
 #include "format/safetensors.h"
+#include "base/file.h"
 #include "format/json_util.h"
 
 #include <dirent.h>
@@ -536,7 +537,7 @@ static ms_status read_shard_header(ms_shard_info *sh, const char *why_named,
                                    uint8_t **out, size_t *out_n, ms_err *err) {
     *out = NULL;
     *out_n = 0;
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(sh->path, MS_FILE_OPEN_FLAGS);   /* a FIFO must not hang the open */
     if (fd < 0) {
         int e = errno;
         return ms_err_set(err, e == ENOENT ? MS_E_MODEL : MS_E_IO, "%.200s: cannot open shard%s: %s",
@@ -544,16 +545,8 @@ static ms_status read_shard_header(ms_shard_info *sh, const char *why_named,
     }
     ms_status st = MS_OK;
     uint8_t *buf = NULL;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = ms_err_set(err, MS_E_IO, "%.200s: cannot stat: %s", sh->path, strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = ms_err_set(err, MS_E_MODEL, "%.200s: not a regular file", sh->path);
-        goto done;
-    }
-    sh->file_bytes = (int64_t)sb.st_size;
+    st = ms_file_check_fd(fd, sh->path, INT64_MAX, &sh->file_bytes, err);
+    if (st < 0) goto done;
     size_t first = sh->file_bytes < 8 ? (size_t)sh->file_bytes : 8;
     uint8_t len8[8];
     st = pread_full(fd, len8, first, 0, sh->path, err);
@@ -656,7 +649,7 @@ static ms_status open_index(ms_ckpt *c, const char *dir, const char *index_path,
                             index_map *m, ms_err *err) {
     char *text = NULL;
     size_t n = 0;
-    ms_status st = ms_json_read_file(index_path, ST_MAX_INDEX_BYTES, &text, &n, err);
+    ms_status st = ms_file_read(index_path, ST_MAX_INDEX_BYTES, &text, &n, err);
     if (st < 0) return st;
     st = ms_index_parse(text, n, ST_INDEX_FILE, index_add, m, err);
     free(text);
