@@ -64,6 +64,20 @@ ms_status ms_file_check_regular(const char *path, ms_err *err) {
     return st;
 }
 
+ms_status ms_file_pread_full(int fd, void *buf, size_t n, int64_t off, const char *path, ms_err *err) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + (int64_t)got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return ms_err_set(err, MS_E_IO, "%.300s: read failed: %s", path, strerror(errno));
+        if (r == 0)
+            return ms_err_set(err, MS_E_IO, "%.300s: short read: %zu of %zu bytes at offset %lld",
+                              path, got, n, (long long)off);
+        got += (size_t)r;
+    }
+    return MS_OK;
+}
+
 ms_status ms_file_read(const char *path, int64_t max_bytes, char **out, size_t *n, ms_err *err) {
     *out = NULL;
     *n = 0;
@@ -76,23 +90,12 @@ ms_status ms_file_read(const char *path, int64_t max_bytes, char **out, size_t *
         close(fd);
         return ms_err_set(err, MS_E_NOMEM, "%.300s: cannot allocate %lld bytes", path, (long long)size + 1);
     }
-    int64_t got = 0;
-    while (got < size) {
-        ssize_t r = pread(fd, buf + got, (size_t)(size - got), (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            if (r == 0)
-                st = ms_err_set(err, MS_E_IO, "%.300s: short read: %lld of %lld bytes (the file shrank)",
-                                path, (long long)got, (long long)size);
-            else
-                st = ms_err_set(err, MS_E_IO, "%.300s: read failed: %s", path, strerror(errno));
-            close(fd);
-            free(buf);
-            return st;
-        }
-        got += r;
-    }
+    st = ms_file_pread_full(fd, buf, (size_t)size, 0, path, err);
     close(fd);
+    if (st != MS_OK) {
+        free(buf);
+        return st;
+    }
     buf[size] = '\0';
     *out = buf;
     *n = (size_t)size;

@@ -56,6 +56,11 @@ ms_status ms_file_open(const char *path, int64_t max_bytes, int *fd, int64_t *si
  * limit. For files opened elsewhere (the I/O layer's shards, the pack). */
 ms_status ms_file_check_regular(const char *path, ms_err *err);
 
+/* Read exactly n bytes at offset off of fd (retrying EINTR and short reads).
+ * Errors: MS_E_IO naming `path` - "read failed: ERRNO TEXT", or "short read:
+ * G of N bytes at offset O" when the file ends first. Thread-safe. */
+ms_status ms_file_pread_full(int fd, void *buf, size_t n, int64_t off, const char *path, ms_err *err);
+
 /* ms_file_open, then read the whole file into a fresh malloc'd buffer (caller
  * frees) with a terminating NUL: *out holds *n bytes. The buffer is allocated
  * only after both checks passed. Errors: those of ms_file_open; MS_E_IO for a
