@@ -28,7 +28,7 @@ enum {
 };
 
 /* Size limits of the two files (docs/SECURITY.md, "Limits on metadata files").
- * The released tiktoken.model is ~3 MB (163,840 ranks) and its
+ * The released tiktoken.model is ~3 MB (vocabulary 163,840 with the specials) and its
  * tokenizer_config.json a few kB; anything far larger is refused before a byte
  * of it is read. */
 #define TOK_MAX_RANKS_BYTES (64LL * 1024 * 1024)
