@@ -461,7 +461,8 @@ ms_status ms_config_parse(const char *text, size_t n, const char *file,
     return st;
 }
 
-/* Read config.json at `path` (at most 16 MB) and parse it; messages name the
+/* Read config.json at `path` (a regular file of at most CONFIG_MAX_BYTES,
+ * docs/SECURITY.md "Limits on metadata files") and parse it; messages name the
  * path. Errors: MS_E_IO, MS_E_MODEL, MS_E_NOMEM. Allocates only temporaries. */
 ms_status ms_config_load(const char *path, ms_config *out, ms_err *err) {
     if (!path) return ms_err_set(err, MS_E_USAGE, "ms_config_load: no path");

@@ -8,9 +8,10 @@
 #ifndef MS_FORMAT_ST_INT_H
 #define MS_FORMAT_ST_INT_H
 
-/* a header is JSON text; the release's are ~1 MB. More is refused, not parsed. */
+/* Limits far above the released files' sizes (both in docs/SECURITY.md,
+ * "Limits on metadata files"). A header is JSON text: more is refused, not
+ * parsed or read. */
 #define ST_MAX_HEADER_BYTES (100LL * 1024 * 1024)
-/* the release's index is ~55 MB (497,220 names) */
 #define ST_MAX_INDEX_BYTES (512LL * 1024 * 1024)
 #define ST_INDEX_FILE "model.safetensors.index.json"
 #define ST_SUFFIX ".safetensors"

@@ -27,10 +27,9 @@ enum {
     MAX_SPECIALS = 1 << 20,  /* sanity cap on n_vocab - n_ranks */
 };
 
-/* Size limits of the two files (docs/SECURITY.md, "Limits on metadata files").
- * The released tiktoken.model is ~3 MB (vocabulary 163,840 with the specials) and its
- * tokenizer_config.json a few kB; anything far larger is refused before a byte
- * of it is read. */
+/* Size limits of the two files: far above the released files' sizes (both
+ * listed in docs/SECURITY.md, "Limits on metadata files"), so that anything
+ * much larger is refused before a byte of it is read or allocated. */
 #define TOK_MAX_RANKS_BYTES (64LL * 1024 * 1024)
 #define TOK_MAX_CONFIG_BYTES (16LL * 1024 * 1024)
 
