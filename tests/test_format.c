@@ -514,6 +514,20 @@ static void test_st_header(void) {
     expect_st_fail("offsets out of the data section",
                    "{\"x.weight\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[4,16]}}", 12,
                    "x.weight", "end beyond the data section of 12 bytes");
+    {   /* a file cut short: the ranges fill the data section without a gap, so
+         * the header states the file's size and the file is called truncated */
+        const char *hdr = "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+                          "\"b.w\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[8,16]}}";
+        const long long h = (long long)strlen(hdr);
+        char want[128];
+        snprintf(want, sizeof want, "truncated: %lld bytes, expected %lld", 8 + h + 12, 8 + h + 16);
+        expect_st_fail("file cut short", hdr, 12, "b.w", want);
+        /* a gap before the range past the end: that tensor's offsets are wrong */
+        expect_st_fail("range past the end after a gap",
+                       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                       "\"b.w\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[8,16]}}", 12,
+                       "b.w", "end beyond the data section of 12 bytes");
+    }
     expect_st_fail("begin > end",
                    "{\"x.weight\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 12,
                    "x.weight", "begin > end");

@@ -20,6 +20,7 @@
  * Does not: look at weights or the tokenizer.
  */
 #include "format/config.h"
+#include "base/file.h"
 #include "format/json_util.h"
 
 #include <jansson.h>
@@ -460,14 +461,15 @@ ms_status ms_config_parse(const char *text, size_t n, const char *file,
     return st;
 }
 
-/* Read config.json at `path` (at most 16 MB) and parse it; messages name the
+/* Read config.json at `path` (a regular file of at most CONFIG_MAX_BYTES,
+ * docs/SECURITY.md "Limits on metadata files") and parse it; messages name the
  * path. Errors: MS_E_IO, MS_E_MODEL, MS_E_NOMEM. Allocates only temporaries. */
 ms_status ms_config_load(const char *path, ms_config *out, ms_err *err) {
     if (!path) return ms_err_set(err, MS_E_USAGE, "ms_config_load: no path");
     if (out) memset(out, 0, sizeof *out);
     char *text = NULL;
     size_t n = 0;
-    ms_status st = ms_json_read_file(path, CONFIG_MAX_BYTES, &text, &n, err);
+    ms_status st = ms_file_read(path, CONFIG_MAX_BYTES, &text, &n, err);
     if (st < 0) return st;
     st = ms_config_parse(text, n, path, out, err);
     free(text);

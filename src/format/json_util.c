@@ -1,13 +1,7 @@
 /* format/json_util.c - see json_util.h. */
 #include "format/json_util.h"
 
-#include <errno.h>
 #include <stdio.h>
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 const char *ms_json_type_name(const json_t *v) {
     if (!v) return "nothing";
@@ -22,56 +16,6 @@ const char *ms_json_type_name(const json_t *v) {
     case JSON_NULL: return "null";
     }
     return "unknown";
-}
-
-ms_status ms_json_read_file(const char *path, int64_t max_bytes, char **out,
-                            size_t *n, ms_err *err) {
-    *out = NULL;
-    *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ms_err_set(err, MS_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return ms_err_set(err, MS_E_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return ms_err_set(err, MS_E_MODEL, "%s: not a regular file", path);
-    }
-    if ((int64_t)st.st_size > max_bytes) {
-        close(fd);
-        return ms_err_set(err, MS_E_MODEL, "%s: %lld bytes, more than the %lld allowed",
-                          path, (long long)st.st_size, (long long)max_bytes);
-    }
-    size_t size = (size_t)st.st_size;
-    char *buf = malloc(size + 1);
-    if (!buf) {
-        close(fd);
-        return ms_err_set(err, MS_E_NOMEM, "%s: cannot allocate %zu bytes", path, size + 1);
-    }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            close(fd);
-            free(buf);
-            if (r == 0)
-                return ms_err_set(err, MS_E_IO, "%s: short read: %zu of %zu bytes",
-                                  path, got, size);
-            return ms_err_set(err, MS_E_IO, "%s: read failed: %s", path, strerror(e));
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[size] = '\0';
-    *out = buf;
-    *n = size;
-    return MS_OK;
 }
 
 int ms_json_dup_key(const char *text, size_t n, const json_error_t *je,

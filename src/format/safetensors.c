@@ -1,7 +1,8 @@
-/* format/safetensors.c - safetensors headers, the index, the checkpoint table.
+/* format/safetensors.c - safetensors headers and the index, parsed from memory.
  *
  * Owns: the checks of spec section 1 on every shard header and on
- *   model.safetensors.index.json, and the name -> tensor hash table.
+ *   model.safetensors.index.json (the files are opened and the checkpoint
+ *   table built in ckpt.c).
  * Idea: a shard file is
  *
  *     +----------------+------------------------+---------------------------+
@@ -10,36 +11,26 @@
  *     0                8                        8 + N                       file_bytes
  *
  *   and a tensor's data_offsets [begin, end) are relative to the data section;
- *   everything handed out is ABSOLUTE (8 + N + begin). The checkpoint keeps all
- *   names in one string arena and one open-addressing table (FNV-1a, linear
- *   probing, load <= 1/2) of 8-byte slots: (32-bit hash tag << 32) | (index + 1).
+ *   everything handed out is ABSOLUTE (8 + N + begin). A header whose
+ *   non-empty ranges fill the data section without a gap states the file's
+ *   size, so a file shorter than that is reported as truncated, with both
+ *   sizes; otherwise a range past the end is that tensor's error.
  * Invariants:
- *   1. tensors[] is in (shard, absolute offset) order;
+ *   1. tensors are handed to the callback in (begin, end, name) order;
  *   2. every tensor's [offset, offset + n_bytes) lies in its shard's data
  *      section, and the non-empty ranges of one shard do not overlap;
- *   3. a name occurs once in the checkpoint; with an index, the index and the
- *      shards agree name by name.
- * Does not: read tensor data, keep file descriptors open after ms_ckpt_open.
+ *   3. a name occurs once in a header (duplicate keys are refused).
+ * Does not: open files, read tensor data, keep state between calls.
  */
 #include "format/safetensors.h"
 #include "format/json_util.h"
+#include "format/st_int.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-/* a header is JSON text; the release's are ~1 MB. More is refused, not parsed. */
-#define ST_MAX_HEADER_BYTES (100LL * 1024 * 1024)
-/* the release's index is ~55 MB (497,220 names) */
-#define ST_MAX_INDEX_BYTES (512LL * 1024 * 1024)
-#define ST_INDEX_FILE "model.safetensors.index.json"
-#define ST_SUFFIX ".safetensors"
 
 static const char *const dtype_names[MS_DT_COUNT] = {
     [MS_DT_F32] = "F32", [MS_DT_BF16] = "BF16", [MS_DT_F16] = "F16",
@@ -104,10 +95,6 @@ static int entry_cmp(const void *pa, const void *pb) {
     return strcmp(a->info.name, b->info.name);
 }
 
-/* Messages name the file and tensor with bounded widths, so the part that
- * says what was expected and found always fits in ms_err.msg. */
-#define F_ "%.120s"
-#define T_ "%.200s"
 
 /* A non-negative JSON integer, or -1 with *why set. */
 static int64_t json_nonneg(const json_t *v, const char **why) {
@@ -123,8 +110,9 @@ static int64_t json_nonneg(const json_t *v, const char **why) {
     return (int64_t)x;
 }
 
+/* One tensor entry on its own (dtype, shape, sizes, offsets); where its range
+ * lies in the file is check_ranges' business. */
 static ms_status check_entry(const char *file, const char *name, const json_t *v,
-                             int64_t data_bytes, int64_t data_offset,
                              int shard_index, st_entry *e, ms_err *err) {
     memset(e, 0, sizeof *e);
     e->info.name = name;
@@ -194,12 +182,120 @@ static ms_status check_entry(const char *file, const char *name, const json_t *v
         return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) hold %lld bytes but %s %s needs %lld",
                           file, name, (long long)begin, (long long)end, (long long)(end - begin),
                           ms_dtype_name(e->info.dtype), shp, (long long)need);
-    if (end > data_bytes)
-        return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) end beyond the data section of %lld bytes",
-                          file, name, (long long)begin, (long long)end, (long long)data_bytes);
     e->begin = begin;
     e->end = end;
-    e->info.offset = data_offset + begin;   /* cannot overflow: end <= file_bytes - data_offset */
+    return MS_OK;
+}
+
+/* The first (in offset order) of the n_ent sorted entries that ends past a
+ * data section of data_bytes, reported. When the non-empty ranges fill
+ * [0, end of the last) without a gap, the header describes the file's size
+ * exactly and the file is shorter: it is reported as truncated (an
+ * interrupted download), with the size expected. Otherwise one tensor's
+ * offsets point outside the data. */
+static ms_status check_beyond(const char *file, const st_entry *ents, size_t n_ent,
+                              int64_t data_offset, int64_t data_bytes, ms_err *err) {
+    const st_entry *first = NULL;
+    int64_t cover = 0, max_end = 0;
+    int gap = 0;
+    for (size_t i = 0; i < n_ent; i++) {
+        const st_entry *e = &ents[i];
+        if (!first && e->end > data_bytes) first = e;
+        if (e->end > max_end) max_end = e->end;
+        if (e->begin == e->end) continue;
+        if (e->begin > cover) gap = 1;
+        if (e->end > cover) cover = e->end;
+    }
+    if (!first) return MS_OK;
+    if (!gap)
+        return ms_err_set(err, MS_E_MODEL, F_ ": truncated: %lld bytes, expected %lld as its header says "
+                          "(tensor '" T_ "' at data_offsets [%lld, %lld) and what follows lie past the end)",
+                          file, (long long)(data_offset + data_bytes), (long long)(data_offset + max_end),
+                          first->info.name, (long long)first->begin, (long long)first->end);
+    return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) end beyond the data section of %lld bytes",
+                      file, first->info.name, (long long)first->begin, (long long)first->end, (long long)data_bytes);
+}
+
+/* Sort the entries by range and check where the ranges lie: inside the data
+ * section (check_beyond), and the non-empty ones without overlap. Sets each
+ * entry's absolute offset. */
+static ms_status check_ranges(const char *file, st_entry *ents, size_t n_ent,
+                              int64_t data_offset, int64_t data_bytes, ms_err *err) {
+    qsort(ents, n_ent, sizeof *ents, entry_cmp);
+    ms_status st = check_beyond(file, ents, n_ent, data_offset, data_bytes, err);
+    if (st < 0) return st;
+    /* overlap: sorted by (begin, end), a non-empty range overlaps an earlier
+     * one iff it starts before the furthest end seen so far. Empty ranges hold
+     * no bytes and overlap nothing. */
+    int64_t max_end = 0;
+    const st_entry *max_owner = NULL;
+    for (size_t i = 0; i < n_ent; i++) {
+        st_entry *e = &ents[i];
+        e->info.offset = data_offset + e->begin;   /* cannot overflow: end <= file_bytes - data_offset */
+        if (e->begin == e->end) continue;
+        if (max_owner && e->begin < max_end)
+            return ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) overlap tensor '%.120s' at [%lld, %lld)",
+                              file, e->info.name, (long long)e->begin, (long long)e->end,
+                              max_owner->info.name, (long long)max_owner->begin, (long long)max_end);
+        if (!max_owner || e->end > max_end) {
+            max_end = e->end;
+            max_owner = e;
+        }
+    }
+    return MS_OK;
+}
+
+/* The 8-byte header length against the limit, the file and the buffer; sets
+ * *data_offset = 8 + N. */
+static ms_status header_span(const uint8_t *buf, size_t n, int64_t file_bytes, const char *file,
+                             int64_t *data_offset, ms_err *err) {
+    if (!buf && n > 0)
+        return ms_err_set(err, MS_E_USAGE, F_ ": no buffer", file);
+    if (n < 8 || file_bytes < 8)
+        return ms_err_set(err, MS_E_MODEL, F_ ": truncated: %lld bytes, a safetensors file needs at least 8",
+                          file, (long long)(n < 8 ? (int64_t)n : file_bytes));
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+    if (hlen > (uint64_t)ST_MAX_HEADER_BYTES)
+        return ms_err_set(err, MS_E_MODEL, F_ ": header length %llu is more than the %lld bytes allowed",
+                          file, (unsigned long long)hlen, ST_MAX_HEADER_BYTES);
+    *data_offset = 8 + (int64_t)hlen;
+    if (*data_offset > file_bytes)
+        return ms_err_set(err, MS_E_MODEL, F_ ": truncated: header length %llu needs %lld bytes but the file has %lld",
+                          file, (unsigned long long)hlen, (long long)*data_offset, (long long)file_bytes);
+    if ((uint64_t)*data_offset > (uint64_t)n)
+        return ms_err_set(err, MS_E_USAGE, F_ ": header length %llu needs %lld bytes but the buffer holds %zu",
+                          file, (unsigned long long)hlen, (long long)*data_offset, n);
+    return MS_OK;
+}
+
+/* "__metadata__": an object of strings. */
+static ms_status check_metadata(const char *file, const json_t *val, ms_err *err) {
+    if (!json_is_object(val))
+        return ms_err_set(err, MS_E_MODEL, F_ ": __metadata__: expected an object, found %s",
+                          file, ms_json_type_name(val));
+    const char *mk;
+    json_t *mv;
+    json_object_foreach((json_t *)val, mk, mv) {
+        if (!json_is_string(mv))
+            return ms_err_set(err, MS_E_MODEL, F_ ": __metadata__ '%.100s': expected a string, found %s",
+                              file, mk, ms_json_type_name(mv));
+    }
+    return MS_OK;
+}
+
+/* Every entry of the parsed header object into ents[] (room for all keys). */
+static ms_status collect_entries(json_t *root, const char *file, int shard_index,
+                                 st_entry *ents, size_t *n_ent, ms_err *err) {
+    *n_ent = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        ms_status st = strcmp(key, "__metadata__") == 0
+                           ? check_metadata(file, val, err)
+                           : check_entry(file, key, val, shard_index, &ents[(*n_ent)++], err);
+        if (st < 0) return st;
+    }
     return MS_OK;
 }
 
@@ -213,24 +309,10 @@ ms_status ms_st_parse_header(const uint8_t *buf, size_t n, int64_t file_bytes,
                              const char *file, int shard_index,
                              ms_st_add_fn add, void *user, ms_err *err) {
     if (!file) file = "(safetensors)";
-    if (!buf && n > 0)
-        return ms_err_set(err, MS_E_USAGE, F_ ": no buffer", file);
-    if (n < 8 || file_bytes < 8)
-        return ms_err_set(err, MS_E_MODEL, F_ ": truncated: %lld bytes, a safetensors file needs at least 8",
-                          file, (long long)(n < 8 ? (int64_t)n : file_bytes));
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
-    if (hlen > (uint64_t)ST_MAX_HEADER_BYTES)
-        return ms_err_set(err, MS_E_MODEL, F_ ": header length %llu is more than the %lld bytes allowed",
-                          file, (unsigned long long)hlen, ST_MAX_HEADER_BYTES);
-    int64_t data_offset = 8 + (int64_t)hlen;
-    if (data_offset > file_bytes)
-        return ms_err_set(err, MS_E_MODEL, F_ ": truncated: header length %llu needs %lld bytes but the file has %lld",
-                          file, (unsigned long long)hlen, (long long)data_offset, (long long)file_bytes);
-    if ((uint64_t)data_offset > (uint64_t)n)
-        return ms_err_set(err, MS_E_USAGE, F_ ": header length %llu needs %lld bytes but the buffer holds %zu",
-                          file, (unsigned long long)hlen, (long long)data_offset, n);
-    int64_t data_bytes = file_bytes - data_offset;
+    int64_t data_offset = 0;
+    ms_status st = header_span(buf, n, file_bytes, file, &data_offset, err);
+    if (st < 0) return st;
+    const int64_t hlen = data_offset - 8, data_bytes = file_bytes - data_offset;
 
     const char *text = (const char *)buf + 8;
     json_error_t je;
@@ -243,8 +325,8 @@ ms_status ms_st_parse_header(const uint8_t *buf, size_t n, int64_t file_bytes,
         return ms_err_set(err, MS_E_MODEL, F_ ": header is not valid JSON (byte %d): %.200s",
                           file, je.position, je.text);
     }
-    ms_status st = MS_OK;
     st_entry *ents = NULL;
+    size_t n_ent = 0;
     if (!json_is_object(root)) {
         st = ms_err_set(err, MS_E_MODEL, F_ ": header is a JSON %s, expected an object",
                         file, ms_json_type_name(root));
@@ -256,60 +338,11 @@ ms_status ms_st_parse_header(const uint8_t *buf, size_t n, int64_t file_bytes,
         st = ms_err_set(err, MS_E_NOMEM, F_ ": cannot allocate %zu header entries", file, cap);
         goto done;
     }
-    size_t n_ent = 0;
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val) {
-        if (strcmp(key, "__metadata__") == 0) {
-            if (!json_is_object(val)) {
-                st = ms_err_set(err, MS_E_MODEL, F_ ": __metadata__: expected an object, found %s",
-                                file, ms_json_type_name(val));
-                goto done;
-            }
-            const char *mk;
-            json_t *mv;
-            json_object_foreach(val, mk, mv) {
-                if (!json_is_string(mv)) {
-                    st = ms_err_set(err, MS_E_MODEL, F_ ": __metadata__ '%.100s': expected a string, found %s",
-                                    file, mk, ms_json_type_name(mv));
-                    goto done;
-                }
-            }
-            continue;
-        }
-        st = check_entry(file, key, val, data_bytes, data_offset, shard_index, &ents[n_ent], err);
-        if (st < 0) goto done;
-        n_ent++;
-    }
-
-    /* overlap check: sorted by (begin, end), a non-empty range overlaps an
-     * earlier one iff it starts before the furthest end seen so far. Empty
-     * ranges hold no bytes and overlap nothing. */
-    qsort(ents, n_ent, sizeof *ents, entry_cmp);
-    int64_t max_end = 0;
-    const st_entry *max_owner = NULL;
-    for (size_t i = 0; i < n_ent; i++) {
-        const st_entry *e = &ents[i];
-        if (e->begin == e->end) continue;
-        if (max_owner && e->begin < max_end) {
-            st = ms_err_set(err, MS_E_MODEL, F_ ": tensor '" T_ "': data_offsets [%lld, %lld) overlap tensor '%.120s' at [%lld, %lld)",
-                            file, e->info.name, (long long)e->begin, (long long)e->end,
-                            max_owner->info.name, (long long)max_owner->begin, (long long)max_end);
-            goto done;
-        }
-        if (!max_owner || e->end > max_end) {
-            max_end = e->end;
-            max_owner = e;
-        }
-    }
-    if (add) {
-        for (size_t i = 0; i < n_ent; i++) {
-            int r = add(user, &ents[i].info, err);
-            if (r < 0) {
-                st = (ms_status)r;
-                goto done;
-            }
-        }
+    st = collect_entries(root, file, shard_index, ents, &n_ent, err);
+    if (st == MS_OK) st = check_ranges(file, ents, n_ent, data_offset, data_bytes, err);
+    for (size_t i = 0; st == MS_OK && add && i < n_ent; i++) {
+        int r = add(user, &ents[i].info, err);
+        if (r < 0) st = (ms_status)r;
     }
 done:
     free(ents);
@@ -379,480 +412,4 @@ ms_status ms_index_parse(const char *text, size_t n, const char *file,
     }
     json_decref(root);
     return st;
-}
-
-/* ---- name table: one arena, open addressing ----------------------------------- */
-
-typedef struct name_tab {
-    char *arena;                /* all names, NUL-terminated, back to back */
-    int64_t arena_len, arena_cap;
-    int64_t *off;               /* off[i]: name i in the arena */
-    int64_t n, cap;
-    uint64_t *slots;            /* (tag << 32) | (i + 1); 0 = empty */
-    int64_t n_slots;            /* power of two, >= 2 * n */
-} name_tab;
-
-#define TAB_MAX_NAMES ((int64_t)UINT32_MAX - 1)
-
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        h ^= *p;
-        h *= 1099511628211ULL;
-    }
-    /* FNV's low bits mix poorly for keys differing only in the last bytes
-     * (layers.1 vs layers.2); fold the high half in before masking. */
-    return h ^ (h >> 29);
-}
-
-static void tab_free(name_tab *t) {
-    free(t->arena);
-    free(t->off);
-    free(t->slots);
-    memset(t, 0, sizeof *t);
-}
-
-static const char *tab_name(const name_tab *t, int64_t i) { return t->arena + t->off[i]; }
-
-/* index of name, or -1 */
-static int64_t tab_find_h(const name_tab *t, const char *name, uint64_t h) {
-    if (t->n_slots == 0) return -1;
-    uint64_t mask = (uint64_t)t->n_slots - 1;
-    uint32_t tag = (uint32_t)(h >> 32);
-    for (uint64_t s = h & mask;; s = (s + 1) & mask) {
-        uint64_t v = t->slots[s];
-        if (v == 0) return -1;
-        if ((uint32_t)(v >> 32) == tag) {
-            int64_t i = (int64_t)(uint32_t)v - 1;
-            if (strcmp(tab_name(t, i), name) == 0) return i;
-        }
-    }
-}
-
-static int64_t tab_find(const name_tab *t, const char *name) {
-    return tab_find_h(t, name, fnv1a(name));
-}
-
-static void slot_put(uint64_t *slots, int64_t n_slots, uint64_t h, int64_t i) {
-    uint64_t mask = (uint64_t)n_slots - 1;
-    uint64_t s = h & mask;
-    while (slots[s] != 0) s = (s + 1) & mask;
-    slots[s] = ((h >> 32) << 32) | (uint64_t)(i + 1);
-}
-
-/* Append a name known to be absent (h = fnv1a(name)); returns its index or -1
- * on allocation failure / too many names. */
-static int64_t tab_add(name_tab *t, const char *name, uint64_t h) {
-    if (t->n >= TAB_MAX_NAMES) return -1;
-    if ((t->n + 1) * 2 > t->n_slots) {
-        int64_t ns = t->n_slots ? t->n_slots * 2 : 1024;
-        uint64_t *slots = calloc((size_t)ns, sizeof *slots);
-        if (!slots) return -1;
-        for (int64_t i = 0; i < t->n; i++) slot_put(slots, ns, fnv1a(tab_name(t, i)), i);
-        free(t->slots);
-        t->slots = slots;
-        t->n_slots = ns;
-    }
-    if (t->n == t->cap) {
-        int64_t nc = t->cap ? t->cap * 2 : 1024;
-        int64_t *off = realloc(t->off, (size_t)nc * sizeof *off);
-        if (!off) return -1;
-        t->off = off;
-        t->cap = nc;
-    }
-    size_t len = strlen(name) + 1;
-    if ((size_t)(t->arena_cap - t->arena_len) < len) {
-        int64_t nc = t->arena_cap ? t->arena_cap : 65536;
-        while ((size_t)(nc - t->arena_len) < len) nc *= 2;
-        char *a = realloc(t->arena, (size_t)nc);
-        if (!a) return -1;
-        t->arena = a;
-        t->arena_cap = nc;
-    }
-    memcpy(t->arena + t->arena_len, name, len);
-    t->off[t->n] = t->arena_len;
-    t->arena_len += (int64_t)len;
-    slot_put(t->slots, t->n_slots, h, t->n);
-    return t->n++;
-}
-
-/* ---- the checkpoint ------------------------------------------------------------- */
-
-struct ms_ckpt {
-    ms_shard_info *shards;
-    int n_shards;
-    name_tab names;             /* tensor i is names entry i */
-    ms_tensor_info *tensors;
-    int64_t n_tensors, cap_tensors;
-    int has_index;
-};
-
-int ms_ckpt_has_index(const ms_ckpt *c) { return c->has_index; }
-
-/* Add a tensor parsed from shard `info->shard`; refuses a name seen before. */
-static int ckpt_add_tensor(void *user, const ms_tensor_info *info, ms_err *err) {
-    ms_ckpt *c = user;
-    uint64_t h = fnv1a(info->name);
-    int64_t prev = tab_find_h(&c->names, info->name, h);
-    if (prev >= 0)
-        return ms_err_set(err, MS_E_MODEL, "tensor '" T_ "' is in both %.100s and %.100s",
-                          info->name, c->shards[c->tensors[prev].shard].file,
-                          c->shards[info->shard].file);
-    if (c->n_tensors == c->cap_tensors) {
-        int64_t nc = c->cap_tensors ? c->cap_tensors * 2 : 1024;
-        ms_tensor_info *t = realloc(c->tensors, (size_t)nc * sizeof *t);
-        if (!t) return ms_err_set(err, MS_E_NOMEM, "cannot allocate %lld tensor records", (long long)nc);
-        c->tensors = t;
-        c->cap_tensors = nc;
-    }
-    int64_t i = tab_add(&c->names, info->name, h);
-    if (i < 0)
-        return ms_err_set(err, MS_E_NOMEM, "cannot add tensor '" T_ "' to the name table", info->name);
-    MS_ASSERT(i == c->n_tensors);
-    c->tensors[i] = *info;
-    c->tensors[i].name = NULL;  /* set once the arena stops moving */
-    c->n_tensors++;
-    return 0;
-}
-
-static ms_status pread_full(int fd, void *buf, size_t n, int64_t off, const char *path, ms_err *err) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + (int64_t)got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return ms_err_set(err, MS_E_IO, "%.200s: read failed: %s", path, strerror(errno));
-        if (r == 0)
-            return ms_err_set(err, MS_E_IO, "%.200s: short read: %zu of %zu bytes at offset %lld",
-                              path, got, n, (long long)off);
-        got += (size_t)r;
-    }
-    return MS_OK;
-}
-
-/* Read a shard's first 8 bytes, then (if the length is sane) the header, into
- * a malloc'd buffer; the fd is closed before returning. A length the parser
- * will refuse is not read: the parser reports it from the 8 bytes. */
-static ms_status read_shard_header(ms_shard_info *sh, const char *why_named,
-                                   uint8_t **out, size_t *out_n, ms_err *err) {
-    *out = NULL;
-    *out_n = 0;
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return ms_err_set(err, e == ENOENT ? MS_E_MODEL : MS_E_IO, "%.200s: cannot open shard%s: %s",
-                          sh->path, why_named, strerror(e));
-    }
-    ms_status st = MS_OK;
-    uint8_t *buf = NULL;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = ms_err_set(err, MS_E_IO, "%.200s: cannot stat: %s", sh->path, strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = ms_err_set(err, MS_E_MODEL, "%.200s: not a regular file", sh->path);
-        goto done;
-    }
-    sh->file_bytes = (int64_t)sb.st_size;
-    size_t first = sh->file_bytes < 8 ? (size_t)sh->file_bytes : 8;
-    uint8_t len8[8];
-    st = pread_full(fd, len8, first, 0, sh->path, err);
-    if (st < 0) goto done;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | len8[i];
-    size_t total = first;
-    if (first == 8 && hlen <= (uint64_t)ST_MAX_HEADER_BYTES && 8 + (int64_t)hlen <= sh->file_bytes)
-        total = 8 + (size_t)hlen;
-    buf = malloc(total ? total : 1);
-    if (!buf) {
-        st = ms_err_set(err, MS_E_NOMEM, "%.200s: cannot allocate %zu header bytes", sh->path, total);
-        goto done;
-    }
-    memcpy(buf, len8, first);
-    if (total > first) {
-        st = pread_full(fd, buf + 8, total - 8, 8, sh->path, err);
-        if (st < 0) goto done;
-    }
-    *out = buf;
-    *out_n = total;
-    buf = NULL;
-done:
-    free(buf);
-    close(fd);
-    return st;
-}
-
-static int str_ptr_cmp(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-static int has_suffix(const char *s, const char *suf) {
-    size_t n = strlen(s), k = strlen(suf);
-    return n > k && strcmp(s + n - k, suf) == 0;
-}
-
-/* dir + "/" + file, malloc'd */
-static char *path_join(const char *dir, const char *file) {
-    size_t a = strlen(dir), b = strlen(file);
-    char *p = malloc(a + b + 2);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, file, b + 1);
-    return p;
-}
-
-/* Shard list from sorted file names (borrowed). */
-static ms_status set_shards(ms_ckpt *c, const char *dir, char **files, int64_t n, ms_err *err) {
-    if (n > 1000000)
-        return ms_err_set(err, MS_E_MODEL, "%.200s: %lld shards, more than supported", dir, (long long)n);
-    c->shards = calloc((size_t)(n ? n : 1), sizeof *c->shards);
-    if (!c->shards) return ms_err_set(err, MS_E_NOMEM, "cannot allocate %lld shard records", (long long)n);
-    for (int64_t i = 0; i < n; i++) {
-        ms_shard_info *sh = &c->shards[i];
-        sh->path = path_join(dir, files[i]);
-        if (!sh->path) return ms_err_set(err, MS_E_NOMEM, "cannot allocate a shard path");
-        sh->file = sh->path + strlen(dir) + 1;
-        c->n_shards++;
-    }
-    return MS_OK;
-}
-
-/* The index as read: names -> file index (into `files`), files deduplicated. */
-typedef struct index_map {
-    name_tab names;             /* tensor names */
-    int32_t *file_of;           /* per name: index into files */
-    int64_t cap_file_of;
-    name_tab files;             /* distinct shard file names */
-} index_map;
-
-static int index_add(void *user, const char *name, const char *file, ms_err *err) {
-    index_map *m = user;
-    uint64_t hf = fnv1a(file);
-    int64_t f = tab_find_h(&m->files, file, hf);
-    if (f < 0) {
-        if (m->files.n >= INT32_MAX / 2)
-            return ms_err_set(err, MS_E_MODEL, ST_INDEX_FILE ": too many shard files");
-        f = tab_add(&m->files, file, hf);
-        if (f < 0) return ms_err_set(err, MS_E_NOMEM, ST_INDEX_FILE ": out of memory");
-    }
-    if (m->names.n == m->cap_file_of) {
-        int64_t nc = m->cap_file_of ? m->cap_file_of * 2 : 1024;
-        int32_t *p = realloc(m->file_of, (size_t)nc * sizeof *p);
-        if (!p) return ms_err_set(err, MS_E_NOMEM, ST_INDEX_FILE ": out of memory");
-        m->file_of = p;
-        m->cap_file_of = nc;
-    }
-    /* names are unique: the parser refuses duplicate keys */
-    int64_t i = tab_add(&m->names, name, fnv1a(name));
-    if (i < 0) return ms_err_set(err, MS_E_NOMEM, ST_INDEX_FILE ": out of memory");
-    m->file_of[i] = (int32_t)f;
-    return 0;
-}
-
-/* Read the index, set the shards (its distinct files, sorted) and return the
- * shard each indexed name is mapped to in m->file_of (remapped to shard order). */
-static ms_status open_index(ms_ckpt *c, const char *dir, const char *index_path,
-                            index_map *m, ms_err *err) {
-    char *text = NULL;
-    size_t n = 0;
-    ms_status st = ms_json_read_file(index_path, ST_MAX_INDEX_BYTES, &text, &n, err);
-    if (st < 0) return st;
-    st = ms_index_parse(text, n, ST_INDEX_FILE, index_add, m, err);
-    free(text);
-    if (st < 0) return st;
-    int64_t nf = m->files.n;
-    if (nf == 0)
-        return ms_err_set(err, MS_E_MODEL, "%.200s: weight_map names no tensor", index_path);
-    char **files = malloc((size_t)nf * sizeof *files);
-    int32_t *rank = malloc((size_t)nf * sizeof *rank);
-    if (!files || !rank) {
-        free(files);
-        free(rank);
-        return ms_err_set(err, MS_E_NOMEM, "cannot allocate the shard list");
-    }
-    for (int64_t i = 0; i < nf; i++) files[i] = m->files.arena + m->files.off[i];
-    qsort(files, (size_t)nf, sizeof *files, str_ptr_cmp);
-    for (int64_t i = 0; i < nf; i++) rank[tab_find(&m->files, files[i])] = (int32_t)i;
-    for (int64_t i = 0; i < m->names.n; i++) m->file_of[i] = rank[m->file_of[i]];
-    st = set_shards(c, dir, files, nf, err);
-    free(files);
-    free(rank);
-    return st;
-}
-
-/* Without an index: every regular *.safetensors file in dir, sorted by name. */
-static ms_status list_shards(ms_ckpt *c, const char *dir, ms_err *err) {
-    DIR *d = opendir(dir);
-    if (!d) return ms_err_set(err, MS_E_IO, "%.200s: cannot open directory: %s", dir, strerror(errno));
-    char **files = NULL;
-    int64_t n = 0, cap = 0;
-    ms_status st = MS_OK;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!has_suffix(de->d_name, ST_SUFFIX)) continue;
-        char *p = path_join(dir, de->d_name);
-        struct stat sb;
-        int ok = p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode);   /* follows symlinks */
-        free(p);
-        if (!ok) continue;
-        if (n == cap) {
-            int64_t nc = cap ? cap * 2 : 64;
-            char **f = realloc(files, (size_t)nc * sizeof *f);
-            if (!f) {
-                st = ms_err_set(err, MS_E_NOMEM, "cannot allocate the shard list");
-                goto done;
-            }
-            files = f;
-            cap = nc;
-        }
-        files[n] = strdup(de->d_name);
-        if (!files[n]) {
-            st = ms_err_set(err, MS_E_NOMEM, "cannot allocate the shard list");
-            goto done;
-        }
-        n++;
-    }
-    if (n == 0) {
-        st = ms_err_set(err, MS_E_MODEL, "%.200s: no " ST_INDEX_FILE " and no *" ST_SUFFIX " file", dir);
-        goto done;
-    }
-    qsort(files, (size_t)n, sizeof *files, str_ptr_cmp);
-    st = set_shards(c, dir, files, n, err);
-done:
-    for (int64_t i = 0; i < n; i++) free(files[i]);
-    free(files);
-    closedir(d);
-    return st;
-}
-
-/* With an index: every shard tensor indexed to its shard, every indexed name
- * present. Run after all shards are read, so a name in two shards is reported
- * as such (naming both files) rather than as an index mismatch. */
-static ms_status check_index(const ms_ckpt *c, const index_map *m, ms_err *err) {
-    for (int64_t i = 0; i < c->n_tensors; i++) {
-        const ms_tensor_info *t = &c->tensors[i];
-        int64_t j = tab_find(&m->names, t->name);
-        if (j < 0)
-            return ms_err_set(err, MS_E_MODEL, "%.100s: tensor '" T_ "' is not in " ST_INDEX_FILE,
-                              c->shards[t->shard].file, t->name);
-        if (m->file_of[j] != t->shard)
-            return ms_err_set(err, MS_E_MODEL, "%.100s: tensor '" T_ "' is here but " ST_INDEX_FILE " maps it to %.100s",
-                              c->shards[t->shard].file, t->name, c->shards[m->file_of[j]].file);
-    }
-    for (int64_t j = 0; j < m->names.n; j++) {
-        const char *name = tab_name(&m->names, j);
-        if (tab_find(&c->names, name) < 0)
-            return ms_err_set(err, MS_E_MODEL, ST_INDEX_FILE ": tensor '" T_ "' is mapped to %.100s, which has no such tensor",
-                              name, c->shards[m->file_of[j]].file);
-    }
-    return MS_OK;
-}
-
-/* Open a checkpoint directory; see safetensors.h. On success *out owns every
- * name and path (valid until ms_ckpt_close) and no file descriptor stays open.
- * Errors: MS_E_MODEL (invalid header / index, missing shard, name clash; the
- * message names the file and tensor), MS_E_IO, MS_E_NOMEM, MS_E_USAGE; *out is
- * NULL then. Allocates ~ (tensors x 100 + names) bytes. Thread-safe for
- * distinct calls; the result is read-only and may be shared by threads. */
-ms_status ms_ckpt_open(const char *dir, ms_ckpt **out, ms_err *err) {
-    if (!out) return ms_err_set(err, MS_E_USAGE, "ms_ckpt_open: out is NULL");
-    *out = NULL;
-    if (!dir || !dir[0]) return ms_err_set(err, MS_E_USAGE, "ms_ckpt_open: no directory");
-    ms_ckpt *c = calloc(1, sizeof *c);
-    if (!c) return ms_err_set(err, MS_E_NOMEM, "cannot allocate a checkpoint");
-    index_map m;
-    memset(&m, 0, sizeof m);
-    ms_status st = MS_OK;
-    char *index_path = path_join(dir, ST_INDEX_FILE);
-    if (!index_path) {
-        st = ms_err_set(err, MS_E_NOMEM, "cannot allocate a path");
-        goto done;
-    }
-    struct stat sb;
-    int have_index = stat(index_path, &sb) == 0;
-    if (!have_index && errno != ENOENT) {
-        st = ms_err_set(err, MS_E_IO, "%.200s: cannot stat: %s", index_path, strerror(errno));
-        goto done;
-    }
-    c->has_index = have_index;
-    st = have_index ? open_index(c, dir, index_path, &m, err) : list_shards(c, dir, err);
-    if (st < 0) goto done;
-
-    for (int s = 0; s < c->n_shards; s++) {
-        uint8_t *buf = NULL;
-        size_t n = 0;
-        /* with an index, name a tensor the missing shard should hold */
-        char why[400] = "";
-        if (have_index) {
-            int64_t first = -1, count = 0;
-            for (int64_t i = 0; i < m.names.n; i++)
-                if (m.file_of[i] == s) { if (first < 0) first = i; count++; }
-            if (first >= 0)
-                snprintf(why, sizeof why, " named by " ST_INDEX_FILE " for tensor '%.200s'%s", tab_name(&m.names, first),
-                         count > 1 ? " and others" : "");
-            else
-                snprintf(why, sizeof why, " named by " ST_INDEX_FILE);
-        }
-        st = read_shard_header(&c->shards[s], why, &buf, &n, err);
-        if (st < 0) goto done;
-        ms_shard_info *sh = &c->shards[s];
-        st = ms_st_parse_header(buf, n, sh->file_bytes, sh->file, s, ckpt_add_tensor, c, err);
-        free(buf);
-        if (st < 0) goto done;
-        sh->data_offset = (int64_t)n;   /* a parsed header was read whole: n = 8 + N */
-    }
-    /* the arena no longer moves: hand out names */
-    for (int64_t i = 0; i < c->n_tensors; i++) c->tensors[i].name = tab_name(&c->names, i);
-    if (have_index) {
-        st = check_index(c, &m, err);
-        if (st < 0) goto done;
-    }
-done:
-    free(index_path);
-    tab_free(&m.names);
-    tab_free(&m.files);
-    free(m.file_of);
-    if (st < 0) {
-        ms_ckpt_close(c);
-        return st;
-    }
-    *out = c;
-    return MS_OK;
-}
-
-/* Free everything; NULL is a no-op. Invalidates every pointer handed out. */
-void ms_ckpt_close(ms_ckpt *c) {
-    if (!c) return;
-    for (int i = 0; i < c->n_shards; i++) free(c->shards[i].path);
-    free(c->shards);
-    tab_free(&c->names);
-    free(c->tensors);
-    free(c);
-}
-
-/* Tensor by name: O(1) expected; NULL if absent (or c / name NULL). The result
- * lives until ms_ckpt_close. Read-only: safe from many threads. */
-const ms_tensor_info *ms_ckpt_find(const ms_ckpt *c, const char *name) {
-    if (!c || !name) return NULL;
-    int64_t i = tab_find(&c->names, name);
-    return i < 0 ? NULL : &c->tensors[i];
-}
-
-/* Number of tensors in the checkpoint (0 for NULL). */
-int64_t ms_ckpt_n_tensors(const ms_ckpt *c) { return c ? c->n_tensors : 0; }
-
-/* Tensor i in (shard, offset) order; NULL if i is out of range. */
-const ms_tensor_info *ms_ckpt_tensor(const ms_ckpt *c, int64_t i) {
-    if (!c || i < 0 || i >= c->n_tensors) return NULL;
-    return &c->tensors[i];
-}
-
-/* Number of shards (0 for NULL). */
-int ms_ckpt_n_shards(const ms_ckpt *c) { return c ? c->n_shards : 0; }
-
-/* Shard i (sorted by file name); NULL if i is out of range. */
-const ms_shard_info *ms_ckpt_shard(const ms_ckpt *c, int i) {
-    if (!c || i < 0 || i >= c->n_shards) return NULL;
-    return &c->shards[i];
 }

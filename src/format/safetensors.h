@@ -15,7 +15,10 @@
  *     exists in the shard the index names, and every shard it names exists.
  * Errors: MS_E_MODEL with one line naming the file and the tensor, e.g.
  *   "model-00002-of-00003.safetensors: tensor 'x.weight': data_offsets [0, 10)
- *    hold 10 bytes but F32 [3] needs 12".
+ *    hold 10 bytes but F32 [3] needs 12"; a shard shorter than its header
+ *   says (the ranges fill the data section without a gap) is "FILE: truncated:
+ *   N bytes, expected M ...". Parsing is safetensors.c, the checkpoint table
+ *   and opening the files ckpt.c.
  * Does not: read tensor bytes, keep file descriptors open.
  */
 #ifndef MS_FORMAT_SAFETENSORS_H
@@ -69,8 +72,10 @@ ms_status ms_st_parse_header(const uint8_t *buf, size_t n, int64_t file_bytes,
                              ms_st_add_fn add, void *user, ms_err *err);
 
 /* Open a checkpoint directory: with model.safetensors.index.json the shards it
- * names; otherwise every *.safetensors file in the directory, sorted by name.
- * Reads each shard's header (and only the header). */
+ * names; otherwise every regular *.safetensors file in the directory, sorted
+ * by name. Reads the index and each shard's header (and only the header),
+ * each checked to be a regular file within its limit first (base/file.h): a
+ * FIFO, a device or a directory is MS_E_MODEL naming it, without blocking. */
 ms_status ms_ckpt_open(const char *dir, ms_ckpt **out, ms_err *err);
 void ms_ckpt_close(ms_ckpt *c);
 

@@ -12,6 +12,7 @@
 
 #include "base/bufalloc.h"
 #include "base/clock.h"
+#include "base/file.h"
 #include "base/io.h"
 #include "format/le.h"
 
@@ -286,42 +287,25 @@ ms_status ms_sums_write(const ms_sums *s, const char *path, ms_err *err) {
     return st;
 }
 
-ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_err *err) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return ms_err_set(err, MS_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return ms_err_set(err, MS_E_IO, "%s: not a regular file", path);
-    }
-    ms_sums *s = NULL;
-    ms_status st = skeleton(ck, &s, err);
-    if (st != MS_OK) { fclose(f); return st; }
-    const int64_t want = MS_SUMS_HEADER_BYTES + 8 * s->n_blocks + 8;
-    uint8_t *img = NULL;
-#define BAD(...) do { st = ms_err_set(err, MS_E_MODEL, __VA_ARGS__); goto done; } while (0)
-    if ((int64_t)sb.st_size < MS_SUMS_HEADER_BYTES + 8)
-        BAD("%s: truncated: %lld bytes, a sidecar has at least %d; rebuild it with 'moestream verify MODEL_DIR --write'",
-            path, (long long)sb.st_size, MS_SUMS_HEADER_BYTES + 8);
-    if ((int64_t)sb.st_size > ((int64_t)1 << 40)) BAD("%s: %lld bytes is not a sidecar", path, (long long)sb.st_size);
-    img = malloc((size_t)sb.st_size);
-    if (!img) { st = ms_err_set(err, MS_E_NOMEM, "sums: out of memory"); goto done; }
-    if (fread(img, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
-        st = ms_err_set(err, MS_E_IO, "%s: cannot read: %s", path, ferror(f) ? strerror(errno) : "short file");
-        goto done;
-    }
+/* The checks of a sidecar image: img holds the file's first n_img bytes (the
+ * whole file when size == want, else just its header, which is enough to say
+ * why it does not belong here). */
+static ms_status check_image(const char *path, const ms_sums *s, const uint8_t *img, int64_t size,
+                             int64_t want, ms_err *err) {
+#define BAD(...) return ms_err_set(err, MS_E_MODEL, __VA_ARGS__)
     if (memcmp(img, MAGIC, 8) != 0) BAD("%s: not a moestream.sums file (bad magic)", path);
     if (ms_get32(img + 8) != SUMS_VERSION) BAD("%s: version %u, expected %u", path, ms_get32(img + 8), SUMS_VERSION);
     const uint64_t n_blocks = ms_get64(img + 40);
     const int64_t size_says = n_blocks > ((uint64_t)1 << 37) ? -1 : MS_SUMS_HEADER_BYTES + 8 * (int64_t)n_blocks + 8;
-    if (size_says != (int64_t)sb.st_size)
+    if (size_says != size)
         BAD("%s: truncated or damaged: %lld bytes, its header says %lld; rebuild it with 'moestream verify MODEL_DIR --write'",
-            path, (long long)sb.st_size, (long long)size_says);
-    const uint64_t tail = ms_get64(img + sb.st_size - 8), calc = XXH3_64bits(img, (size_t)sb.st_size - 8);
-    if (tail != calc)
-        BAD("%s: damaged: its trailing checksum is %016llx, its contents hash to %016llx; rebuild it with 'moestream verify MODEL_DIR --write'",
-            path, (unsigned long long)tail, (unsigned long long)calc);
+            path, (long long)size, (long long)size_says);
+    if (size == want) {
+        const uint64_t tail = ms_get64(img + size - 8), calc = XXH3_64bits(img, (size_t)size - 8);
+        if (tail != calc)
+            BAD("%s: damaged: its trailing checksum is %016llx, its contents hash to %016llx; rebuild it with 'moestream verify MODEL_DIR --write'",
+                path, (unsigned long long)tail, (unsigned long long)calc);
+    }
     if (ms_get64(img + 16) != (uint64_t)B)
         BAD("%s: block size %llu, expected %lld", path, (unsigned long long)ms_get64(img + 16), (long long)B);
     if (ms_get64(img + 24) != s->table_hash || ms_get64(img + 32) != (uint64_t)s->n_tensors || size_says != want)
@@ -329,10 +313,37 @@ ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_er
             "rebuild it with 'moestream verify MODEL_DIR --write' or run with --no-verify",
             path, (unsigned long long)ms_get64(img + 24), (unsigned long long)ms_get64(img + 32),
             (unsigned long long)s->table_hash, (long long)s->n_tensors);
-    for (int64_t i = 0; i < s->n_blocks; i++) s->hash[i] = ms_get64(img + MS_SUMS_HEADER_BYTES + 8 * i);
 #undef BAD
+    return MS_OK;
+}
+
+/* Reads at most the size this checkpoint's sidecar has (`want`): a file of
+ * another size is judged by its header alone, so a huge or endless file costs
+ * nothing (docs/SECURITY.md, "Limits on metadata files"). */
+ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_err *err) {
+    *out = NULL;
+    ms_sums *s = NULL;
+    ms_status st = skeleton(ck, &s, err);
+    if (st != MS_OK) return st;
+    const int64_t want = MS_SUMS_HEADER_BYTES + 8 * s->n_blocks + 8;
+    int fd;
+    int64_t size;
+    uint8_t *img = NULL;
+    if ((st = ms_file_open(path, INT64_MAX, &fd, &size, err)) != MS_OK) goto done;
+    if (size < MS_SUMS_HEADER_BYTES + 8) {
+        st = ms_err_set(err, MS_E_MODEL, "%s: truncated: %lld bytes, a sidecar has at least %d; rebuild it with 'moestream verify MODEL_DIR --write'",
+                        path, (long long)size, MS_SUMS_HEADER_BYTES + 8);
+    } else {
+        const int64_t n_img = size == want ? size : MS_SUMS_HEADER_BYTES;
+        img = malloc((size_t)n_img);
+        if (!img) st = ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
+        else st = ms_file_pread_full(fd, img, (size_t)n_img, 0, path, err);
+        if (st == MS_OK) st = check_image(path, s, img, size, want, err);
+    }
+    close(fd);
+    if (st == MS_OK)
+        for (int64_t i = 0; i < s->n_blocks; i++) s->hash[i] = ms_get64(img + MS_SUMS_HEADER_BYTES + 8 * i);
 done:
-    fclose(f);
     free(img);
     if (st != MS_OK) { ms_sums_free(s); return st; }
     *out = s;

@@ -1,0 +1,84 @@
+/* text/tok_int.h - the tokenizer's private layout, shared by its two files.
+ *
+ * Owns: struct ms_tok (the parsed vocabulary: token bytes in rank order, a
+ *   rank hash table keyed by raw bytes, the special-token names, the compiled
+ *   pre-tokenizer) and the rank lookup that loading and BPE both use.
+ *   tok_load.c builds it (tiktoken.model, tokenizer_config.json, the regex);
+ *   tokenizer.c encodes and decodes with it.
+ * Invariants:
+ *   1. ranks are dense (0..n_ranks-1), unique, with unique non-empty bytes,
+ *      and every single byte 0x00..0xFF has a rank, so every byte string is
+ *      encodable and decode(encode(b)) == b.
+ *   2. specials occupy [n_ranks, n_vocab); each has a unique non-empty name.
+ *   3. a loaded ms_tok is never written again: encode and decode may share it.
+ * Does not: leave text/ (included only by tok_load.c and tokenizer.c).
+ */
+#ifndef MS_TEXT_TOK_INT_H
+#define MS_TEXT_TOK_INT_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "text/tokenizer.h"
+
+#include <pcre2.h>
+#include <stdint.h>
+#include <string.h>
+
+/* A hash slot carries what a probe needs (fingerprint, length, offset) so a
+ * miss touches one cache line and a hit one more (the bytes). */
+typedef struct slot {
+    uint32_t fp;          /* high 32 bits of the hash */
+    int32_t rank;         /* -1: empty */
+    uint32_t off, len;    /* the token's bytes: blob[off .. off + len) */
+} slot;
+
+struct ms_tok {
+    int64_t n_ranks;
+    int64_t n_vocab;
+    uint8_t *blob;        /* token bytes, rank order */
+    int64_t *off;         /* [n_ranks + 1]: token r is blob[off[r] .. off[r+1]) */
+    slot *table;          /* open addressing, rank -1 = empty; size mask + 1 */
+    uint64_t mask;
+    int32_t byte_rank[256];
+    int32_t *pair_rank;   /* [65536]: rank of a 2-byte token, or -1 */
+    int64_t max_tok_len;
+    char *sp_blob;        /* special names, each NUL-terminated */
+    int64_t *sp_off;      /* [n_vocab - n_ranks] offsets into sp_blob */
+    int64_t *sp_len;
+    pcre2_code *re;
+};
+
+/* ---- hashing of raw token bytes ---------------------------------------- */
+
+static inline uint64_t tok_hash_bytes(const uint8_t *p, int64_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 32;
+    return h;
+}
+
+/* Rank of the token whose bytes are p[0..n), or -1. Read-only. */
+static inline int32_t tok_rank_lookup(const ms_tok *t, const uint8_t *p, int64_t n) {
+    if (n == 1) return t->byte_rank[p[0]];
+    if (n == 2) return t->pair_rank[(p[0] << 8) | p[1]];
+    if (n > t->max_tok_len) return -1;
+    uint64_t h = tok_hash_bytes(p, n), i = h & t->mask;
+    uint32_t fp = (uint32_t)(h >> 32);
+    for (;;) {
+        const slot *e = &t->table[i];
+        if (e->rank < 0) return -1;
+        if (e->fp == fp && e->len == (uint32_t)n && memcmp(t->blob + e->off, p, (size_t)n) == 0) return e->rank;
+        i = (i + 1) & t->mask;
+    }
+}
+
+#endif
