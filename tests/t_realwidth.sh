@@ -35,7 +35,7 @@ cmp -s "$BUILD/wide1.f32" "$BUILD/wide2.f32" && ok || bad "logits bits differ be
 
 # The packed trunk at real width: images of many 2 MiB reads and 1 MiB hash
 # blocks each, landing out of order on two checker threads and decoded as they
-# land (store.c, check_unpack). At the floor every trunk region streams from
+# land (store/land.c, check_unpack). At the floor every trunk region streams from
 # the pack; the logits must be the bits of the run without it.
 if [ ! -s "$dir/moestream.pack" ]; then
     "$BIN" verify "$dir" --quiet > /dev/null 2>&1 || bad "verify (writing the sidecar)"

@@ -34,11 +34,11 @@
  *                 (so a batch progresses while the caller computes); files are
  *                 opened O_DIRECT with the same per-file fallback unless
  *                 uring_buffered is set.
- *   Why O_DIRECT and big chunks: the target disk takes at most 254 segments per
- *   request; direct reads into 2 MiB huge-page buffers (base/bufalloc.h) reach
- *   ~1.7-2.0 GB/s against ~1.35 GB/s into 4 KiB pages. With the default
- *   chunk_bytes of 2 MiB and a 2 MiB-aligned buffer, each chunk lands in
- *   exactly one huge page.
+ *   Why O_DIRECT and big chunks: the disk takes a bounded number of segments
+ *   per request, so direct reads into 2 MiB huge-page buffers
+ *   (base/bufalloc.h) outrun reads into 4 KiB pages (docs/PERFORMANCE.md,
+ *   "Device"). With the default chunk_bytes of 2 MiB and a 2 MiB-aligned
+ *   buffer, each chunk lands in exactly one huge page.
  *
  * Priorities: a batch is submitted with a priority (ms_io_prio): DEMAND (a
  *   thread is or soon will be blocked on it), AHEAD (read-ahead of data surely
@@ -107,9 +107,10 @@
  *   guards the queue, the tickets, the file table and the statistics (reads
  *   themselves run unlocked). Files may be added while reads are in flight.
  *
- * Does not: cache, know what a checksum is (the hook does), decide what to read, or allocate buffers
- *   for the caller (see base/bufalloc.h). Steady-state submit/wait allocates
- *   nothing: finished batches are recycled with their chunk arrays.
+ * Does not: cache, know what a checksum is (the hook does), decide what to
+ *   read, or allocate buffers for the caller (see base/bufalloc.h).
+ *   Steady-state submit/wait allocates nothing: finished batches are
+ *   recycled with their chunk arrays.
  */
 #ifndef MS_BASE_IO_H
 #define MS_BASE_IO_H

@@ -5,7 +5,7 @@
  * declares them (the model's binding against a store opened with no budget):
  * the store then reads each from the shards, verified with the sidecar (a
  * pack needs one: it is checked against it at every read), and hands it to
- * the pack writer (ms_store_write_pack). Nothing is planned or started, so
+ * the pack writer (ms_pack_write_trunk, engine/pack_write.h). Nothing is planned or started, so
  * this needs no more memory than the largest region.
  */
 #include "moestream.h"
@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "engine/pack_write.h"
 #include "format/config.h"
 #include "format/pack.h"
 #include "format/safetensors.h"
@@ -63,8 +64,7 @@ ms_status ms_pack_checkpoint(const char *model_dir, const char *pack_path, const
     snprintf(path, sizeof path, "%s/%s", model_dir, MS_PACK_FILE);
     if (pack_path) snprintf(path, sizeof path, "%s", pack_path);
     ms_log(&lg, MS_LOG_INFO, "packing the trunk of %s into %s", model_dir, path);
-    st = ms_store_write_pack(store, path, ms_sums_table_hash(ck), &out->raw_bytes, &out->packed_bytes,
-                             &out->packed_raw_bytes, &out->n_packed, &out->n_regions, &err);
+    st = ms_pack_write_trunk(store, path, ms_sums_table_hash(ck), &lg, out, &err);
 done:
     out->seconds = ms_now_s() - t0;
     if (st != MS_OK && errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);

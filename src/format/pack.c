@@ -30,7 +30,9 @@
 #define INDEX_RANGE_BYTES 24
 #define HB MS_PACK_HASH_BYTES
 
-static int64_t n_hashes_of(int64_t image_bytes) { return (image_bytes + HB - 1) / HB; }
+static int64_t n_hashes_of(int64_t image_bytes) {
+    return (image_bytes + HB - 1) / HB;
+}
 
 static const uint8_t MAGIC[8] = { 'M', 'S', 'P', 'A', 'C', 'K', 0, 1 };
 
@@ -558,126 +560,143 @@ static int entry_cmp(const void *a, const void *b) {
     return range_cmp(&x->ranges[0], &y->ranges[0]);
 }
 
+/* The header's fields past the checks of pack_header. */
+typedef struct pack_hdr {
+    uint64_t n_entries, ix_off, ix_len, ix_hash;
+} pack_hdr;
+
+/* Read and check the header of the pack open on fd (fsize bytes): magic and
+ * header hash, version and chunk size, the checkpoint's table and the
+ * sidecar's content, the index inside the file. */
+static ms_status pack_header(int fd, int64_t fsize, const char *path, const ms_ckpt *ck, const ms_sums *sums,
+                             pack_hdr *hd, ms_err *err) {
+    uint8_t h[HEADER_BYTES];
+    ms_status st = read_at(fd, h, HEADER_BYTES, 0, path, err);
+    if (st != MS_OK) return st;
+    if (memcmp(h, MAGIC, 8) != 0 || ms_get64(h + 64) != XXH3_64bits(h, 64))
+        return ms_err_set(err, MS_E_MODEL, "%s: not a moestream pack (bad magic or header hash)", path);
+    if (ms_get32(h + 8) != 1 || ms_get32(h + 12) != (uint32_t)R)
+        return ms_err_set(err, MS_E_MODEL, "%s: version %u, chunk %u bytes; this build reads version 1, %lld",
+                          path, ms_get32(h + 8), ms_get32(h + 12), (long long)R);
+    if (ms_get64(h + 16) != ms_sums_table_hash(ck))
+        return ms_err_set(err, MS_E_MODEL, "%s was packed from another checkpoint (or tensors moved since):"
+                          " run 'moestream pack' again", path);
+    if (ms_get64(h + 24) != ms_sums_content_hash(sums))
+        return ms_err_set(err, MS_E_MODEL, "%s was packed from other bytes than the checksum sidecar describes"
+                          " (the checkpoint or its sidecar changed since): run 'moestream pack' again", path);
+    *hd = (pack_hdr){ ms_get64(h + 32), ms_get64(h + 40), ms_get64(h + 48), ms_get64(h + 56) };
+    if (hd->ix_off > (uint64_t)fsize || hd->ix_len > (uint64_t)fsize - hd->ix_off ||
+        hd->n_entries > hd->ix_len / INDEX_ENTRY_BYTES)
+        return ms_err_set(err, MS_E_MODEL, "%s: index outside the file (truncated?)", path);
+    return MS_OK;
+}
+
+/* The index's first pass: the ranges and image hashes its entries hold, each
+ * entry checked to lie inside the index. */
+static ms_status count_index(const uint8_t *ix, const pack_hdr *hd, int64_t *n_ranges, int64_t *n_hashes,
+                             const char *path, ms_err *err) {
+    *n_ranges = *n_hashes = 0;
+    for (uint64_t k = 0, at = 0; k < hd->n_entries; k++) {
+        if (hd->ix_len - at < INDEX_ENTRY_BYTES) return ms_err_set(err, MS_E_MODEL, "%s: short index", path);
+        const uint32_t nr = ms_get32(ix + at);
+        const uint64_t ib = ms_get64(ix + at + 16);
+        const uint64_t nh = ib <= hd->ix_off ? (uint64_t)n_hashes_of((int64_t)ib) : UINT64_MAX / 16;
+        const uint64_t left = hd->ix_len - at - INDEX_ENTRY_BYTES;
+        if (nr == 0 || left / INDEX_RANGE_BYTES < nr || (left - (uint64_t)nr * INDEX_RANGE_BYTES) / 8 < nh)
+            return ms_err_set(err, MS_E_MODEL, "%s: short index", path);
+        *n_ranges += nr;
+        *n_hashes += (int64_t)nh;
+        at += INDEX_ENTRY_BYTES + (uint64_t)nr * INDEX_RANGE_BYTES + 8 * nh;
+    }
+    return MS_OK;
+}
+
+/* Fill entry k of p from the index bytes at *q (advanced past it), its ranges
+ * from p->ranges[*r] and its hashes from p->hashes[*hk] on (both advanced). */
+static ms_status parse_entry(ms_pack *p, uint64_t k, const uint8_t **q, const pack_hdr *hd, const ms_ckpt *ck,
+                             int64_t *r, int64_t *hk, const char *path, ms_err *err) {
+    const uint8_t *x = *q;
+    ms_pack_entry *e = &p->entries[k];
+    const int64_t ix_off = (int64_t)hd->ix_off;
+    e->n_ranges = (int)ms_get32(x);
+    e->image_off = (int64_t)ms_get64(x + 8);
+    e->image_bytes = (int64_t)ms_get64(x + 16);
+    e->shift = (int64_t)ms_get64(x + 24);
+    e->raw_bytes = (int64_t)ms_get64(x + 32);
+    e->ranges = &p->ranges[*r];
+    if (e->image_off < MS_PACK_ALIGN || e->image_off % MS_PACK_ALIGN || e->image_bytes <= 0 ||
+        e->image_off > ix_off || e->image_bytes > ix_off - e->image_off ||
+        e->shift < 0 || e->shift % MS_PACK_ALIGN || e->raw_bytes <= 0 || e->shift > e->raw_bytes)
+        return ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
+    const int ns = ms_ckpt_n_shards(ck);
+    int64_t sum = 0;
+    x += INDEX_ENTRY_BYTES;
+    for (int i = 0; i < e->n_ranges; i++, x += INDEX_RANGE_BYTES, (*r)++) {
+        ms_pack_range *g = &p->ranges[*r];
+        g->shard = (int)ms_get32(x);
+        g->offset = (int64_t)ms_get64(x + 8);
+        g->n_bytes = (int64_t)ms_get64(x + 16);
+        if (g->shard < 0 || g->shard >= ns || g->offset < 0 || g->n_bytes <= 0 ||
+            g->n_bytes > ms_ckpt_shard(ck, g->shard)->file_bytes ||
+            g->offset > ms_ckpt_shard(ck, g->shard)->file_bytes - g->n_bytes)
+            return ms_err_set(err, MS_E_MODEL, "%s: entry %llu range %d lies outside its shard", path,
+                              (unsigned long long)k, i);
+        sum += g->n_bytes;
+    }
+    if (sum != e->raw_bytes)
+        return ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
+    e->hashes = &p->hashes[*hk];
+    for (int64_t b = 0; b < n_hashes_of(e->image_bytes); b++, x += 8) p->hashes[(*hk)++] = ms_get64(x);
+    *q = x;
+    return MS_OK;
+}
+
+/* Read the index of the pack open on fd and fill p's entries, sorted. */
+static ms_status load_index(ms_pack *p, int fd, const pack_hdr *hd, const ms_ckpt *ck, const char *path,
+                            ms_err *err) {
+    uint8_t *ix = malloc(hd->ix_len ? hd->ix_len : 1);
+    if (!ix) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    ms_status st = read_at(fd, ix, (int64_t)hd->ix_len, (int64_t)hd->ix_off, path, err);
+    if (st == MS_OK && XXH3_64bits(ix, hd->ix_len) != hd->ix_hash)
+        st = ms_err_set(err, MS_E_MODEL, "%s: index hash mismatch", path);
+    /* two passes: count the ranges and image hashes, then fill */
+    int64_t n_ranges = 0, n_hashes = 0;
+    if (st == MS_OK) st = count_index(ix, hd, &n_ranges, &n_hashes, path, err);
+    if (st == MS_OK) {
+        p->entries = calloc(hd->n_entries ? hd->n_entries : 1, sizeof *p->entries);
+        p->ranges = calloc(n_ranges ? (size_t)n_ranges : 1, sizeof *p->ranges);
+        p->hashes = calloc(n_hashes ? (size_t)n_hashes : 1, sizeof *p->hashes);
+        p->path = strdup(path);
+        if (!p->entries || !p->ranges || !p->hashes || !p->path) st = ms_err_set(err, MS_E_NOMEM, "out of memory");
+    }
+    int64_t r = 0, hk = 0;
+    const uint8_t *q = ix;
+    for (uint64_t k = 0; k < hd->n_entries && st == MS_OK; k++)
+        st = parse_entry(p, k, &q, hd, ck, &r, &hk, path, err);
+    free(ix);
+    if (st != MS_OK) return st;
+    p->n_entries = (int64_t)hd->n_entries;
+    p->n_ranges = n_ranges;
+    qsort(p->entries, hd->n_entries, sizeof *p->entries, entry_cmp);
+    for (int64_t k = 1; k < p->n_entries; k++)
+        if (entry_cmp(&p->entries[k - 1], &p->entries[k]) == 0)
+            return ms_err_set(err, MS_E_MODEL, "%s: two entries start at the same range", path);
+    return MS_OK;
+}
+
 ms_status ms_pack_load(const char *path, const ms_ckpt *ck, const ms_sums *sums, ms_pack **out,
                        ms_err *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ms_err_set(err, MS_E_IO, "%s: %s", path, strerror(errno));
     ms_pack *p = calloc(1, sizeof *p);
-    uint8_t h[HEADER_BYTES], *ix = NULL;
     struct stat sb;
+    pack_hdr hd = { 0, 0, 0, 0 };
     ms_status st = fstat(fd, &sb) == 0 ? MS_OK : ms_err_set(err, MS_E_IO, "%s: %s", path, strerror(errno));
     if (st == MS_OK && !p) st = ms_err_set(err, MS_E_NOMEM, "out of memory");
-    if (st == MS_OK) st = read_at(fd, h, HEADER_BYTES, 0, path, err);
-    if (st != MS_OK) goto done;
-    const int64_t fsize = sb.st_size;
-    if (memcmp(h, MAGIC, 8) != 0 || ms_get64(h + 64) != XXH3_64bits(h, 64)) {
-        st = ms_err_set(err, MS_E_MODEL, "%s: not a moestream pack (bad magic or header hash)", path);
-        goto done;
-    }
-    if (ms_get32(h + 8) != 1 || ms_get32(h + 12) != (uint32_t)R) {
-        st = ms_err_set(err, MS_E_MODEL, "%s: version %u, chunk %u bytes; this build reads version 1, %lld",
-                        path, ms_get32(h + 8), ms_get32(h + 12), (long long)R);
-        goto done;
-    }
-    if (ms_get64(h + 16) != ms_sums_table_hash(ck)) {
-        st = ms_err_set(err, MS_E_MODEL, "%s was packed from another checkpoint (or tensors moved since):"
-                        " run 'moestream pack' again", path);
-        goto done;
-    }
-    if (ms_get64(h + 24) != ms_sums_content_hash(sums)) {
-        st = ms_err_set(err, MS_E_MODEL, "%s was packed from other bytes than the checksum sidecar describes"
-                        " (the checkpoint or its sidecar changed since): run 'moestream pack' again", path);
-        goto done;
-    }
-    const uint64_t n_entries = ms_get64(h + 32), ix_off = ms_get64(h + 40), ix_len = ms_get64(h + 48);
-    if (ix_off > (uint64_t)fsize || ix_len > (uint64_t)fsize - ix_off || n_entries > ix_len / INDEX_ENTRY_BYTES) {
-        st = ms_err_set(err, MS_E_MODEL, "%s: index outside the file (truncated?)", path);
-        goto done;
-    }
-    ix = malloc(ix_len ? ix_len : 1);
-    if (!ix) { st = ms_err_set(err, MS_E_NOMEM, "out of memory"); goto done; }
-    if ((st = read_at(fd, ix, (int64_t)ix_len, (int64_t)ix_off, path, err)) != MS_OK) goto done;
-    if (XXH3_64bits(ix, ix_len) != ms_get64(h + 56)) {
-        st = ms_err_set(err, MS_E_MODEL, "%s: index hash mismatch", path);
-        goto done;
-    }
-    /* two passes: count the ranges and image hashes, then fill */
-    int64_t n_ranges = 0, n_hashes = 0;
-    for (uint64_t k = 0, at = 0; k < n_entries; k++) {
-        if (ix_len - at < INDEX_ENTRY_BYTES) { st = ms_err_set(err, MS_E_MODEL, "%s: short index", path); goto done; }
-        const uint32_t nr = ms_get32(ix + at);
-        const uint64_t ib = ms_get64(ix + at + 16);
-        const uint64_t nh = ib <= ix_off ? (uint64_t)n_hashes_of((int64_t)ib) : UINT64_MAX / 16;
-        const uint64_t left = ix_len - at - INDEX_ENTRY_BYTES;
-        if (nr == 0 || left / INDEX_RANGE_BYTES < nr || (left - (uint64_t)nr * INDEX_RANGE_BYTES) / 8 < nh) {
-            st = ms_err_set(err, MS_E_MODEL, "%s: short index", path);
-            goto done;
-        }
-        n_ranges += nr;
-        n_hashes += (int64_t)nh;
-        at += INDEX_ENTRY_BYTES + (uint64_t)nr * INDEX_RANGE_BYTES + 8 * nh;
-    }
-    p->entries = calloc(n_entries ? n_entries : 1, sizeof *p->entries);
-    p->ranges = calloc(n_ranges ? (size_t)n_ranges : 1, sizeof *p->ranges);
-    p->hashes = calloc(n_hashes ? (size_t)n_hashes : 1, sizeof *p->hashes);
-    p->path = strdup(path);
-    if (!p->entries || !p->ranges || !p->hashes || !p->path) {
-        st = ms_err_set(err, MS_E_NOMEM, "out of memory");
-        goto done;
-    }
-    const int ns = ms_ckpt_n_shards(ck);
-    int64_t r = 0, hk = 0;
-    for (uint64_t k = 0, at = 0; k < n_entries; k++) {
-        const uint8_t *q = ix + at;
-        ms_pack_entry *e = &p->entries[k];
-        e->n_ranges = (int)ms_get32(q);
-        e->image_off = (int64_t)ms_get64(q + 8);
-        e->image_bytes = (int64_t)ms_get64(q + 16);
-        e->shift = (int64_t)ms_get64(q + 24);
-        e->raw_bytes = (int64_t)ms_get64(q + 32);
-        e->ranges = &p->ranges[r];
-        if (e->image_off < MS_PACK_ALIGN || e->image_off % MS_PACK_ALIGN || e->image_bytes <= 0 ||
-            e->image_off > (int64_t)ix_off || e->image_bytes > (int64_t)ix_off - e->image_off ||
-            e->shift < 0 || e->shift % MS_PACK_ALIGN || e->raw_bytes <= 0 || e->shift > e->raw_bytes) {
-            st = ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
-            goto done;
-        }
-        int64_t sum = 0;
-        q += INDEX_ENTRY_BYTES;
-        for (int i = 0; i < e->n_ranges; i++, q += INDEX_RANGE_BYTES, r++) {
-            ms_pack_range *g = &p->ranges[r];
-            g->shard = (int)ms_get32(q);
-            g->offset = (int64_t)ms_get64(q + 8);
-            g->n_bytes = (int64_t)ms_get64(q + 16);
-            if (g->shard < 0 || g->shard >= ns || g->offset < 0 || g->n_bytes <= 0 ||
-                g->n_bytes > ms_ckpt_shard(ck, g->shard)->file_bytes ||
-                g->offset > ms_ckpt_shard(ck, g->shard)->file_bytes - g->n_bytes) {
-                st = ms_err_set(err, MS_E_MODEL, "%s: entry %llu range %d lies outside its shard", path,
-                                (unsigned long long)k, i);
-                goto done;
-            }
-            sum += g->n_bytes;
-        }
-        if (sum != e->raw_bytes) {
-            st = ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
-            goto done;
-        }
-        e->hashes = &p->hashes[hk];
-        for (int64_t b = 0; b < n_hashes_of(e->image_bytes); b++, q += 8) p->hashes[hk++] = ms_get64(q);
-        at = (uint64_t)(q - ix);
-    }
-    p->n_entries = (int64_t)n_entries;
-    p->n_ranges = n_ranges;
-    qsort(p->entries, n_entries, sizeof *p->entries, entry_cmp);
-    for (int64_t k = 1; k < p->n_entries; k++)
-        if (entry_cmp(&p->entries[k - 1], &p->entries[k]) == 0) {
-            st = ms_err_set(err, MS_E_MODEL, "%s: two entries start at the same range", path);
-            goto done;
-        }
-done:
+    if (st == MS_OK) st = pack_header(fd, sb.st_size, path, ck, sums, &hd, err);
+    if (st == MS_OK) st = load_index(p, fd, &hd, ck, path, err);
     close(fd);
-    free(ix);
     if (st != MS_OK) { ms_pack_free(p); return st; }
     *out = p;
     return MS_OK;

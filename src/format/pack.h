@@ -63,8 +63,9 @@
  *   instead on a mismatch (store/store.h). The index hash refuses a truncated
  *   or edited index.
  * Thread safety: a loaded pack is read-only; decode works on caller memory.
- * Does not: read the checkpoint (the store reads the raw regions and hands
- *   them to the writer), choose the regions (the model's binding does).
+ * Does not: read the checkpoint (engine/pack_write.c reads the raw regions
+ *   through the store and hands them to the writer), choose the regions (the
+ *   model's binding does).
  */
 #ifndef MS_FORMAT_PACK_H
 #define MS_FORMAT_PACK_H

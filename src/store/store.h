@@ -220,18 +220,6 @@ ms_status ms_store_acquire_batch(ms_store *s, const int *regions, int n,
                                  const uint8_t **ptrs, ms_err *err);
 void ms_store_release(ms_store *s, int region);
 
-/* Write the packed trunk of every TRUNK region declared so far to `path`
- * (format/pack.h): each region is read from the shards (verified with the
- * sidecar, which the store must have: MS_E_USAGE otherwise), encoded, and
- * kept when it shrinks and fits its buffer. Call before ms_store_start, on a
- * store opened without a pack. Progress is
- * logged at INFO every 5 s. *raw: the TRUNK bytes seen; *packed / *packed_raw:
- * the image bytes written and the bytes they stand for; *n_packed /
- * *n_regions: regions packed / seen. */
-ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash, int64_t *raw,
-                              int64_t *packed, int64_t *packed_raw, int *n_packed, int *n_regions,
-                              ms_err *err);
-
 /* Experts that can be held at once (the cache's slot count; 0 before start
  * or without experts). A model batches its expert acquires to this. */
 int ms_store_expert_capacity(const ms_store *s);
@@ -285,6 +273,27 @@ ms_status ms_store_read_part(ms_store *s, int region, int64_t rel, int64_t n_byt
 
 /* Bytes of a region's buffer (its ranges with their alignment padding). */
 int64_t ms_store_region_bytes(const ms_store *s, int region);
+
+/* Regions declared so far. */
+int ms_store_n_regions(const ms_store *s);
+
+/* Region `region` as declared: its class in *cls, its ranges in *ranges and
+ * their offsets in its buffer in *pos (as range_pos of ms_store_add_region;
+ * both arrays owned by the store, valid until ms_store_close); any output may
+ * be NULL. Returns its range count. Pure. */
+int ms_store_region_layout(const ms_store *s, int region, ms_region_class *cls,
+                           const ms_range **ranges, const int64_t **pos);
+
+/* Read a region's bytes from the shards into buf (MS_IO_ALIGN-aligned,
+ * ms_store_region_bytes long, laid out as the region buffer), verified like
+ * every read when the store has a sidecar (a mismatch is read once more).
+ * Before ms_store_start, on a store opened without a pack: for tools that
+ * walk every region once (the pack writer, engine/pack_write.c). Blocks;
+ * counted in the stats; allocates nothing. Errors as ms_store_acquire. */
+ms_status ms_store_read_region(ms_store *s, int region, uint8_t *buf, ms_err *err);
+
+/* The checksum sidecar the store verifies against (params.sums), or NULL. */
+const ms_sums *ms_store_sums(const ms_store *s);
 
 /* 1 when the region's bytes stay in memory for the whole run (pinned
  * GLOBAL / TRUNK, resident sparse regions, every EXPERT when all are
