@@ -2,7 +2,7 @@
 # tests/make_testdata.sh OUTDIR - the tiny checkpoints and golden files of the test suite.
 #
 # Owns: OUTDIR and everything in it. Writes
-#   OUTDIR/a, b, c            tiny models (tools/msgen.py presets) + golden/ (tools/msref.py)
+#   OUTDIR/a, b, c, d         tiny models (tools/msgen.py presets) + golden/ (tools/msref.py)
 #   OUTDIR/trap_NAME          one fixture per trap of spec/kimi-k3.md:
 #                               golden/        the correct reference
 #                               golden_wrong/  the reference with that one rule wrong
@@ -13,7 +13,7 @@
 # Idea: idempotent and cheap. Nothing is done when STAMP matches; otherwise everything is
 #   rebuilt in OUTDIR.tmp (two jobs at a time) and swapped in only when all of it worked,
 #   so a failed run never leaves a half-current OUTDIR behind.
-# Checks while building: msref --check on a, b and c (greedy == teacher-forced argmax,
+# Checks while building: msref --check on a, b, c and d (greedy == teacher-forced argmax,
 #   deterministic, incremental == from scratch), and every trap's wrong logits differ
 #   from the correct ones by more than MIN_TRAP_MARGIN. Exits non-zero on any failure.
 set -u
@@ -88,7 +88,7 @@ spawn() {           # name, command...
 
 t0=$(date +%s)
 NAMES=""
-for p in a b c; do spawn "$p" job_model "$p"; NAMES="$NAMES $p"; done
+for p in a b c d; do spawn "$p" job_model "$p"; NAMES="$NAMES $p"; done
 for t in $TRAPS; do spawn "trap_$t" job_trap "$t"; NAMES="$NAMES trap_$t"; done
 wait
 

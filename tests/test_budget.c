@@ -554,8 +554,9 @@ static void auto_chunk(const char *dir, const char *name) {
 
 /* After a prompt pass, the experts of its last token are still in the cache
  * (S3-FIFO, the default), even where the pass used far more experts than
- * the cache holds: moe_forward marks them used as they come in, so the later
- * layers' experts of the same pass do not evict them (keep_last_experts).
+ * the cache holds: the expert I/O policy marks them used as they come in
+ * (ms_xio_acquire), so the later layers' experts of the same pass do not
+ * evict them (ms_xio_chunk_end, src/model/expert_io.c).
  * Which experts the last token used is read from the expert trace of a run
  * that feeds the prompt one token at a time (the routing is the same: same
  * bits at every chunk); its last n_moe * k requests are that token's.

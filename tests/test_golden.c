@@ -1,12 +1,15 @@
 /* tests/test_golden.c - the engine against the Python reference (tools/msref.py).
  *
- * For each tiny model in $MS_TESTDATA (a, b, c: differently shaped, see
+ * For each tiny model in $MS_TESTDATA (a, b, c, d: differently shaped, d with
+ * odd expert, head and width counts and F32 data at unaligned offsets; see
  * tests/make_testdata.sh):
  *   - teacher forcing over tf_ids: argmax at every position equals the
  *     reference's, logits within TOL of the reference's float64 logits;
  *   - the same feed one token at a time gives the same logits BITS as one
  *     chunked feed (prefill chunks == decode);
  *   - 2, 3 and 7 threads give the same bits as 1 thread (chunked and token by token);
+ *   - the smallest budget (--ram min: the floor probe, then everything streamed)
+ *     gives the same bits, and the memory plan of its config.json is made;
  *   - every kernel table the CPU runs (ref, avx2, avx512, avx512-l2: ms_engine_params
  *     .kernels) gives the same bits as the automatic choice, chunked and token by token;
  *   - greedy decode of the prompt reproduces greedy_ids exactly, and a full
@@ -80,19 +83,24 @@ static void free_golden(golden *g) {
     free(g->prompt); free(g->greedy); free(g->tf); free(g->tf_argmax); free(g->tf_logits);
 }
 
-/* kernels: a table's name, or NULL = auto. NULL (no failure) when that table
- * is not on this CPU. */
-static ms_engine *open_engine_k(const char *dir, int threads, const char *kernels) {
+/* kernels: a table's name, or NULL = auto; ram_bytes as ms_engine_params. NULL
+ * (no failure) when that table is not on this CPU. */
+static ms_engine *open_engine_with(const char *dir, int threads, const char *kernels, int64_t ram_bytes) {
     ms_engine_params p = ms_engine_default_params();
     p.model_dir = dir;
     p.n_threads = threads;
     p.kernels = kernels;
+    p.ram_bytes = ram_bytes;
     ms_engine *e = NULL;
     char msg[1024];
     ms_status st = ms_engine_open(&p, &e, msg, sizeof msg);
     if (kernels && st == MS_E_USAGE && strstr(msg, "lacks it")) return NULL;
     CHECK(st == MS_OK, "open %s: %s", dir, msg);
     return e;
+}
+
+static ms_engine *open_engine_k(const char *dir, int threads, const char *kernels) {
+    return open_engine_with(dir, threads, kernels, 0);
 }
 
 static ms_engine *open_engine(const char *dir, int threads) { return open_engine_k(dir, threads, NULL); }
@@ -174,6 +182,22 @@ static void check_model(const char *dir, const char *name) {
             free(lg2);
             ms_engine_close(e2);
         }
+
+        /* the smallest plan (the open plans from the config's layout, then
+         * probes the store for its floor): every weight streamed, the same
+         * bits; and the plan of the config alone */
+        ms_engine *em = open_engine_with(dir, 2, NULL, MS_RAM_MIN);
+        if (em) {
+            float *lgm = teacher_force(em, g.tf, n, V, 0);
+            CHECK(lgm && memcmp(lg, lgm, (size_t)(n * V) * sizeof *lg) == 0,
+                  "%s: logits at the smallest budget differ from the unlimited run's bits", name);
+            free(lgm);
+            ms_engine_close(em);
+        }
+        char cfg[4200], table[8192];
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        const ms_status ps = ms_plan_describe(cfg, (int64_t)512 << 20, 0, 0, 0, 1, table, sizeof table);
+        CHECK(ps == MS_OK, "%s: plan of config.json at 512M: status %d: %.300s", name, (int)ps, table);
 
         /* every kernel table this CPU runs, chunked (matrix-matrix kernels) and token by
          * token (matrix-vector): the same bits as the automatic choice */
@@ -262,8 +286,8 @@ int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { fprintf(stderr, "MS_TESTDATA not set\n"); CHECK(0, "MS_TESTDATA"); return CHECK_DONE("test_golden"); }
     char path[4096];
-    const char *models[] = { "a", "b", "c" };
-    for (int i = 0; i < 3; i++) {
+    const char *models[] = { "a", "b", "c", "d" };
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
         check_model(path, models[i]);
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/msgen.py - random Kimi K3 checkpoints in the released on-disk layout.
 
-Owns: the tiny test models (presets a, b, c), the trap fixtures (--trap NAME), and
+Owns: the tiny test models (presets a, b, c, d), the trap fixtures (--trap NAME), and
   big random checkpoints at the real widths for benchmarks (preset "wide").
 Idea: a checkpoint is planned first (config, tensor names/shapes/dtypes, data order,
   shard of every tensor: spec sections 1-3), then each tensor is filled from its
@@ -25,7 +25,7 @@ Invariants:
   - the wide preset never holds more than one block (<= 64 MiB of elements) per tensor.
 Does not: compute the model (msref.py does), read checkpoints.
 
-Usage: msgen.py OUT_DIR --preset a|b|c|wide [--seed N] [--trap NAME] [wide flags]
+Usage: msgen.py OUT_DIR --preset a|b|c|d|wide [--seed N] [--trap NAME] [wide flags]
        msgen.py OUT_DIR --trap NAME          (the trap's fixture on its base preset)
 """
 
@@ -71,6 +71,14 @@ PRESETS = {
               mla_heads=4, q_lora=32, kv_lora=16, nope=16, rope=8, v=16,
               inter=96, moe_inter=32, latent=64, scaling=2.5, shards=3, seed=3003,
               w2_shift=-9),
+    # Odd counts everywhere the loader allows them: 7 experts, 3 KDA and 5 MLA
+    # heads, odd widths (hidden 67, head dims 13 / 11 / 5 / 9, ranks 27 / 19,
+    # vocab 301). Written without padding, like any safetensors writer, so
+    # some F32 tensors (dt_bias, the conv taps) start at 2 mod 4.
+    "d": dict(layers=5, hidden=67, vocab=301, block=2, mla=[3, 5], dense=1,
+              experts=7, topk=3, shared=1, conv=3, kda_heads=3, kda_dim=13,
+              mla_heads=5, q_lora=27, kv_lora=19, nope=11, rope=5, v=9,
+              inter=83, moe_inter=32, latent=64, scaling=1.0, shards=3, seed=5005),
 }
 
 # The real widths (spec section 2); counts (layers, experts, vocab) are flags.

@@ -521,12 +521,10 @@ static ms_status check_tokens(const ms_session *s, const int32_t *ids, int64_t n
 
 /* What every forward of the engine runs with (rec: record it for a rollback). */
 static ms_fwd_ctx fwd_ctx(ms_engine *e, ms_rollback *rec) {
+    const ms_next_stage next = { e->pipe_up ? ms_pipe_pass : NULL, e->pipe_up ? e->pipe_groups : 1,
+                                 e->p.stage_groups > 0 ? 1 : MS_PIPE_GROUP_TOKENS };
     return (ms_fwd_ctx){ .m = &e->model, .store = e->store, .pool = e->pool,
-                         .predict = !e->p.no_predict_experts, .rec = rec,
-                         .pass_on = e->pipe_up ? ms_pipe_pass_on : NULL, .pass_user = e,
-                         .pass_groups = e->pipe_up ? e->pipe_groups : 1,
-                         .pass_group_tokens = e->p.stage_groups > 0 ? 1 : MS_PIPE_GROUP_TOKENS,
-                         .pass_group = e->pipe_up ? ms_pipe_pass_group : NULL };
+                         .predict = !e->p.no_predict_experts, .rec = rec, .next = next, .pass_user = e };
 }
 
 static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_logits,

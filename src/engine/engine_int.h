@@ -101,7 +101,7 @@ struct ms_engine {
     int stage, n_stages;
     int stage_start[MS_MAX_STAGES + 1];
     int pipe_up;                /* stage 0: every stage opened, sessions are named to them */
-    int pipe_groups;            /* stage 0: groups a batched pass is sent in (ms_fwd_ctx.pass_groups) */
+    int pipe_groups;            /* stage 0: groups a batched pass is sent in (ms_next_stage.max_groups) */
     int64_t next_pipe_id;
     char error[512];
 };
@@ -165,12 +165,10 @@ ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, si
  * positions [0, n_past). */
 ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
                               char *msg, size_t len);
-/* ms_fwd_ctx.pass_on for stage 0 (pass_user = the engine). */
-ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
-                          int64_t nb_max, int *nb, ms_err *err);
-/* ms_fwd_ctx.pass_group for stage 0 (pass_user = the engine). */
-ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
-                             float *bank, int64_t nb_max, int *nb, ms_err *err);
+/* ms_fwd_ctx.next.pass for stage 0 (pass_user = the engine): op on the
+ * activations, the other stages (model.h, ms_pass_op). */
+ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T, float *run,
+                       float *bank, int64_t nb_max, int *nb, ms_err *err);
 /* Stage 0, after a feed: the answers to its prompt chunks still out
  * (ms_fwd_ctx.pass_async), dropped; the first failure among them. */
 ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len);

@@ -478,8 +478,8 @@ static ms_status take_forward(const ms_engine *e, size_t nr, int nseg, int64_t T
 }
 
 /* Messages in flight from stage 0 without waiting for their answers: the
- * groups of one batched pass (ms_pipe_pass_group ops 0 / 1), or the chunks
- * of one prompt whose outputs nobody reads (op 2). Each stays in its own
+ * groups of one batched pass (MS_PASS_SEND / MS_PASS_RECV), or the chunks
+ * of one prompt whose outputs nobody reads (MS_PASS_ASYNC). Each stays in its own
  * slot's buffer until its send completes. g.mu is held from the first send
  * until every answer is back (held). */
 static struct {
@@ -546,8 +546,10 @@ static void release(void) {
     pthread_mutex_unlock(&g.mu);
 }
 
-ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
-                          int64_t nb_max, int *nb, ms_err *err) {
+/* MS_PASS_ROUND: one FORWARD message there and back, after the answers to
+ * the prompt's earlier chunks still out. */
+static ms_status pass_round(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run, float *bank,
+                            int64_t nb_max, int *nb, ms_err *err) {
     ms_status st = MS_OK;
     if (grp.held) {
         /* the prompt's earlier chunks are still out: their answers first */
@@ -565,15 +567,17 @@ ms_status ms_pipe_pass_on(const ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int
     return st;
 }
 
-ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
-                             float *bank, int64_t nb_max, int *nb, ms_err *err) {
+ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T, float *run,
+                       float *bank, int64_t nb_max, int *nb, ms_err *err) {
     const ms_engine *e = c->pass_user;
-    if (op == 0) {
+    switch (op) {
+    case MS_PASS_ROUND:
+        return pass_round(c, seg, nseg, T, run, bank, nb_max, nb, err);
+    case MS_PASS_SEND:
         MS_ASSERT(!grp.held || grp.sent > grp.got);
         send_next(c, seg, nseg, T, run, bank, nb_max, *nb);
         return MS_OK;
-    }
-    if (op == 2) {
+    case MS_PASS_ASYNC:
         /* a prompt chunk nobody reads the output of: at most one a stage
            boundary in flight (deeper would not go faster, and each is a
            message of memory) */
@@ -586,6 +590,8 @@ ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, in
         send_next(c, seg, nseg, T, run, bank, nb_max, *nb);
         g.async_chunks++;
         return MS_OK;
+    case MS_PASS_RECV:
+        break;
     }
     const ms_status st = take_next(e, nseg, T, run, bank, nb_max, nb, err);
     if (grp.got == grp.sent) {

@@ -1,11 +1,19 @@
 /* model/bind.c - binding the released tensor names to typed views.
  *
- * Every tensor the model uses is looked up by its released name, its dtype
- * and shape are checked against the config, and it is assigned to a store
- * region. A region's ranges are the region's tensors sorted by file offset
- * and coalesced where one ends exactly where the next begins: in the released
- * layout a layer's dense part and each expert's six tensors are one range
- * each (one read); anything else falls back to one range per run.
+ * Owns: the names, dtypes and shapes the model expects (spec section 3),
+ * the regions the store reads them in, and the dry-run layout a plan is
+ * made from when there is no checkpoint (a config.json alone).
+ * Main idea: every tensor the model uses is looked up by its released name,
+ * its dtype and shape are checked against the config, and it is assigned to
+ * a store region. A region's ranges are the region's tensors sorted by file
+ * offset and coalesced where one ends exactly where the next begins: in the
+ * released layout a layer's dense part and each expert's six tensors are one
+ * range each (one read); anything else falls back to one range per run.
+ * Invariants: regions are declared in the order of use (embedding, each
+ * layer's attention part, FFN part and experts, the final norms, lm_head);
+ * every bound tensor has a region and an offset inside it, or region -1 when
+ * it does not exist for that layer.
+ * Does not: read weight bytes (except ms_model_validate's few), open files.
  */
 #include "model/model.h"
 
@@ -106,7 +114,13 @@ static const ms_tensor_info *want(binder *bd, group *g, ms_wt *wt, int64_t *ext_
                    flat ? " (any shape with that many elements)" : "", ms_dtype_name(ti->dtype), got_s);
         return NULL;
     }
-    if (ti->offset % ms_dtype_size(ti->dtype) != 0) {
+    /* safetensors does not align data offsets: F32 tensors are read at any
+     * alignment (forward_int.h, ms_ld_f32), so a writer that does not pad
+     * (odd expert, head or width counts leave F32 data at 2 mod 4) is read
+     * as is. BF16 data is read in place as 16-bit elements and must start
+     * on an even offset. A tensor synthesised from the config (dry run) has
+     * no file: its place only sizes its region. */
+    if (bd->ck && ti->dtype == MS_DT_BF16 && ti->offset % 2 != 0) {
         ms_err_set(err, MS_E_MODEL, "%s: tensor '%s': data offset %lld is not aligned to its %lld-byte elements",
                    shard_file(bd, ti->shard), name, (long long)ti->offset,
                    (long long)ms_dtype_size(ti->dtype));
@@ -215,120 +229,153 @@ static int make_region(binder *bd, ms_region_class cls, group *g, ms_err *err) {
 #define D2(a, b) 2, (int64_t[]){ (a), (b) }
 #define D3(a, b, c) 3, (int64_t[]){ (a), (b), (c) }
 
-static ms_status bind_layer(binder *bd, int il, ms_err *err) {
-    ms_model *m = bd->m;
-    const ms_config *c = &m->cfg;
-    ms_layer *L = &m->layers[il];
-    const int64_t H = c->hidden_size;
-    char name[256];
-    group g = {0};
+/* A layer's tensor by its name after "layers.<il>.", into group g: WANT with
+ * the exact shape, WANTV a 1-D weight of n elements in BF16 or F32 (any
+ * shape with that many elements). Each returns from the function on error. */
 #define NAME(...) (snprintf(name, sizeof name, PFX "layers.%d." __VA_ARGS__), name)
 #define WANT(wt, dtm, ...) \
-    if (!want(bd, &g, (wt), NULL, name, (dtm), __VA_ARGS__, 0, err)) return err->status
+    if (!want(bd, g, (wt), NULL, name, (dtm), __VA_ARGS__, 0, err)) return err->status
 #define WANTV(wt, n) \
-    if (!want(bd, &g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
+    if (!want(bd, g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
 
+/* The norms and projections of the attention residuals around layer il. */
+static ms_status bind_residuals(binder *bd, group *g, ms_layer *L, int il, ms_err *err) {
+    const int64_t H = bd->m->cfg.hidden_size;
+    char name[256];
     NAME("input_layernorm.weight", il);              WANTV(&L->input_norm, H);
     NAME("post_attention_layernorm.weight", il);     WANTV(&L->post_attn_norm, H);
     NAME("self_attention_res_norm.weight", il);      WANTV(&L->attn_res_norm, H);
     NAME("self_attention_res_proj.weight", il);      WANTV(&L->attn_res_proj, H);
     NAME("mlp_res_norm.weight", il);                 WANTV(&L->mlp_res_norm, H);
     NAME("mlp_res_proj.weight", il);                 WANTV(&L->mlp_res_proj, H);
+    return MS_OK;
+}
 
-    if (L->is_mla) {
-        const int64_t nh = c->num_attention_heads;
-        const int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
-        NAME("self_attn.q_a_proj.weight", il);       WANT(&L->q_a, DT_BF16, D2(c->q_lora_rank, H));
-        NAME("self_attn.q_a_layernorm.weight", il);  WANTV(&L->q_a_norm, c->q_lora_rank);
-        NAME("self_attn.q_b_proj.weight", il);       WANT(&L->q_b, DT_BF16, D2(nh * qk, c->q_lora_rank));
-        NAME("self_attn.kv_a_proj_with_mqa.weight", il);
-        WANT(&L->kv_a, DT_BF16, D2(c->kv_lora_rank + c->qk_rope_head_dim, H));
-        NAME("self_attn.kv_a_layernorm.weight", il); WANTV(&L->kv_a_norm, c->kv_lora_rank);
-        NAME("self_attn.kv_b_proj.weight", il);
-        WANT(&L->kv_b, DT_BF16, D2(nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank));
-        NAME("self_attn.g_proj.weight", il);         WANT(&L->g_proj, DT_BF16, D2(nh * c->v_head_dim, H));
-        NAME("self_attn.o_proj.weight", il);         WANT(&L->o_proj, DT_BF16, D2(H, nh * c->v_head_dim));
-    } else {
-        const int64_t nh = c->kda_num_heads, hd = c->kda_head_dim, P = nh * hd;
-        const int64_t K = c->short_conv_kernel_size;
-        NAME("self_attn.q_proj.weight", il);         WANT(&L->q_proj, DT_BF16, D2(P, H));
-        NAME("self_attn.k_proj.weight", il);         WANT(&L->k_proj, DT_BF16, D2(P, H));
-        NAME("self_attn.v_proj.weight", il);         WANT(&L->v_proj, DT_BF16, D2(P, H));
-        NAME("self_attn.g_proj.weight", il);         WANT(&L->g_proj, DT_BF16, D2(P, H));
-        NAME("self_attn.o_proj.weight", il);         WANT(&L->o_proj, DT_BF16, D2(H, P));
-        NAME("self_attn.q_conv1d.weight", il);       WANT(&L->q_conv, DT_F32, D3(P, 1, K));
-        NAME("self_attn.k_conv1d.weight", il);       WANT(&L->k_conv, DT_F32, D3(P, 1, K));
-        NAME("self_attn.v_conv1d.weight", il);       WANT(&L->v_conv, DT_F32, D3(P, 1, K));
-        /* f_a_proj's rank is not in the config: take it from the tensor */
-        NAME("self_attn.f_a_proj.weight", il);
-        const ms_tensor_info *fa = find(bd, name);
-        int64_t rank = fa && fa->n_dim == 2 ? fa->shape[0] : hd;
-        WANT(&L->f_a, DT_BF16, D2(rank, H));
-        NAME("self_attn.f_b_proj.weight", il);       WANT(&L->f_b, DT_BF16, D2(P, rank));
-        NAME("self_attn.b_proj.weight", il);         WANT(&L->b_proj, DT_BF16, D2(nh, H));
-        NAME("self_attn.dt_bias", il);               WANT(&L->dt_bias, DT_F32 | DT_BF16, D1(P));
-        /* A_log is padded to head_dim (spec 3, trap): only the first nh entries,
-         * one per head, are used; the forward indexes it by head */
-        NAME("self_attn.A_log", il);                 WANT(&L->a_log, DT_F32, D1(hd));
-        NAME("self_attn.o_norm.weight", il);         WANTV(&L->o_norm, hd);
-    }
+/* Gated NoPE MLA (spec 4.4). */
+static ms_status bind_mla(binder *bd, group *g, ms_layer *L, int il, ms_err *err) {
+    const ms_config *c = &bd->m->cfg;
+    const int64_t H = c->hidden_size, nh = c->num_attention_heads;
+    const int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    char name[256];
+    NAME("self_attn.q_a_proj.weight", il);       WANT(&L->q_a, DT_BF16, D2(c->q_lora_rank, H));
+    NAME("self_attn.q_a_layernorm.weight", il);  WANTV(&L->q_a_norm, c->q_lora_rank);
+    NAME("self_attn.q_b_proj.weight", il);       WANT(&L->q_b, DT_BF16, D2(nh * qk, c->q_lora_rank));
+    NAME("self_attn.kv_a_proj_with_mqa.weight", il);
+    WANT(&L->kv_a, DT_BF16, D2(c->kv_lora_rank + c->qk_rope_head_dim, H));
+    NAME("self_attn.kv_a_layernorm.weight", il); WANTV(&L->kv_a_norm, c->kv_lora_rank);
+    NAME("self_attn.kv_b_proj.weight", il);
+    WANT(&L->kv_b, DT_BF16, D2(nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank));
+    NAME("self_attn.g_proj.weight", il);         WANT(&L->g_proj, DT_BF16, D2(nh * c->v_head_dim, H));
+    NAME("self_attn.o_proj.weight", il);         WANT(&L->o_proj, DT_BF16, D2(H, nh * c->v_head_dim));
+    return MS_OK;
+}
 
-    int id = make_region(bd, MS_REGION_TRUNK, &g, err);
-    if (id < 0) return (ms_status)id;
-    L->attn_region = id;
-    memset(&g, 0, sizeof g);
+/* KDA (spec 4.3). */
+static ms_status bind_kda(binder *bd, group *g, ms_layer *L, int il, ms_err *err) {
+    const ms_config *c = &bd->m->cfg;
+    const int64_t H = c->hidden_size, nh = c->kda_num_heads, hd = c->kda_head_dim, P = nh * hd;
+    const int64_t K = c->short_conv_kernel_size;
+    char name[256];
+    NAME("self_attn.q_proj.weight", il);         WANT(&L->q_proj, DT_BF16, D2(P, H));
+    NAME("self_attn.k_proj.weight", il);         WANT(&L->k_proj, DT_BF16, D2(P, H));
+    NAME("self_attn.v_proj.weight", il);         WANT(&L->v_proj, DT_BF16, D2(P, H));
+    NAME("self_attn.g_proj.weight", il);         WANT(&L->g_proj, DT_BF16, D2(P, H));
+    NAME("self_attn.o_proj.weight", il);         WANT(&L->o_proj, DT_BF16, D2(H, P));
+    NAME("self_attn.q_conv1d.weight", il);       WANT(&L->q_conv, DT_F32, D3(P, 1, K));
+    NAME("self_attn.k_conv1d.weight", il);       WANT(&L->k_conv, DT_F32, D3(P, 1, K));
+    NAME("self_attn.v_conv1d.weight", il);       WANT(&L->v_conv, DT_F32, D3(P, 1, K));
+    /* f_a_proj's rank is not in the config: take it from the tensor */
+    NAME("self_attn.f_a_proj.weight", il);
+    const ms_tensor_info *fa = find(bd, name);
+    int64_t rank = fa && fa->n_dim == 2 ? fa->shape[0] : hd;
+    WANT(&L->f_a, DT_BF16, D2(rank, H));
+    NAME("self_attn.f_b_proj.weight", il);       WANT(&L->f_b, DT_BF16, D2(P, rank));
+    NAME("self_attn.b_proj.weight", il);         WANT(&L->b_proj, DT_BF16, D2(nh, H));
+    NAME("self_attn.dt_bias", il);               WANT(&L->dt_bias, DT_F32 | DT_BF16, D1(P));
+    /* A_log is padded to head_dim (spec 3, trap): only the first nh entries,
+     * one per head, are used; the forward indexes it by head */
+    NAME("self_attn.A_log", il);                 WANT(&L->a_log, DT_F32, D1(hd));
+    NAME("self_attn.o_norm.weight", il);         WANTV(&L->o_norm, hd);
+    return MS_OK;
+}
 
+/* The FFN's trunk: the dense MLP, or the LatentMoE's router, latent
+ * projections and shared experts (spec 4.5). */
+static ms_status bind_ffn(binder *bd, group *g, ms_layer *L, int il, ms_err *err) {
+    const ms_config *c = &bd->m->cfg;
+    const int64_t H = c->hidden_size;
+    char name[256];
     if (L->is_dense) {
         const int64_t I = c->intermediate_size;
         NAME("mlp.gate_proj.weight", il);            WANT(&L->mlp_gate, DT_BF16, D2(I, H));
         NAME("mlp.up_proj.weight", il);              WANT(&L->mlp_up, DT_BF16, D2(I, H));
         NAME("mlp.down_proj.weight", il);            WANT(&L->mlp_down, DT_BF16, D2(H, I));
-    } else {
-        const int64_t E = c->num_experts, lat = c->routed_expert_hidden_size;
-        const int64_t S = c->num_shared_experts * c->moe_intermediate_size;
-        NAME("block_sparse_moe.gate.weight", il);    WANT(&L->router, DT_BF16, D2(E, H));
-        NAME("block_sparse_moe.gate.e_score_correction_bias", il);
-        WANT(&L->router_bias, DT_F32 | DT_BF16, D1(E));
-        NAME("block_sparse_moe.routed_expert_down_proj.weight", il); WANT(&L->lat_down, DT_BF16, D2(lat, H));
-        NAME("block_sparse_moe.routed_expert_norm.weight", il);      WANTV(&L->lat_norm, lat);
-        NAME("block_sparse_moe.routed_expert_up_proj.weight", il);   WANT(&L->lat_up, DT_BF16, D2(H, lat));
-        NAME("block_sparse_moe.shared_experts.gate_proj.weight", il); WANT(&L->sh_gate, DT_BF16, D2(S, H));
-        NAME("block_sparse_moe.shared_experts.up_proj.weight", il);   WANT(&L->sh_up, DT_BF16, D2(S, H));
-        NAME("block_sparse_moe.shared_experts.down_proj.weight", il); WANT(&L->sh_down, DT_BF16, D2(H, S));
+        return MS_OK;
     }
+    const int64_t E = c->num_experts, lat = c->routed_expert_hidden_size;
+    const int64_t S = c->num_shared_experts * c->moe_intermediate_size;
+    NAME("block_sparse_moe.gate.weight", il);    WANT(&L->router, DT_BF16, D2(E, H));
+    NAME("block_sparse_moe.gate.e_score_correction_bias", il);
+    WANT(&L->router_bias, DT_F32 | DT_BF16, D1(E));
+    NAME("block_sparse_moe.routed_expert_down_proj.weight", il); WANT(&L->lat_down, DT_BF16, D2(lat, H));
+    NAME("block_sparse_moe.routed_expert_norm.weight", il);      WANTV(&L->lat_norm, lat);
+    NAME("block_sparse_moe.routed_expert_up_proj.weight", il);   WANT(&L->lat_up, DT_BF16, D2(H, lat));
+    NAME("block_sparse_moe.shared_experts.gate_proj.weight", il); WANT(&L->sh_gate, DT_BF16, D2(S, H));
+    NAME("block_sparse_moe.shared_experts.up_proj.weight", il);   WANT(&L->sh_up, DT_BF16, D2(S, H));
+    NAME("block_sparse_moe.shared_experts.down_proj.weight", il); WANT(&L->sh_down, DT_BF16, D2(H, S));
+    return MS_OK;
+}
+#undef NAME
 #undef WANT
 #undef WANTV
-    if ((id = make_region(bd, MS_REGION_TRUNK, &g, err)) < 0) return (ms_status)id;
-    L->ffn_region = id;
 
-    if (!L->is_dense) {
-        const int64_t E = c->num_experts, lat = c->routed_expert_hidden_size;
-        const int64_t I = c->moe_intermediate_size, gs = c->quant_group_size;
-        L->expert_off = calloc((size_t)E, sizeof *L->expert_off);
-        if (!L->expert_off) return ms_err_set(err, MS_E_NOMEM, "out of memory binding experts");
-        static const char *part[MS_EXP_N] = {
-            "w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
-            "w2.weight_scale", "w3.weight_packed", "w3.weight_scale" };
-        for (int64_t ie = 0; ie < E; ie++) {
-            group eg = {0};
-            for (int k = 0; k < MS_EXP_N; k++) {
-                int is_w2 = k == MS_EXP_W2P || k == MS_EXP_W2S;
-                int is_scale = k % 2 == 1;
-                int64_t rows = is_w2 ? lat : I, in = is_w2 ? I : lat;
-                int64_t cols = is_scale ? in / gs : in / 2;
-                snprintf(name, sizeof name, PFX "layers.%d.block_sparse_moe.experts.%lld.%s",
-                         il, (long long)ie, part[k]);
-                if (!want(bd, &eg, NULL, &L->expert_off[ie][k], name, DT_U8, D2(rows, cols), 0, err))
-                    return err->status;
-            }
-            int rid = make_region(bd, MS_REGION_EXPERT, &eg, err);
-            if (rid < 0) return (ms_status)rid;
-            if (ie == 0) L->expert_region0 = rid;
-            MS_ASSERT(rid == L->expert_region0 + ie);
+/* Each routed expert of MoE layer il: its six MXFP4 tensors, one EXPERT
+ * region per expert, consecutive region ids. */
+static ms_status bind_experts(binder *bd, ms_layer *L, int il, ms_err *err) {
+    const ms_config *c = &bd->m->cfg;
+    const int64_t E = c->num_experts, lat = c->routed_expert_hidden_size;
+    const int64_t I = c->moe_intermediate_size, gs = c->quant_group_size;
+    static const char *part[MS_EXP_N] = {
+        "w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+        "w2.weight_scale", "w3.weight_packed", "w3.weight_scale" };
+    char name[256];
+    L->expert_off = calloc((size_t)E, sizeof *L->expert_off);
+    if (!L->expert_off) return ms_err_set(err, MS_E_NOMEM, "out of memory binding experts");
+    for (int64_t ie = 0; ie < E; ie++) {
+        group eg = {0};
+        for (int k = 0; k < MS_EXP_N; k++) {
+            int is_w2 = k == MS_EXP_W2P || k == MS_EXP_W2S;
+            int is_scale = k % 2 == 1;
+            int64_t rows = is_w2 ? lat : I, in = is_w2 ? I : lat;
+            int64_t cols = is_scale ? in / gs : in / 2;
+            snprintf(name, sizeof name, PFX "layers.%d.block_sparse_moe.experts.%lld.%s", il, (long long)ie, part[k]);
+            if (!want(bd, &eg, NULL, &L->expert_off[ie][k], name, DT_U8, D2(rows, cols), 0, err))
+                return err->status;
         }
+        int rid = make_region(bd, MS_REGION_EXPERT, &eg, err);
+        if (rid < 0) return (ms_status)rid;
+        if (ie == 0) L->expert_region0 = rid;
+        MS_ASSERT(rid == L->expert_region0 + ie);
     }
     return MS_OK;
-#undef NAME
+}
+
+/* Layer il: its attention part (residuals + mixer) and FFN part, one TRUNK
+ * region each, then its experts. */
+static ms_status bind_layer(binder *bd, int il, ms_err *err) {
+    ms_layer *L = &bd->m->layers[il];
+    group g = {0};
+    ms_status st = bind_residuals(bd, &g, L, il, err);
+    if (st == MS_OK) st = L->is_mla ? bind_mla(bd, &g, L, il, err) : bind_kda(bd, &g, L, il, err);
+    if (st != MS_OK) return st;
+    int id = make_region(bd, MS_REGION_TRUNK, &g, err);
+    if (id < 0) return (ms_status)id;
+    L->attn_region = id;
+    memset(&g, 0, sizeof g);
+    if ((st = bind_ffn(bd, &g, L, il, err)) != MS_OK) return st;
+    if ((id = make_region(bd, MS_REGION_TRUNK, &g, err)) < 0) return (ms_status)id;
+    L->ffn_region = id;
+    return L->is_dense ? MS_OK : bind_experts(bd, L, il, err);
 }
 
 ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
@@ -336,15 +383,12 @@ ms_status ms_model_bind(ms_model *m, const ms_config *cfg, const ms_ckpt *ck,
     return ms_model_bind_part(m, cfg, ck, store, 0, (int)cfg->num_hidden_layers, 1, err);
 }
 
-ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *ck, ms_store *store,
-                             int layer0, int layer1, int head, ms_err *err) {
+/* m before any tensor: the config, every layer's kind and index among its
+ * kind, no region yet; the part [layer0, layer1) (+ head). */
+static ms_status model_init(ms_model *m, const ms_config *cfg, int layer0, int layer1, int head, ms_err *err) {
     memset(m, 0, sizeof *m);
-    MS_ASSERT(0 <= layer0 && layer0 < layer1 && layer1 <= cfg->num_hidden_layers);
-    MS_ASSERT((ck == NULL) == (store == NULL));
-    binder b = { m, ck, store, 0 }, *bd = &b;
     m->cfg = *cfg;
     const ms_config *c = &m->cfg;
-    const int64_t H = c->hidden_size, V = c->vocab_size;
     m->n_layer = (int)c->num_hidden_layers;
     m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
     if (!m->layers) return ms_err_set(err, MS_E_NOMEM, "out of memory");
@@ -369,44 +413,51 @@ ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *c
              c->moe_intermediate_size * c->routed_expert_hidden_size / c->quant_group_size) +
         (c->routed_expert_hidden_size * c->moe_intermediate_size / 2 +
          c->routed_expert_hidden_size * c->moe_intermediate_size / c->quant_group_size) : 0;
+    return MS_OK;
+}
 
+/* The embedding: GLOBAL, read by rows only. */
+static ms_status bind_embed(binder *bd, ms_err *err) {
+    ms_model *m = bd->m;
     group g = {0};
-    int id;
-    if (head) {
-        if (!want(bd, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(V, H), 0, err))
-            return err->status;
-        if ((id = make_region(bd, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
-        m->embed_region = id;
-        if (store) ms_store_mark_sparse(store, id);     /* read by rows only (ms_store_read_part) */
-        else m->plan_regions[id].sparse = 1;
-    }
+    if (!want(bd, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(m->cfg.vocab_size, m->cfg.hidden_size),
+              0, err))
+        return err->status;
+    const int id = make_region(bd, MS_REGION_GLOBAL, &g, err);
+    if (id < 0) return (ms_status)id;
+    m->embed_region = id;
+    if (bd->store) ms_store_mark_sparse(bd->store, id);     /* read by rows only (ms_store_read_part) */
+    else m->plan_regions[id].sparse = 1;
+    return MS_OK;
+}
 
-    ms_status st;
-    for (int il = layer0; il < layer1; il++)
-        if ((st = bind_layer(bd, il, err)) != MS_OK) return st;
-    if (!head) return MS_OK;
-
-    memset(&g, 0, sizeof g);
+/* The final norms and the output residual read: one GLOBAL region. */
+static ms_status bind_final(binder *bd, ms_err *err) {
+    ms_model *m = bd->m;
+    const int64_t H = m->cfg.hidden_size;
+    group g = {0};
     if (!want(bd, &g, &m->final_norm, NULL, PFX "norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
         !want(bd, &g, &m->out_res_norm, NULL, PFX "output_attn_res_norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
         !want(bd, &g, &m->out_res_proj, NULL, PFX "output_attn_res_proj.weight", DT_BF16 | DT_F32, D1(H), 1, err))
         return err->status;
-    if ((id = make_region(bd, MS_REGION_GLOBAL, &g, err)) < 0) return (ms_status)id;
+    const int id = make_region(bd, MS_REGION_GLOBAL, &g, err);
+    if (id < 0) return (ms_status)id;
     m->final_region = id;
+    return MS_OK;
+}
 
-    /* lm_head in row chunks of about the largest layer region (below) */
-    memset(&g, 0, sizeof g);
-    const ms_tensor_info *lt = want(bd, &g, &m->lm_head, NULL, "language_model.lm_head.weight",
-                                    DT_BF16, D2(V, H), 0, err);
-    if (!lt) return err->status;
+/* lm_head rows per region: about the largest layer region of the part, so a
+ * streamed lm_head fits the trunk ring's slots. */
+static int64_t lm_rows_per_chunk(const binder *bd) {
+    const ms_model *m = bd->m;
+    const int64_t V = m->cfg.vocab_size, row_bytes = m->cfg.hidden_size * 2;
     int64_t max_region = 1 << 20;
-    for (int il = layer0; il < layer1; il++) {
+    for (int il = m->layer0; il < m->layer1; il++) {
         int64_t a = region_bytes(bd, m->layers[il].attn_region);
         int64_t f = region_bytes(bd, m->layers[il].ffn_region);
         if (a > max_region) max_region = a;
         if (f > max_region) max_region = f;
     }
-    const int64_t row_bytes = H * 2;
     int64_t rows_per = max_region / row_bytes;
     if (rows_per < 1) rows_per = 1;
     if (rows_per < V) {
@@ -420,6 +471,18 @@ ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *c
         const int64_t unit = MS_SUMS_BLOCK_BYTES / a;        /* rows per lcm(B, row_bytes) */
         rows_per = rows_per >= unit ? rows_per / unit * unit : unit;
     }
+    return rows_per;
+}
+
+/* lm_head, split by rows into TRUNK regions (after the layers: sized by them). */
+static ms_status bind_lm_head(binder *bd, ms_err *err) {
+    ms_model *m = bd->m;
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, row_bytes = H * 2;
+    group g = {0};
+    const ms_tensor_info *lt = want(bd, &g, &m->lm_head, NULL, "language_model.lm_head.weight",
+                                    DT_BF16, D2(V, H), 0, err);
+    if (!lt) return err->status;
+    const int64_t rows_per = lm_rows_per_chunk(bd);
     m->n_lm_chunks = (int)((V + rows_per - 1) / rows_per);
     m->lm_region = calloc((size_t)m->n_lm_chunks, sizeof *m->lm_region);
     m->lm_row0 = calloc((size_t)m->n_lm_chunks + 1, sizeof *m->lm_row0);
@@ -429,13 +492,30 @@ ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *c
         int64_t r0 = (int64_t)ic * rows_per, r1 = r0 + rows_per < V ? r0 + rows_per : V;
         ms_range rg = { lt->shard, lt->offset + r0 * row_bytes, (r1 - r0) * row_bytes };
         int64_t pos;
-        if ((id = add_region(bd, MS_REGION_TRUNK, &rg, 1, &pos, err)) < 0) return (ms_status)id;
+        const int id = add_region(bd, MS_REGION_TRUNK, &rg, 1, &pos, err);
+        if (id < 0) return (ms_status)id;
         m->lm_off[ic] = pos;
         m->lm_region[ic] = id;
         m->lm_row0[ic] = r0;
         m->lm_row0[ic + 1] = r1;
     }
     return MS_OK;
+}
+
+ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *ck, ms_store *store,
+                             int layer0, int layer1, int head, ms_err *err) {
+    MS_ASSERT(0 <= layer0 && layer0 < layer1 && layer1 <= cfg->num_hidden_layers);
+    MS_ASSERT((ck == NULL) == (store == NULL));
+    binder b = { m, ck, store, 0 };
+    ms_status st = model_init(m, cfg, layer0, layer1, head, err);
+    if (st != MS_OK) return st;
+    /* the regions in the order of use: embedding, layers, final norms, lm_head */
+    if (head && (st = bind_embed(&b, err)) != MS_OK) return st;
+    for (int il = layer0; il < layer1; il++)
+        if ((st = bind_layer(&b, il, err)) != MS_OK) return st;
+    if (!head) return MS_OK;
+    if ((st = bind_final(&b, err)) != MS_OK) return st;
+    return bind_lm_head(&b, err);
 }
 
 static ms_status check_finite(const ms_wt *w, ms_store *store, float *buf, int64_t cap, ms_err *err) {

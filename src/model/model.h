@@ -5,9 +5,10 @@
  *   (shape and dtype checked at bind: a wrong or missing tensor is a load error
  *   naming it), the per-session state (KDA state S and conv history per KDA
  *   layer; the MLA cache in LATENT form, kv_lora_rank + qk_rope_head_dim
- *   floats per position per MLA layer), the forward pass (forward.c), and
- *   the rollback of a recorded forward to a prefix of its tokens (speculative
- *   decoding: ms_rollback, ms_state_rollback).
+ *   floats per position per MLA layer), the forward pass (forward.c with
+ *   kda.c, mla.c, moe.c, expert_io.c, score.c), and the rollback of a
+ *   recorded forward to a prefix of its tokens (speculative decoding:
+ *   ms_rollback, ms_state_rollback; rollback.c).
  * Regions: GLOBAL for embed_tokens (read by rows) and the final norms; TRUNK,
  *   in the order of use, for each layer's attention part and FFN part (one
  *   read each when their tensors are contiguous in one shard, else one read
@@ -140,7 +141,7 @@ void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m);
  * state update reads (conv taps, A_log, dt_bias as f32), and the per-token
  * inputs of the recurrence (pre-conv q, k, v, the decay input f, the beta
  * logit b: 4P + nh floats per token). ms_state_rollback restores the copy and
- * replays the first n tokens through kda_step, the one function the forward
+ * replays the first n tokens through ms_kda_step, the one function the forward
  * pass itself uses for the state update, so the replayed state has the bits
  * of a forward over those n tokens alone (tests/test_spec.c). Layout of one
  * KDA layer's record, floats:
@@ -161,8 +162,8 @@ int64_t ms_rollback_bytes(const ms_model *m, int64_t max_T);
 ms_status ms_rollback_init(ms_rollback *rb, const ms_model *m, int64_t max_T, ms_err *err);
 void ms_rollback_free(ms_rollback *rb, const ms_model *m);
 
-/* ---- forward ---- */
-#define MS_PIPE_MAX_GROUPS 64   /* groups of one batched pass in flight (ms_fwd_ctx.pass_groups) */
+/* ---- forward (forward.c; the parts: forward_int.h) ---- */
+#define MS_PIPE_MAX_GROUPS 64   /* groups of one batched pass in flight (ms_next_stage.max_groups) */
 typedef struct ms_fwd ms_fwd;   /* scratch for chunks of up to max_T tokens */
 
 ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *err);
@@ -179,6 +180,35 @@ typedef struct ms_fseg {
     float *logits;
 } ms_fseg;
 
+/* What stage 0 of a pipeline asks of the next stage (engine/pipe.c) for a
+ * pass's activations after its last layer: run [T, H] and the bank
+ * [T, nb_max, H] with *nb snapshots per token. */
+typedef enum ms_pass_op {
+    MS_PASS_ROUND,      /* the rest of the layers, and wait: run / bank / *nb are
+                           left as they are after the last layer */
+    MS_PASS_SEND,       /* one group of a batched pass, not awaited: its answer
+                           comes with a later MS_PASS_RECV */
+    MS_PASS_RECV,       /* the oldest group's answer, into run / bank (the
+                           group's own tokens) and *nb; groups come back in order */
+    MS_PASS_ASYNC,      /* a chunk whose output nobody reads: sent on, never
+                           awaited by this forward (the engine collects the
+                           answers: ms_pipe_drain, or the next MS_PASS_ROUND) */
+} ms_pass_op;
+
+struct ms_fwd_ctx;
+/* The next stage of a pipeline, as stage 0 sees it: one narrow interface. */
+typedef struct ms_next_stage {
+    /* NULL: this process runs every layer after layer1 itself (no later stage) */
+    ms_status (*pass)(const struct ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T,
+                      float *run, float *bank, int64_t nb_max, int *nb, ms_err *err);
+    /* a batched pass (nseg > 1) goes in up to max_groups groups of whole
+       segments, each sent as soon as this stage's layers are done with it
+       (MS_PASS_SEND, then MS_PASS_RECV per group); <= 1: in one piece */
+    int max_groups;
+    int group_tokens;           /* ... and at least this many tokens per group (0 = 1) */
+} ms_next_stage;
+
+/* What one forward runs on, and its mode. */
 typedef struct ms_fwd_ctx {
     const ms_model *m;
     ms_store *store;
@@ -199,32 +229,18 @@ typedef struct ms_fwd_ctx {
     int score_k;
     int32_t *score_top_ids;
     double *score_top_lp;
-    /* A pipeline (engine/pipe.c). With the head and layers left after
-       layer1, pass_on runs them elsewhere: it gets the activations after
-       layer1 - 1 (run [T, H], the bank [T, nb_max, H] with *nb snapshots)
-       and leaves those after the last layer in the same arrays. Without the
-       head (ms_forward_stage), stage_nb is the snapshots of the bank on
-       entry, and on return. */
-    ms_status (*pass_on)(const struct ms_fwd_ctx *c, const ms_fseg *seg, int nseg, int64_t T, float *run,
-                         float *bank, int64_t nb_max, int *nb, ms_err *err);
+    /* A pipeline (engine/pipe.c). Stage 0 (the head, and layers left after
+       layer1): next runs them, pass_user is its object. pass_async: nobody
+       reads this chunk's output (a prompt chunk before the last, no logits,
+       not scored or recorded): after this stage's layers it goes on with
+       MS_PASS_ASYNC and the forward returns without waiting (no logits;
+       n_past advanced), so the next stages work on it while this one starts
+       the next chunk. A stage without the head (ms_forward_stage): stage_nb
+       is the snapshots of the bank on entry, and on return. */
+    ms_next_stage next;
     void *pass_user;
-    int stage_nb;
-    /* pass_groups > 1 (with the head, layers after layer1, and nseg > 1): a
-       batched pass goes to the next stage in up to pass_groups groups of
-       whole segments, each sent as soon as this stage's layers are done with
-       it (pass_group op 0: send; then op 1: receive each group's output, in
-       order, into run / bank at its tokens). */
-    int pass_groups;
-    int pass_group_tokens;      /* ... and at least this many tokens per group (0 = 1) */
-    /* pass_async: nobody reads this chunk's output (a prompt chunk before the
-       last, no logits, not scored or recorded): after this stage's layers it
-       goes on with pass_group op 2 and the forward returns without waiting
-       (no logits; n_past advanced). The next stages work on it while this one
-       starts the next chunk; the engine collects the answers (ms_pipe_drain,
-       or the next pass_on). */
     int pass_async;
-    ms_status (*pass_group)(const struct ms_fwd_ctx *c, int op, const ms_fseg *seg, int nseg, int64_t T, float *run,
-                            float *bank, int64_t nb_max, int *nb, ms_err *err);
+    int stage_nb;
 } ms_fwd_ctx;
 
 /* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.
