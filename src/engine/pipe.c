@@ -35,6 +35,13 @@
  * machines holding different weights under the same tensor table are refused
  * where both have a sidecar); on any failure stage 0 sends QUIT to the stages that
  * opened, and every process ends.
+ *
+ * Direction: this file sits above the engine. It calls the public API
+ * (ms_engine_open, ms_session_*, ms_engine_stats) and engine_int.h, and
+ * registers its hooks (ms_pipe_hooks) at ms_pipe_boot; the engine calls it
+ * only through them, and through the forward's pass callbacks
+ * (ms_pipe_pass_on / ms_pipe_pass_group). The layer split is engine/split.c
+ * (no MPI). A build without MPI (make MPI=0) has engine/pipe_none.c instead.
  */
 #include "engine/engine_int.h"
 
@@ -85,6 +92,7 @@ static struct {
 } g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, 0 };
 
 static void quit_stages(const int *ok);
+static void register_stages(void);
 
 static void finish(void) {
     /* the process ends without closing its engine (an exit on an error path):
@@ -120,6 +128,7 @@ int ms_pipe_boot(int *argc, char ***argv) {
                                                                   : "MPI gives no MPI_THREAD_SERIALIZED");
         return -1;
     }
+    if (g.size > 1) register_stages();
     return 0;
 }
 
@@ -186,97 +195,6 @@ static size_t recv_bytes(int src, int tag, int *tag_out) {
     return (size_t)n;
 }
 
-/* ---- the split ---- */
-
-int ms_pipe_split(const int64_t *cost, int L, int64_t head_cost, int n, int *start) {
-    if (n < 1 || n > L) return -1;
-    /* suf[s][i]: the smallest largest cost of layers [i, L) in s stages (no
-       head); then the largest stage cost of the best split is
-       min over j of max(head + [0, j), suf[n - 1][j]), and the boundaries are
-       taken one at a time, each the first that still reaches it */
-    int64_t *pre = calloc((size_t)L + 1, sizeof *pre);
-    int64_t *suf = malloc((size_t)(n + 1) * (size_t)(L + 1) * sizeof *suf);
-    if (!pre || !suf) { free(pre); free(suf); return -1; }
-    for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
-#define S(s, i) suf[(size_t)(s) * (size_t)(L + 1) + (size_t)(i)]
-    for (int i = 0; i <= L; i++) {
-        S(0, i) = i == L ? 0 : INT64_MAX;
-        S(1, i) = i < L ? pre[L] - pre[i] : INT64_MAX;
-    }
-    for (int s = 2; s <= n; s++)
-        for (int i = 0; i <= L; i++) {
-            S(s, i) = INT64_MAX;
-            for (int j = i + 1; j <= L - s + 1; j++) {
-                const int64_t here = pre[j] - pre[i], v = here > S(s - 1, j) ? here : S(s - 1, j);
-                if (v < S(s, i)) S(s, i) = v;
-            }
-        }
-    int64_t best = INT64_MAX;
-    for (int j = 1; j <= L - n + 1; j++) {
-        const int64_t first = head_cost + pre[j], v = first > S(n - 1, j) ? first : S(n - 1, j);
-        if (v < best) best = v;
-    }
-    start[0] = 0;
-    start[n] = L;
-    for (int k = 1; k < n; k++) {
-        const int64_t extra = k == 1 ? head_cost : 0;
-        int j = start[k - 1] + 1;
-        while (extra + pre[j] - pre[start[k - 1]] > best || S(n - k, j) > best) j++;
-        start[k] = j;
-    }
-#undef S
-    free(pre);
-    free(suf);
-    return 0;
-}
-
-ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err) {
-    e->stage = ms_pipe_rank();
-    e->n_stages = ms_pipe_size();
-    return ms_pipe_split_model(dry, e->p.stages, e->n_stages, e->stage_start, err);
-}
-
-ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int *start, ms_err *err) {
-    const int L = dry->n_layer;
-    start[0] = 0;
-    start[1] = L;
-    if (n == 1) return MS_OK;
-    if (n < 1 || n > MS_MAX_STAGES || n > L)
-        return ms_err_set(err, MS_E_USAGE, "%d pipeline stages for %d layers: at most one stage per layer, and %d stages",
-                          n, L, MS_MAX_STAGES);
-    if (spec) {
-        const char *p = spec;
-        int k = 1;
-        while (*p) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ',') || k >= n || v <= start[k - 1] || v >= L)
-                return ms_err_set(err, MS_E_USAGE, "--stages '%s': wants %d increasing layer indices in [1, %d)"
-                                  " where stages 1..%d begin", spec, n - 1, L, n - 1);
-            start[k++] = (int)v;
-            p = *end ? end + 1 : end;
-        }
-        if (k != n)
-            return ms_err_set(err, MS_E_USAGE, "--stages '%s': %d stages need %d layer indices", spec, n, n - 1);
-        start[n] = L;
-        return MS_OK;
-    }
-    /* bytes per token at the floor: each layer's trunk, its k experts; the
-       head's final norms and lm_head (embedding rows are a few KB a token) */
-    int64_t *cost = calloc((size_t)L, sizeof *cost), head = 0;
-    if (!cost) return ms_err_set(err, MS_E_NOMEM, "out of memory");
-    for (int il = 0; il < L; il++) {
-        const ms_layer *Ly = &dry->layers[il];
-        cost[il] = dry->plan_regions[Ly->attn_region].bytes + dry->plan_regions[Ly->ffn_region].bytes;
-        if (!Ly->is_dense) cost[il] += dry->cfg.num_experts_per_token * dry->expert_bytes;
-    }
-    head = dry->plan_regions[dry->final_region].bytes;
-    for (int ic = 0; ic < dry->n_lm_chunks; ic++) head += dry->plan_regions[dry->lm_region[ic]].bytes;
-    const int r = ms_pipe_split(cost, L, head, n, start);
-    free(cost);
-    return r == 0 ? MS_OK : ms_err_set(err, MS_E_NOMEM, "out of memory");
-}
-
 /* ---- open ---- */
 
 /* QUIT to the stages r > 0 with ok[r] (ok NULL: all); they close and end. */
@@ -295,7 +213,7 @@ static int64_t stage_streamed(const ms_engine *e) {
     return p ? p->streamed_region_bytes : 0;
 }
 
-ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
+static ms_status stages_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     if (!g.booted) return own;
     if (g.rank > 0) {
         ready rd;
@@ -374,7 +292,7 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     return first;
 }
 
-void ms_pipe_close(ms_engine *e) {
+static void stages_close(ms_engine *e) {
     if (!e->pipe_up) return;
     pthread_mutex_lock(&g.mu);
     quit_stages(NULL);
@@ -404,7 +322,7 @@ static ms_status round_trip(size_t n, int op, ms_err *err, size_t *n_back) {
     return answer(*n_back, op, err);
 }
 
-ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
+static ms_status stages_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
     if (!e->pipe_up) return MS_OK;
     if (op == MS_PIPE_STATS_RESET) g.group_passes = g.async_chunks = 0;
     ms_err err;
@@ -598,7 +516,7 @@ ms_status ms_pipe_pass_group(const ms_fwd_ctx *c, int op, const ms_fseg *seg, in
     return st;
 }
 
-ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len) {
+static ms_status stages_drain(ms_engine *e, char *msg, size_t len) {
     if (!grp.held) return MS_OK;
     ms_err err;
     ms_err_clear(&err);
@@ -608,7 +526,7 @@ ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len) {
     return st;
 }
 
-ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
+static ms_status stages_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
                               char *msg, size_t len) {
     ms_err err;
     ms_err_clear(&err);
@@ -632,14 +550,9 @@ ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t
     return st;
 }
 
-void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
-    st->n_stages = e->n_stages;
+static void stages_add_stats(const ms_engine *e, ms_stats *st) {
     st->stage_group_passes = g.group_passes;
     st->stage_async_chunks = g.async_chunks;
-    st->stage_trunk_bytes[0] = st->trunk_bytes_read;
-    st->stage_expert_bytes[0] = st->expert_bytes_read;
-    st->stage_peak_rss[0] = st->peak_rss_bytes;
-    if (!e->pipe_up) return;
     ms_err err;
     ms_err_clear(&err);
     pthread_mutex_lock(&g.mu);
@@ -875,3 +788,16 @@ void ms_pipe_serve_if_worker(const ms_engine_params *p) {
     ms_engine_close(e);
     exit(0);
 }
+
+/* ---- the engine's hooks ---- */
+
+static ms_pipe_hooks hooks = { 0, 1, stages_meet, stages_op, stages_layer_state, stages_drain, stages_add_stats,
+                               stages_close };
+
+static void register_stages(void) {
+    hooks.rank = g.rank;
+    hooks.size = g.size;
+    ms_engine_set_pipe(&hooks);
+}
+
+const int ms_pipe_built = 1;
