@@ -107,7 +107,7 @@ tsan:
 	@BUILD=build-tsan TSAN=1 bash tests/run.sh
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-nompi
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include tests/fuzz/fuzz.mk

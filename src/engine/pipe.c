@@ -11,17 +11,8 @@
  *
  * Messages go round a ring, 0 -> 1 -> ... -> N-1 -> 0, one at a time: stage 0
  * sends one and waits for it to come back before it sends the next (a mutex
- * makes the operations of several threads take turns). A message is a
- * header, then per operation:
- *   FORWARD   nseg x {session id, T, n_past}, run [T, H], bank [T, nb, H]
- *             (the activations after the previous stage's last layer; each
- *             stage replaces them with its own, and the last one's come back
- *             to stage 0, which goes on with the final norms and lm_head);
- *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET   the header only;
- *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
- *             the stage holding the layer appends it / takes it out;
- *   STATS     int64 [N][3]: each stage fills its trunk and expert bytes and
- *             its peak RSS.
+ * makes the operations of several threads take turns). The messages and
+ * their layouts: engine/pipe_msg.h.
  * A stage that fails sets the header's status and message; the stages after
  * it pass the message on untouched, and stage 0 returns the failure (the
  * session is then unsound, as after a failed read in one process). Activations
@@ -44,6 +35,7 @@
  * (no MPI). A build without MPI (make MPI=0) has engine/pipe_none.c instead.
  */
 #include "engine/engine_int.h"
+#include "engine/pipe_msg.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -55,31 +47,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
-enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
-enum { F_RECORD = 1, F_PREDICT = 2 };
-
-typedef struct hdr {
-    int32_t op, status;         /* status: MS_OK, or the first failure on the way (err) */
-    int32_t nseg, nb;           /* FORWARD: segments, snapshots in the bank */
-    int32_t flags, pad;
-    int64_t T, a0, a1;
-    char err[448];
-} hdr;
-
-typedef struct seg_desc {
-    int64_t id, T, n_past;
-} seg_desc;
-
-typedef struct ready {
-    int32_t status, layer0, layer1, max_draft;
-    int64_t chunk, max_context;
-    int64_t streamed;           /* trunk bytes the stage streams per pass (0: it holds its trunk) */
-    uint64_t hash;
-    uint64_t sums;              /* ms_sums_content_hash of its sidecar (0: weights not verified) */
-    char err[448];
-} ready;
 
 static struct {
     int booted, rank, size;
@@ -204,40 +171,18 @@ static void quit_stages(const int *ok) {
     g.stages_up = 0;
 }
 
-static uint64_t sums_digest(const ms_engine *e) {
-    return e->sums ? ms_sums_content_hash(e->sums) : 0;
-}
-
-static int64_t stage_streamed(const ms_engine *e) {
-    const ms_plan *p = ms_store_get_plan(e->store);
-    return p ? p->streamed_region_bytes : 0;
-}
-
 static ms_status stages_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     if (!g.booted) return own;
     if (g.rank > 0) {
         ready rd;
-        memset(&rd, 0, sizeof rd);
-        rd.status = own;
-        if (own == MS_OK) {
-            rd.layer0 = e->stage_start[e->stage];
-            rd.layer1 = e->stage_start[e->stage + 1];
-            rd.chunk = e->p.prefill_chunk;
-            rd.max_context = e->p.max_context;
-            rd.max_draft = e->p.max_draft;
-            rd.streamed = stage_streamed(e);
-            rd.hash = e->model_hash;
-            rd.sums = sums_digest(e);
-        } else {
-            snprintf(rd.err, sizeof rd.err, "%s", msg ? msg : "");
-        }
+        ms_pipe_ready_fill(&rd, e, own, msg);
         send_bytes(&rd, sizeof rd, 0, TAG_READY);
         return own;
     }
     int ok[MS_MAX_STAGES] = { 0 };
     ms_status first = MS_OK;
-    int64_t streamed = own == MS_OK ? stage_streamed(e) : 0;
-    const uint64_t sums = own == MS_OK ? sums_digest(e) : 0;
+    int64_t streamed = own == MS_OK ? ms_pipe_streamed(e) : 0;
+    const uint64_t sums = own == MS_OK ? ms_pipe_sums_digest(e) : 0;
     char why[600] = "";
     for (int r = 1; r < g.size; r++) {
         const size_t n = recv_bytes(r, TAG_READY, NULL);
@@ -246,35 +191,8 @@ static ms_status stages_meet(ms_engine *e, ms_status own, char *msg, size_t len)
         memcpy(&rd, g.buf, n < sizeof rd ? n : sizeof rd);
         rd.err[sizeof rd.err - 1] = '\0';
         ok[r] = rd.status == MS_OK;
-        ms_status bad = MS_OK;
         char b[600] = "";
-        if (!ok[r]) {
-            bad = (ms_status)rd.status;
-            snprintf(b, sizeof b, "pipeline stage %d: %s", r, rd.err);
-        } else if (own == MS_OK && rd.hash != e->model_hash) {
-            bad = MS_E_MODEL;
-            snprintf(b, sizeof b, "pipeline stage %d opened another checkpoint (config or tensor table differ)", r);
-        } else if (own == MS_OK && sums && rd.sums && rd.sums != sums) {
-            bad = MS_E_MODEL;
-            snprintf(b, sizeof b, "pipeline stage %d's checkpoint holds other weights than stage 0's (the same tensor "
-                     "table, but their moestream.sums differ): every machine needs the same checkpoint", r);
-        } else if (own == MS_OK && (rd.layer0 != e->stage_start[r] || rd.layer1 != e->stage_start[r + 1])) {
-            bad = MS_E_INTERNAL;
-            snprintf(b, sizeof b, "pipeline stage %d runs layers %d..%d, stage 0 expected %d..%d", r, rd.layer0,
-                     rd.layer1 - 1, e->stage_start[r], e->stage_start[r + 1] - 1);
-        } else if (own == MS_OK && (rd.max_context != e->p.max_context || rd.max_draft != e->p.max_draft)) {
-            bad = MS_E_USAGE;
-            snprintf(b, sizeof b, "pipeline stage %d has max_context %lld and --speculate %d, stage 0 %lld and %d"
-                     " (every stage holds part of each session: they must agree)", r, (long long)rd.max_context,
-                     rd.max_draft, (long long)e->p.max_context, e->p.max_draft);
-        } else if (own == MS_OK) {
-            if (rd.chunk < e->p.prefill_chunk) e->p.prefill_chunk = rd.chunk;  /* every stage's scratch holds the pass */
-            streamed += rd.streamed;
-            if (!sums != !rd.sums)
-                ms_log(&e->log, MS_LOG_WARN, "pipeline stage %d has %s checksum sidecar and stage 0 %s: whether "
-                       "they hold the same weights is not checked (moestream verify on every machine)", r,
-                       rd.sums ? "a" : "no", sums ? "has one" : "has none");
-        }
+        const ms_status bad = ms_pipe_ready_check(&rd, r, own == MS_OK ? e : NULL, sums, &streamed, b, sizeof b);
         if (bad != MS_OK && first == MS_OK) { first = bad; snprintf(why, sizeof why, "%s", b); }
     }
     if (own == MS_OK && first == MS_OK) {
@@ -338,26 +256,6 @@ static ms_status stages_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *m
     pthread_mutex_unlock(&g.mu);
     if (st != MS_OK && msg && len) snprintf(msg, len, "%s", err.msg);
     return st;
-}
-
-/* A FORWARD message: header, segments, then the activations (see the top). */
-static size_t forward_bytes(int64_t H, int nseg, int64_t T, int nb) {
-    return sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * (size_t)H * sizeof(float) * (size_t)(1 + nb);
-}
-
-static uint8_t *acts_of(uint8_t *msg, int nseg) { return msg + sizeof(hdr) + (size_t)nseg * sizeof(seg_desc); }
-
-/* run [T, H] and nb snapshots of bank [T, nb_max, H] to the message's bytes
- * at p (to_msg), or back. */
-static void move_acts(uint8_t *p, float *run, float *bank, int64_t T, int64_t H, int64_t nb_max, int nb, int to_msg) {
-    const size_t row = (size_t)H * sizeof(float);
-    if (to_msg) memcpy(p, run, (size_t)T * row);
-    else memcpy(run, p, (size_t)T * row);
-    p += (size_t)T * row;
-    for (int64_t t = 0; t < T; t++, p += (size_t)nb * row) {
-        if (to_msg) memcpy(p, bank + t * nb_max * H, (size_t)nb * row);
-        else memcpy(bank + t * nb_max * H, p, (size_t)nb * row);
-    }
 }
 
 /* A FORWARD message for the segments' T tokens (run, and nb snapshots of the
