@@ -194,8 +194,8 @@ struct ms_pipe_hooks {
     /* At ms_engine_close: the other stages close and their processes end. */
     void (*close)(ms_engine *e);
 };
-/* The pipeline this process runs in (ms_pipe_boot, once, before any engine
- * opens); never called: one process. */
+/* The pipeline this process runs in (ms_pipe_boot calls it once, before any
+ * engine opens; a process of its own never does). */
 void ms_engine_set_pipe(const ms_pipe_hooks *h);
 /* The engine's calls to the other stages: MS_OK (nothing to do) while e has
  * no pipeline up. */
