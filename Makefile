@@ -14,9 +14,21 @@ CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
               -Iinclude -Isrc -pthread $(SAN)
 CFLAGS   ?=
 # Open MPI (the pipeline across processes, src/engine/pipe.c); pkg-config knows
-# where Debian keeps it once `make setup` has installed libopenmpi-dev
+# where Debian keeps it once `make setup` has installed libopenmpi-dev. MPI=0
+# builds without it: src/engine/pipe_none.c replaces pipe.c, every engine is
+# one process and a pipeline's options say "built without MPI" (plan
+# --pipeline N still works). Default: 1 when pkg-config finds ompi-c. Use a
+# BUILD directory of its own for each setting (objects do not record it).
+MPI      ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MPI),0)
+MPI_CFLAGS :=
+MPI_LIBS   :=
+MPI_DROP   := src/engine/pipe.c
+else
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -lmpi)
+MPI_DROP   := src/engine/pipe_none.c
+endif
 ALL_CFLAGS = $(CFLAGS_BASE) $(MPI_CFLAGS) $(CFLAGS)
 LDLIBS   = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash $(MPI_LIBS) -lm -pthread
 LDFLAGS  ?=
@@ -24,7 +36,7 @@ LDFLAGS  ?=
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mavx2 -mf16c
 
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' | sort)
+LIB_SRC  := $(filter-out $(MPI_DROP),$(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' | sort))
 CLI_SRC  := $(shell find src/cli src/server -name '*.c' 2>/dev/null | sort)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
@@ -39,7 +51,7 @@ BIN      := $(BUILD)/moestream
 all: $(BIN) $(TEST_BIN)
 
 help:
-	@echo "make            build $(BIN) and the test binaries"
+	@echo "make            build $(BIN) and the test binaries (MPI=0: without Open MPI, no pipeline)"
 	@echo "make demo       set up, then run the bundled default model (README's first command)"
 	@echo "make test       set up, build, and run every test (README's second command)"
 	@echo "make setup      install missing Debian packages (as root) or print the command"
@@ -95,7 +107,7 @@ tsan:
 	@BUILD=build-tsan TSAN=1 bash tests/run.sh
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-nompi
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include tests/fuzz/fuzz.mk

@@ -142,13 +142,17 @@ ms_engine_params ms_engine_default_params(void);
  * disk) under its own --ram budget. Every output bit is the one process's. */
 #define MS_MAX_STAGES 64
 /* Join the pipeline if the process was started by mpirun with N > 1
- * (MPI_Init); otherwise do nothing. 0 on success. */
+ * (MPI_Init); otherwise do nothing. 0 on success. A build without MPI
+ * (make MPI=0) started that way prints "built without MPI" and exits the
+ * process with status 2. */
 int ms_pipe_boot(int *argc, char ***argv);
 int ms_pipe_rank(void);                     /* 0 without a pipeline */
 int ms_pipe_size(void);                     /* 1 without a pipeline */
 /* In a stage r > 0: open the engine for p (its layers only), serve the
  * first stage until it closes its engine, and exit the process (status 0,
- * or the open's failure). In the first stage, or without a pipeline: return. */
+ * or the open's failure). In the first stage, or without a pipeline: return.
+ * A build without MPI exits with status 2 ("built without MPI") when p asks
+ * for a pipeline's options (stages, stage_groups). */
 void ms_pipe_serve_if_worker(const ms_engine_params *p);
 
 /* Open the model in p->model_dir. On failure returns a negative status,

@@ -1,5 +1,6 @@
-# tests/lib_mpi.sh - sourced by the pipeline tests (t_pipeline.sh, t_hosts.sh):
-# the environment every mpirun there needs.
+# tests/lib_mpi.sh - sourced by the pipeline tests (t_pipeline.sh, t_hosts.sh,
+# t_nompi.sh): the environment every mpirun there needs, and whether the build
+# has the pipeline at all (BUILD must be set).
 #
 # Open MPI refuses root unless told; the test machines run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -8,3 +9,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # leaks of every process; memory errors and undefined behaviour are still caught there, and
 # the engine's own leaks by every other test.
 if [ "${MS_SANITIZER:-0}" = 1 ]; then export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"; fi
+
+# mpi_built: whether $BUILD was built with MPI (make MPI=0 builds without it).
+mpi_built() { "$BUILD/tests/test_pipe" --built-with-mpi; }
+# mpi_or_skip NAME: in a build without MPI, say why NAME does not run, count
+# nothing and end the script.
+mpi_or_skip() {
+    mpi_built && return 0
+    echo "$1: not run: this build has no MPI (make MPI=0), so there is no pipeline to test"
+    echo "$1: 0 passed, 0 failed"
+    exit 0
+}

@@ -49,6 +49,7 @@ pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 . tests/lib_mpi.sh
+mpi_or_skip t_hosts
 
 # names unique to this run (interface names have at most 15 characters)
 rid=$(( $$ % 100000 ))

@@ -39,6 +39,7 @@ pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 . tests/lib_mpi.sh
+mpi_or_skip t_pipeline
 MPI="mpirun --oversubscribe --mca btl self,vader"
 if ! command -v mpirun >/dev/null; then
     bad "mpirun is missing (make setup installs openmpi-bin)"

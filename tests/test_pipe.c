@@ -18,6 +18,9 @@
  *   4. a reset (ms_session_reset) and a new prompt of 23 tokens, no logits but
  *      the last (in a pipeline its chunks before the last go on without
  *      waiting).
+ * With --built-with-mpi: exit 0 when the build has the pipeline (Open MPI),
+ * 1 when it was built with make MPI=0 (the scripts' test for it).
+ *
  * Prints "test_pipe: N passed, N failed" (stage 0 only).
  */
 #include "check.h"
@@ -218,6 +221,8 @@ static int dump(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--dump")) return dump(argc, argv);
+    /* for the scripts: exit 0 when this build has the pipeline (MPI), 1 when not (make MPI=0) */
+    if (argc > 1 && !strcmp(argv[1], "--built-with-mpi")) return ms_pipe_built ? 0 : 1;
     test_split();
     return CHECK_DONE("test_pipe");
 }

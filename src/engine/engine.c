@@ -1,9 +1,12 @@
-/* engine/engine.c - implements include/moestream.h.
+/* engine/engine.c - implements include/moestream.h: an engine's info and
+ * counters, sessions, feeds and the decode step (opening and closing an
+ * engine: engine/open.c).
  *
- * The only place that wires format + store + model (+ later text and sample)
- * together. An engine owns the checkpoint table, the store, the bound model
- * and the thread pool; a session owns one sequence's state and the forward
- * scratch. A session that failed mid-forward is unsound: its state may hold a
+ * The engine is the only place that wires format + store + model + text +
+ * sample together. An engine owns the checkpoint table, the store, the bound
+ * model and the thread pool; a session owns one sequence's state and the
+ * forward scratch. A pipeline's other stages are reached only through the
+ * hooks engine/pipe.c registers (ms_engine_pipe_*, e->pipe). A session that failed mid-forward is unsound: its state may hold a
  * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
  * ms_session_decode is the decode step of every front end: plain (feed the
  * pending token, pick once) or speculative (prompt-lookup draft, one
@@ -14,23 +17,18 @@
 
 #include "base/clock.h"
 #include "base/err.h"
-#include "base/io.h"
 #include "base/log.h"
 #include "base/pool.h"
 #include "engine/engine_int.h"
 #include "format/config.h"
-#include "format/safetensors.h"
-#include "kernels/kernels.h"
 #include "model/model.h"
 #include "store/store.h"
 
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 const char *ms_status_name(ms_status s) {
     switch (s) {
@@ -48,22 +46,6 @@ const char *ms_status_name(ms_status s) {
     return "unknown";
 }
 
-ms_engine_params ms_engine_default_params(void) {
-    ms_engine_params p;
-    memset(&p, 0, sizeof p);
-    p.log_level = MS_LOG_INFO;
-    return p;
-}
-
-static int64_t rss_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return MS_BASE_OVERHEAD;
-    long long size = 0, resident = 0;
-    int ok = fscanf(f, "%lld %lld", &size, &resident) == 2;
-    fclose(f);
-    return ok ? (int64_t)resident * sysconf(_SC_PAGESIZE) : MS_BASE_OVERHEAD;
-}
-
 static int64_t peak_rss_bytes(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;
@@ -73,279 +55,6 @@ static int64_t peak_rss_bytes(void) {
         if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
     fclose(f);
     return (int64_t)kb * 1024;
-}
-
-/* Identity of a model for sessions on disk: the parsed config and the tensor
- * table (names, dtypes, shapes, places). Weight bytes are not hashed. */
-static uint64_t model_hash(const ms_config *c, const ms_ckpt *ck) {
-    uint64_t h = ms_fnv1a(MS_FNV_INIT, c, sizeof *c);
-    for (int64_t i = 0; i < ms_ckpt_n_tensors(ck); i++) {
-        const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
-        h = ms_fnv1a(h, t->name, strlen(t->name) + 1);
-        h = ms_fnv1a(h, &t->dtype, sizeof t->dtype);
-        h = ms_fnv1a(h, t->shape, (size_t)t->n_dim * sizeof t->shape[0]);
-        h = ms_fnv1a(h, &t->n_bytes, sizeof t->n_bytes);
-    }
-    return h;
-}
-
-uint64_t ms_fnv1a(uint64_t h, const void *data, size_t n) {
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
-static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
-    *out = NULL;
-    ms_err err;
-    ms_err_clear(&err);
-    ms_engine *e = calloc(1, sizeof *e);
-    if (!e) {
-        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "out of memory");
-        return MS_E_NOMEM;
-    }
-    e->p = *p;
-    e->log = (ms_logger){ p->log, p->log_user, p->log_level };
-    if (e->p.max_context <= 0) e->p.max_context = MS_DEFAULT_CONTEXT;
-    if (e->p.n_seq <= 0) e->p.n_seq = 1;
-    if (e->p.n_seq > MS_MAX_SEQ) {
-        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "n_seq %d is out of [1, %d]", e->p.n_seq, MS_MAX_SEQ);
-        free(e);
-        return MS_E_USAGE;
-    }
-    if (e->p.max_draft < 0 || e->p.max_draft > MS_MAX_DRAFT) {
-        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "max_draft %d is out of [0, %d]", e->p.max_draft, MS_MAX_DRAFT);
-        free(e);
-        return MS_E_USAGE;
-    }
-    e->p.prefill_chunk = ms_resolve_chunk(p->prefill_chunk, e->p.max_draft, errbuf, errbuf_len);
-    if (e->p.prefill_chunk < 0) {
-        free(e);
-        return MS_E_USAGE;
-    }
-    /* the kernel table, before anything is read (binding the model below resets
-       e->model, which takes it afterwards) */
-    const ms_kern *kern = ms_kernels_select(p->kernels);
-    if (!kern) {
-        if (errbuf && errbuf_len)
-            snprintf(errbuf, errbuf_len, "kernels '%s': %s", p->kernels,
-                     ms_kernels_known(p->kernels) ? "this CPU (or build) lacks it"
-                                                 : "unknown (auto, ref, avx2, avx512, avx512-l2)");
-        free(e);
-        return MS_E_USAGE;
-    }
-    /* default: the cores this process may run on (a cpuset or a binding), else all online */
-    int n_threads = p->n_threads;
-    if (n_threads <= 0) {
-        cpu_set_t mask;
-        n_threads = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    }
-    if (n_threads < 1) n_threads = 1;
-    ms_status st = MS_OK;
-    char path[4096];
-    if (!p->model_dir) {
-        st = ms_err_set(&err, MS_E_USAGE, "no model directory given");
-        goto fail;
-    }
-    snprintf(path, sizeof path, "%s/config.json", p->model_dir);
-    if ((st = ms_config_load(path, &e->cfg, &err)) != MS_OK) goto fail;
-    if ((st = ms_ckpt_open(p->model_dir, &e->ckpt, &err)) != MS_OK) goto fail;
-    {
-        /* the part of the model this process runs (a pipeline stage, or all of it) */
-        ms_model full;
-        if ((st = ms_model_bind(&full, &e->cfg, NULL, NULL, &err)) == MS_OK) st = ms_pipe_plan(e, &full, &err);
-        ms_model_free(&full);
-        if (st != MS_OK) goto fail;
-    }
-    const int layer0 = e->stage_start[e->stage], layer1 = e->stage_start[e->stage + 1], head = e->stage == 0;
-    /* the checksum sidecar, before the budget is measured (its hashes are part of
-     * the process's resident size: 8 bytes per MiB of checkpoint) */
-    if (!p->no_verify) {
-        char sums_path[4200];
-        snprintf(sums_path, sizeof sums_path, "%s/%s", p->model_dir, MS_SUMS_FILE);
-        const char *sp_path = p->sums_path ? p->sums_path : sums_path;
-        if (p->sums_path || access(sp_path, F_OK) == 0) {
-            if ((st = ms_sums_load(sp_path, e->ckpt, &e->sums, &err)) != MS_OK) goto fail;
-            ms_log(&e->log, MS_LOG_INFO, "checksums: %s (%lld blocks): every weight read is verified",
-                   sp_path, (long long)ms_sums_n_blocks(e->sums));
-        } else {
-            ms_log(&e->log, MS_LOG_INFO, "checksums: no %s: weight bytes are not verified"
-                   " (run 'moestream verify %s' once to write it)", MS_SUMS_FILE, p->model_dir);
-        }
-    }
-    char pk_path[4200];
-    snprintf(pk_path, sizeof pk_path, "%s/%s", p->model_dir, MS_PACK_FILE);
-    const char *path_used = p->pack_path ? p->pack_path : pk_path;
-    if (!p->no_pack && (p->pack_path || access(path_used, F_OK) == 0)) {
-        if (!e->sums) {
-            /* a pack is only as good as the check of what it decodes to */
-            if (p->pack_path) {
-                st = ms_err_set(&err, MS_E_USAGE, "a packed trunk is read only with its checksum sidecar"
-                                " (%s)", p->no_verify ? "not with --no-verify" : "run 'moestream verify' first");
-                goto fail;
-            }
-            ms_log(&e->log, MS_LOG_WARN, "packed trunk %s ignored: it is read only with the checksum sidecar (%s)",
-                   path_used, p->no_verify ? "--no-verify" : "none");
-        } else {
-            ms_err pe;
-            ms_err_clear(&pe);
-            if (ms_pack_load(path_used, e->ckpt, e->sums, &e->pack, &pe) != MS_OK) {
-                if (p->pack_path) { st = ms_err_set(&err, pe.status, "%s", pe.msg); goto fail; }
-                ms_log(&e->log, MS_LOG_WARN, "packed trunk ignored: %s", pe.msg);
-            } else {
-                ms_log(&e->log, MS_LOG_INFO, "packed trunk: %s (%lld regions, decoder %s)", path_used,
-                       (long long)ms_pack_n_entries(e->pack), ms_pack_decoder_name());
-            }
-        }
-    }
-    /* the budget left for weights once one session and the process are counted */
-    int64_t store_ram = 0;
-    if (p->ram_bytes < 0 && p->ram_bytes != MS_RAM_MIN) {
-        st = ms_err_set(&err, MS_E_USAGE, "bad ram budget %lld", (long long)p->ram_bytes);
-        goto fail;
-    }
-    if (p->ram_bytes == MS_RAM_MIN) {
-        store_ram = 1;                      /* refused below; the plan then holds its floor */
-    } else if (p->ram_bytes > 0) {
-        ms_model dry;
-        if ((st = ms_model_bind_part(&dry, &e->cfg, NULL, NULL, layer0, layer1, head, &err)) != MS_OK) {
-            ms_model_free(&dry);
-            goto fail;
-        }
-        const int64_t rss = rss_bytes();    /* once: the choice checks its chunk against what the store gets */
-        if (p->prefill_chunk == 0) {
-            const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry), e->p.max_context, e->p.max_draft,
-                                        e->p.n_seq,
-                                        p->trunk_bytes, p->expert_bytes, rss };
-            e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
-        }
-        int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk, e->p.n_seq);
-        ms_model_free(&dry);
-        store_ram = ms_store_budget(p->ram_bytes, session, rss);
-        if (store_ram < 0) {
-            st = ms_err_set(&err, MS_E_BUDGET, "budget %lld bytes is below what %d session%s (%lld bytes) and the process (%lld bytes + %lld slack) need",
-                            (long long)p->ram_bytes, e->p.n_seq, e->p.n_seq > 1 ? "s" : "", (long long)session, (long long)rss, (long long)MS_SLACK_BYTES);
-            goto fail;
-        }
-    }
-    ms_io_params iop = ms_io_default_params();
-    if (p->io_backend) {
-        if (!strcmp(p->io_backend, "pread")) iop.kind = MS_IO_PREAD;
-        else if (!strcmp(p->io_backend, "direct")) iop.kind = MS_IO_DIRECT;
-        else if (!strcmp(p->io_backend, "uring")) iop.kind = MS_IO_URING;
-        else { st = ms_err_set(&err, MS_E_USAGE, "unknown I/O backend '%s' (pread, direct, uring)", p->io_backend); goto fail; }
-    }
-    if (p->io_queue_depth > 0) iop.queue_depth = p->io_queue_depth;
-    if (p->io_chunk_bytes < 0) { st = ms_err_set(&err, MS_E_USAGE, "negative I/O chunk size"); goto fail; }
-    if (p->io_chunk_bytes > 0) iop.chunk_bytes = p->io_chunk_bytes;
-    if (p->fault_kind < 0 || p->fault_kind > 4) { st = ms_err_set(&err, MS_E_USAGE, "unknown fault kind %d", p->fault_kind); goto fail; }
-    iop.fault.kind = (ms_fault_kind)p->fault_kind;
-    iop.fault.at_read = p->fault_at_read;
-    iop.fault.corrupt_begin = 0;
-    iop.fault.corrupt_end = 64;
-    if (p->fault_corrupt_begin || p->fault_corrupt_end) {
-        if (p->fault_corrupt_begin < 0 || p->fault_corrupt_end < p->fault_corrupt_begin) {
-            st = ms_err_set(&err, MS_E_USAGE, "bad corrupt window [%lld, %lld)",
-                            (long long)p->fault_corrupt_begin, (long long)p->fault_corrupt_end);
-            goto fail;
-        }
-        iop.fault.corrupt_begin = p->fault_corrupt_begin;
-        iop.fault.corrupt_end = p->fault_corrupt_end;
-    }
-    ms_store_params sp = ms_store_default_params();
-    sp.ram_bytes = store_ram;
-    sp.trunk_bytes = p->trunk_bytes;
-    sp.expert_bytes = p->expert_bytes;
-    sp.policy = p->cache_policy;
-    sp.no_readahead = p->no_readahead;
-    sp.trace_path = p->trace_path;
-    sp.io = &iop;
-    sp.sums = e->sums;
-    sp.pack = e->pack;
-    sp.log = p->ram_bytes == MS_RAM_MIN ? NULL : &e->log;   /* the floor probe's refusal is expected */
-    sp.min_expert_slots = (int)e->cfg.num_experts_per_token;
-    if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
-    e->model.kern = NULL;
-    st = ms_model_bind_part(&e->model, &e->cfg, e->ckpt, e->store, layer0, layer1, head, &err);
-    e->model_bound = 1;                 /* a failed bind leaves a freeable model */
-    if (st != MS_OK) goto fail;
-    if (p->ram_bytes == MS_RAM_MIN) {
-        /* the smallest plan: ask the store for its floor, then start over with it */
-        ms_err probe;
-        ms_err_clear(&probe);
-        if (ms_store_start(e->store, &probe) != MS_E_BUDGET || !ms_store_get_plan(e->store)) {
-            st = ms_err_set(&err, MS_E_INTERNAL, "cannot find the smallest plan: %s", probe.msg);
-            goto fail;
-        }
-        sp.ram_bytes = ms_store_get_plan(e->store)->floor_bytes;
-        sp.log = &e->log;
-        ms_store_close(e->store);
-        e->store = NULL;
-        ms_model_free(&e->model);
-        e->model_bound = 0;
-        if ((st = ms_store_open(&sp, e->ckpt, &e->store, &err)) != MS_OK) goto fail;
-        st = ms_model_bind_part(&e->model, &e->cfg, e->ckpt, e->store, layer0, layer1, head, &err);
-        e->model_bound = 1;
-        if (st != MS_OK) goto fail;
-    }
-    e->model.kern = kern;
-    if ((st = ms_store_start(e->store, &err)) != MS_OK) goto fail;
-    if ((st = ms_model_validate(&e->model, e->store, &err)) != MS_OK) goto fail;
-    if ((st = ms_pool_open(n_threads, &e->pool, &err)) != MS_OK) goto fail;
-    if ((st = ms_fwd_init(&e->fwd, &e->model, e->p.prefill_chunk, &err)) != MS_OK) goto fail;
-    e->batch_ids = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_ids);
-    e->batch_seg = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_seg);
-    if (!e->batch_ids || !e->batch_seg) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
-    snprintf(path, sizeof path, "%s/tiktoken.model", p->model_dir);
-    if (access(path, F_OK) == 0 &&
-        (st = ms_tok_load(p->model_dir, e->cfg.vocab_size, &e->tok, &err)) != MS_OK) goto fail;
-    e->model_hash = model_hash(&e->cfg, e->ckpt);
-    ms_engine_stats_reset(e);               /* counters describe feeds, not loading */
-    ms_log(&e->log, MS_LOG_INFO, "model: %lld layers (%lld MLA, %lld KDA), hidden %lld, %lld experts (top %lld), vocab %lld; kernels %s; %d threads",
-           (long long)e->cfg.num_hidden_layers, (long long)e->cfg.n_mla_layers,
-           (long long)e->cfg.n_kda_layers, (long long)e->cfg.hidden_size,
-           (long long)e->cfg.num_experts, (long long)e->cfg.num_experts_per_token,
-           (long long)e->cfg.vocab_size, e->model.kern->name, n_threads);
-    ms_log(&e->log, MS_LOG_INFO, "prompt chunks of %lld tokens%s", (long long)e->p.prefill_chunk,
-           p->prefill_chunk == 0 ? (p->ram_bytes > 0 ? " (chosen for the budget)" : " (no budget: the default)") : "");
-    if (e->n_stages > 1)
-        ms_log(&e->log, MS_LOG_INFO, "pipeline stage %d of %d: layers %d..%d%s", e->stage, e->n_stages, layer0,
-               layer1 - 1, head ? ", embedding, lm_head" : "");
-    *out = e;
-    return MS_OK;
-fail:
-    if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);
-    ms_engine_close(e);
-    /* a model that cannot be read at open is an unreadable model, not a run-time I/O fault */
-    return st == MS_E_IO ? MS_E_MODEL : st;
-}
-
-ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
-    char msg[512] = "";
-    ms_status st = engine_open(p, out, msg, sizeof msg);
-    if (ms_pipe_size() > 1) {
-        /* every stage opened, or none stays */
-        st = ms_pipe_meet(*out, st, msg, sizeof msg);
-        if (st != MS_OK && *out) { ms_engine_close(*out); *out = NULL; }
-    }
-    if (st != MS_OK && errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", msg);
-    return st;
-}
-
-void ms_engine_close(ms_engine *e) {
-    if (!e) return;
-    ms_pipe_close(e);
-    ms_fwd_free(e->fwd);
-    free(e->batch_ids);
-    free(e->batch_seg);
-    ms_pool_close(e->pool);
-    ms_tok_free(e->tok);
-    if (e->model_bound) ms_model_free(&e->model);
-    ms_store_close(e->store);
-    ms_sums_free(e->sums);
-    ms_pack_free(e->pack);
-    ms_ckpt_close(e->ckpt);
-    free(e);
 }
 
 const char *ms_engine_error(const ms_engine *e) { return e ? e->error : ""; }
@@ -393,7 +102,11 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->trunk_unpacked_bytes = ss.trunk_unpacked_bytes;
     st->unpack_s = (double)ss.unpack_ns * 1e-9;
     st->pack_fallbacks = ss.pack_fallbacks;
-    ms_pipe_add_stats(e, st);
+    st->n_stages = e->n_stages;
+    st->stage_trunk_bytes[0] = st->trunk_bytes_read;
+    st->stage_expert_bytes[0] = st->expert_bytes_read;
+    st->stage_peak_rss[0] = st->peak_rss_bytes;
+    if (e->pipe_up) e->pipe->add_stats(e, st);
     st->verify_bytes = ss.verify_bytes;
     st->verify_retries = ss.verify_retries;
     st->verify_failures = ss.verify_failures;
@@ -405,7 +118,16 @@ void ms_engine_stats_reset(ms_engine *e) {
     memset(&e->stats, 0, sizeof e->stats);
     e->scale255 = 0;
     ms_store_reset_stats(e->store);
-    ms_pipe_op(e, MS_PIPE_STATS_RESET, 0, 0, NULL, 0);
+    ms_engine_pipe_op(e, MS_PIPE_STATS_RESET, 0, 0, NULL, 0);
+}
+
+ms_status ms_engine_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
+    return e->pipe_up ? e->pipe->op(e, op, a0, a1, msg, len) : MS_OK;
+}
+
+ms_status ms_engine_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf,
+                                     int64_t n, char *msg, size_t len) {
+    return e->pipe_up ? e->pipe->layer_state(e, get, id, il, n_past, buf, n, msg, len) : MS_OK;
 }
 
 ms_status ms_session_open(ms_engine *e, ms_session **out) {
@@ -431,9 +153,9 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
         /* the other stages keep their layers' state of it under this name */
         s->st.pipe_id = ++e->next_pipe_id;
         char msg[512];
-        if ((st = ms_pipe_op(e, MS_PIPE_OPEN, s->st.pipe_id, 0, msg, sizeof msg)) != MS_OK) {
+        if ((st = ms_engine_pipe_op(e, MS_PIPE_OPEN, s->st.pipe_id, 0, msg, sizeof msg)) != MS_OK) {
             ms_err_set(&err, st, "%s", msg);
-            ms_pipe_op(e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);     /* in the stages that opened it */
+            ms_engine_pipe_op(e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);     /* in the stages that opened it */
             goto fail;
         }
     }
@@ -453,7 +175,7 @@ fail:
 
 void ms_session_close(ms_session *s) {
     if (!s) return;
-    ms_pipe_op(s->e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);
+    ms_engine_pipe_op(s->e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);
     ms_state_free(&s->st, &s->e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &s->e->model);
     free(s->ver_logits);
@@ -574,7 +296,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     if (e->pipe_up) {
         /* chunks still out after a failure (the last chunk collects them otherwise) */
         char msg[512];
-        const ms_status ds = ms_pipe_drain(e, msg, sizeof msg);
+        const ms_status ds = e->pipe->drain(e, msg, sizeof msg);
         if (ds != MS_OK && st == MS_OK) st = ms_err_set(&err, ds, "%s", msg);
     }
     double dt = ms_now_s() - t0;
@@ -731,7 +453,7 @@ ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits
         return MS_E_USAGE;
     }
     char msg[512];
-    const ms_status ps = ms_pipe_op(s->e, MS_PIPE_ROLLBACK, s->st.pipe_id, n_keep, msg, sizeof msg);
+    const ms_status ps = ms_engine_pipe_op(s->e, MS_PIPE_ROLLBACK, s->st.pipe_id, n_keep, msg, sizeof msg);
     if (ps != MS_OK) return make_unsound(s, msg);
     ms_state_rollback(&s->st, &s->rb, &s->e->model, s->e->pool, n_keep);
     if (logits != s->logits)
@@ -845,7 +567,7 @@ ms_status ms_session_copy(ms_session *dst, const ms_session *src) {
     }
     ms_engine *e = src->e;
     char msg[512];
-    const ms_status ps = ms_pipe_op(e, MS_PIPE_COPY, dst->st.pipe_id, src->st.pipe_id, msg, sizeof msg);
+    const ms_status ps = ms_engine_pipe_op(e, MS_PIPE_COPY, dst->st.pipe_id, src->st.pipe_id, msg, sizeof msg);
     if (ps != MS_OK) {
         make_unsound(dst, msg);
         return ps;
@@ -862,7 +584,7 @@ ms_status ms_session_copy(ms_session *dst, const ms_session *src) {
 
 void ms_session_reset(ms_session *s) {
     char msg[512];
-    const ms_status ps = ms_pipe_op(s->e, MS_PIPE_RESET, s->st.pipe_id, 0, msg, sizeof msg);
+    const ms_status ps = ms_engine_pipe_op(s->e, MS_PIPE_RESET, s->st.pipe_id, 0, msg, sizeof msg);
     ms_state_reset(&s->st, &s->e->model);
     s->rb.n_rec = 0;
     s->has_logits = 0;

@@ -1,6 +1,17 @@
 /* engine/engine_int.h - the engine's private structures, shared by the
- * files of src/engine/ (engine.c: open/feed; text.c: tokenizer wrappers;
- * session_io.c: sessions on disk). Nothing outside src/engine includes it. */
+ * files of src/engine/ (open.c: open/close; engine.c: sessions and feeds;
+ * plan.c: the budget; split.c: a pipeline's layer split; text.c, chat.c:
+ * tokenizer and chat wrappers; session_io.c: sessions on disk) and by the
+ * pipeline above them (pipe.c). Nothing outside src/engine includes it but
+ * tests.
+ *
+ * Direction: the engine does not call the pipeline by name. engine/pipe.c
+ * (MPI) sits above the engine: it calls the public API and what is declared
+ * here, and registers its ms_pipe_hooks at ms_pipe_boot; the engine reaches
+ * the other stages only through them (ms_engine_pipe_*). Built without MPI,
+ * engine/pipe_none.c registers nothing. The one remaining edge is the
+ * forward's pass to the next stages (ms_pipe_pass, named by
+ * engine.c's fwd_ctx). */
 #ifndef MS_ENGINE_INT_H
 #define MS_ENGINE_INT_H
 
@@ -19,8 +30,10 @@
 
 #define MS_DEFAULT_CONTEXT 4096
 /* Automatic groups of a pipeline's batched pass (ms_engine_params.stage_groups
- * 0): at least this many tokens a group (prompt passes; decode steps of a few
- * sequences stay in one piece: docs/PERFORMANCE.md, tenth session). */
+ * 0): at least this many tokens a group, so prompt passes are split and the
+ * decode steps of a few sequences stay in one piece (a step costs about one
+ * read of the weights from memory whatever its tokens, and a group adds a
+ * stage turn; docs/ARCHITECTURE.md, "Pipeline across machines"). */
 #define MS_PIPE_GROUP_TOKENS 16
 /* Tokens per pass over the weights when a feed has several
  * (ms_engine_params.prefill_chunk): the automatic choice's smallest and its
@@ -77,6 +90,8 @@ int64_t ms_overhead_estimate(const ms_model *dry);
 /* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 
+typedef struct ms_pipe_hooks ms_pipe_hooks;    /* the pipeline's calls, below */
+
 struct ms_engine {
     ms_engine_params p;
     ms_logger log;
@@ -87,6 +102,8 @@ struct ms_engine {
     ms_store *store;
     ms_model model;
     int model_bound;
+    const ms_kern *kern;        /* the kernel table (e->model takes it once bound) */
+    int n_threads;
     ms_pool *pool;
     ms_stats stats;
     int64_t scale255;
@@ -98,6 +115,7 @@ struct ms_engine {
     uint64_t model_hash;        /* config.json + tensor table: identifies sessions on disk */
     /* a pipeline (engine/pipe.c): this process is stage `stage` of n_stages and runs
        layers [stage_start[stage], stage_start[stage + 1]); one stage without */
+    const ms_pipe_hooks *pipe;  /* NULL: one process */
     int stage, n_stages;
     int stage_start[MS_MAX_STAGES + 1];
     int pipe_up;                /* stage 0: every stage opened, sessions are named to them */
@@ -135,46 +153,59 @@ ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits
 #define MS_FNV_INIT 0xcbf29ce484222325ull
 uint64_t ms_fnv1a(uint64_t h, const void *data, size_t n);
 
-/* ---- the pipeline across processes (engine/pipe.c) ---- */
+/* ---- a pipeline's layer split (engine/split.c, no MPI) ---- */
 /* The stages' first layers for n stages over n_layer layers whose reads per
  * token cost cost[il] each, stage 0 also head_cost: start[0] = 0 < start[1]
  * < ... < start[n] = n_layer, contiguous, the largest stage cost as small as
  * can be (ties: the first in the order of start[1], start[2], ...). -1 if
  * n > n_layer. */
 int ms_pipe_split(const int64_t *cost, int n_layer, int64_t head_cost, int n, int *start);
-/* e->stage, n_stages, stage_start from the pipeline and p->stages (or the
- * balanced split of the dry model's bytes per token at the floor). */
-ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err);
 /* The same for n stages of the model `dry` (bound whole), spec as --stages
- * (NULL: balanced); start[n + 1]. */
+ * (NULL: balanced on the bytes per token at the floor); start[n + 1]. */
 ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int *start, ms_err *err);
-/* After a stage's open (own = its status): a stage r > 0 tells stage 0;
- * stage 0 hears every stage, takes the smallest prompt chunk, and on any
- * failure closes the stages that opened. Returns own, or the first failed
- * stage's status (its message in msg). */
-ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len);
+
+/* ---- the pipeline across processes (engine/pipe.c, above the engine) ---- */
 enum { MS_PIPE_OPEN = 1, MS_PIPE_CLOSE, MS_PIPE_RESET, MS_PIPE_COPY, MS_PIPE_ROLLBACK, MS_PIPE_STATS_RESET,
        MS_PIPE_SET_PAST };
-/* Stage 0: apply a session operation on every other stage (a0, a1: the
- * session ids; ROLLBACK: a1 = n_keep; OPEN: a1 = 1 to record for
- * speculation). */
-ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len);
-/* Stage 0: one layer's state of session `id` (layer il, held by another
- * stage) read from it (get) or written to it (put), n floats in buf: a KDA
- * layer's S then its conv history, or an MLA layer's latent cache for
- * positions [0, n_past). */
-ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
-                              char *msg, size_t len);
+/* What the engine asks of the other stages. Stage 0's calls; each is made
+ * only while its engine's pipe_up is set (every stage opened). */
+struct ms_pipe_hooks {
+    int rank, size;             /* this process's stage, and the number of stages (> 1) */
+    /* After a stage's open (own = its status): a stage r > 0 tells stage 0;
+     * stage 0 hears every stage, takes the smallest prompt chunk, sets
+     * pipe_up and pipe_groups, and on any failure closes the stages that
+     * opened. Returns own, or the first failed stage's status (its message
+     * in msg). Called on every stage, e NULL when own failed. */
+    ms_status (*meet)(ms_engine *e, ms_status own, char *msg, size_t len);
+    /* Apply a session operation on every other stage (a0, a1: the session
+     * ids; ROLLBACK: a1 = n_keep; OPEN: a1 = 1 to record for speculation). */
+    ms_status (*op)(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len);
+    /* One layer's state of session `id` (layer il, held by another stage)
+     * read from it (get) or written to it (put), n floats in buf: a KDA
+     * layer's S then its conv history, or an MLA layer's latent cache for
+     * positions [0, n_past). */
+    ms_status (*layer_state)(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
+                             char *msg, size_t len);
+    /* After a feed: the answers to its prompt chunks still out
+     * (ms_fwd_ctx.pass_async), dropped; the first failure among them. */
+    ms_status (*drain)(ms_engine *e, char *msg, size_t len);
+    /* Add the other stages' byte counters and the pipeline's pass counts to st. */
+    void (*add_stats)(const ms_engine *e, ms_stats *st);
+    /* At ms_engine_close: the other stages close and their processes end. */
+    void (*close)(ms_engine *e);
+};
+/* The pipeline this process runs in (ms_pipe_boot calls it once, before any
+ * engine opens; a process of its own never does). */
+void ms_engine_set_pipe(const ms_pipe_hooks *h);
+/* The engine's calls to the other stages: MS_OK (nothing to do) while e has
+ * no pipeline up. */
+ms_status ms_engine_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len);
+ms_status ms_engine_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf,
+                                     int64_t n, char *msg, size_t len);
+/* 1 when this build has the pipeline (Open MPI), 0 for make MPI=0. */
+extern const int ms_pipe_built;
 /* ms_fwd_ctx.next.pass for stage 0 (pass_user = the engine): op on the
  * activations, the other stages (model.h, ms_pass_op). */
 ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                        float *bank, int64_t nb_max, int *nb, ms_err *err);
-/* Stage 0, after a feed: the answers to its prompt chunks still out
- * (ms_fwd_ctx.pass_async), dropped; the first failure among them. */
-ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len);
-/* Stage 0: add the other stages' byte counters to st. */
-void ms_pipe_add_stats(const ms_engine *e, ms_stats *st);
-/* Stage 0, at ms_engine_close: the other stages close and their processes end. */
-void ms_pipe_close(ms_engine *e);
-
 #endif

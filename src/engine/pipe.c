@@ -11,17 +11,8 @@
  *
  * Messages go round a ring, 0 -> 1 -> ... -> N-1 -> 0, one at a time: stage 0
  * sends one and waits for it to come back before it sends the next (a mutex
- * makes the operations of several threads take turns). A message is a
- * header, then per operation:
- *   FORWARD   nseg x {session id, T, n_past}, run [T, H], bank [T, nb, H]
- *             (the activations after the previous stage's last layer; each
- *             stage replaces them with its own, and the last one's come back
- *             to stage 0, which goes on with the final norms and lm_head);
- *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET   the header only;
- *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
- *             the stage holding the layer appends it / takes it out;
- *   STATS     int64 [N][3]: each stage fills its trunk and expert bytes and
- *             its peak RSS.
+ * makes the operations of several threads take turns). The messages and
+ * their layouts: engine/pipe_msg.h.
  * A stage that fails sets the header's status and message; the stages after
  * it pass the message on untouched, and stage 0 returns the failure (the
  * session is then unsound, as after a failed read in one process). Activations
@@ -35,8 +26,16 @@
  * machines holding different weights under the same tensor table are refused
  * where both have a sidecar); on any failure stage 0 sends QUIT to the stages that
  * opened, and every process ends.
+ *
+ * Direction: this file sits above the engine. It calls the public API
+ * (ms_engine_open, ms_session_*, ms_engine_stats) and engine_int.h, and
+ * registers its hooks (ms_pipe_hooks) at ms_pipe_boot; the engine calls it
+ * only through them, and through the forward's pass callbacks
+ * (ms_pipe_pass). The layer split is engine/split.c
+ * (no MPI). A build without MPI (make MPI=0) has engine/pipe_none.c instead.
  */
 #include "engine/engine_int.h"
+#include "engine/pipe_msg.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -49,31 +48,6 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
-enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
-enum { F_RECORD = 1, F_PREDICT = 2 };
-
-typedef struct hdr {
-    int32_t op, status;         /* status: MS_OK, or the first failure on the way (err) */
-    int32_t nseg, nb;           /* FORWARD: segments, snapshots in the bank */
-    int32_t flags, pad;
-    int64_t T, a0, a1;
-    char err[448];
-} hdr;
-
-typedef struct seg_desc {
-    int64_t id, T, n_past;
-} seg_desc;
-
-typedef struct ready {
-    int32_t status, layer0, layer1, max_draft;
-    int64_t chunk, max_context;
-    int64_t streamed;           /* trunk bytes the stage streams per pass (0: it holds its trunk) */
-    uint64_t hash;
-    uint64_t sums;              /* ms_sums_content_hash of its sidecar (0: weights not verified) */
-    char err[448];
-} ready;
-
 static struct {
     int booted, rank, size;
     pthread_mutex_t mu;
@@ -85,6 +59,7 @@ static struct {
 } g = { 0, 0, 1, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, 0 };
 
 static void quit_stages(const int *ok);
+static void register_stages(void);
 
 static void finish(void) {
     /* the process ends without closing its engine (an exit on an error path):
@@ -120,6 +95,7 @@ int ms_pipe_boot(int *argc, char ***argv) {
                                                                   : "MPI gives no MPI_THREAD_SERIALIZED");
         return -1;
     }
+    if (g.size > 1) register_stages();
     return 0;
 }
 
@@ -186,97 +162,6 @@ static size_t recv_bytes(int src, int tag, int *tag_out) {
     return (size_t)n;
 }
 
-/* ---- the split ---- */
-
-int ms_pipe_split(const int64_t *cost, int L, int64_t head_cost, int n, int *start) {
-    if (n < 1 || n > L) return -1;
-    /* suf[s][i]: the smallest largest cost of layers [i, L) in s stages (no
-       head); then the largest stage cost of the best split is
-       min over j of max(head + [0, j), suf[n - 1][j]), and the boundaries are
-       taken one at a time, each the first that still reaches it */
-    int64_t *pre = calloc((size_t)L + 1, sizeof *pre);
-    int64_t *suf = malloc((size_t)(n + 1) * (size_t)(L + 1) * sizeof *suf);
-    if (!pre || !suf) { free(pre); free(suf); return -1; }
-    for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
-#define S(s, i) suf[(size_t)(s) * (size_t)(L + 1) + (size_t)(i)]
-    for (int i = 0; i <= L; i++) {
-        S(0, i) = i == L ? 0 : INT64_MAX;
-        S(1, i) = i < L ? pre[L] - pre[i] : INT64_MAX;
-    }
-    for (int s = 2; s <= n; s++)
-        for (int i = 0; i <= L; i++) {
-            S(s, i) = INT64_MAX;
-            for (int j = i + 1; j <= L - s + 1; j++) {
-                const int64_t here = pre[j] - pre[i], v = here > S(s - 1, j) ? here : S(s - 1, j);
-                if (v < S(s, i)) S(s, i) = v;
-            }
-        }
-    int64_t best = INT64_MAX;
-    for (int j = 1; j <= L - n + 1; j++) {
-        const int64_t first = head_cost + pre[j], v = first > S(n - 1, j) ? first : S(n - 1, j);
-        if (v < best) best = v;
-    }
-    start[0] = 0;
-    start[n] = L;
-    for (int k = 1; k < n; k++) {
-        const int64_t extra = k == 1 ? head_cost : 0;
-        int j = start[k - 1] + 1;
-        while (extra + pre[j] - pre[start[k - 1]] > best || S(n - k, j) > best) j++;
-        start[k] = j;
-    }
-#undef S
-    free(pre);
-    free(suf);
-    return 0;
-}
-
-ms_status ms_pipe_plan(ms_engine *e, const ms_model *dry, ms_err *err) {
-    e->stage = ms_pipe_rank();
-    e->n_stages = ms_pipe_size();
-    return ms_pipe_split_model(dry, e->p.stages, e->n_stages, e->stage_start, err);
-}
-
-ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int *start, ms_err *err) {
-    const int L = dry->n_layer;
-    start[0] = 0;
-    start[1] = L;
-    if (n == 1) return MS_OK;
-    if (n < 1 || n > MS_MAX_STAGES || n > L)
-        return ms_err_set(err, MS_E_USAGE, "%d pipeline stages for %d layers: at most one stage per layer, and %d stages",
-                          n, L, MS_MAX_STAGES);
-    if (spec) {
-        const char *p = spec;
-        int k = 1;
-        while (*p) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ',') || k >= n || v <= start[k - 1] || v >= L)
-                return ms_err_set(err, MS_E_USAGE, "--stages '%s': wants %d increasing layer indices in [1, %d)"
-                                  " where stages 1..%d begin", spec, n - 1, L, n - 1);
-            start[k++] = (int)v;
-            p = *end ? end + 1 : end;
-        }
-        if (k != n)
-            return ms_err_set(err, MS_E_USAGE, "--stages '%s': %d stages need %d layer indices", spec, n, n - 1);
-        start[n] = L;
-        return MS_OK;
-    }
-    /* bytes per token at the floor: each layer's trunk, its k experts; the
-       head's final norms and lm_head (embedding rows are a few KB a token) */
-    int64_t *cost = calloc((size_t)L, sizeof *cost), head = 0;
-    if (!cost) return ms_err_set(err, MS_E_NOMEM, "out of memory");
-    for (int il = 0; il < L; il++) {
-        const ms_layer *Ly = &dry->layers[il];
-        cost[il] = dry->plan_regions[Ly->attn_region].bytes + dry->plan_regions[Ly->ffn_region].bytes;
-        if (!Ly->is_dense) cost[il] += dry->cfg.num_experts_per_token * dry->expert_bytes;
-    }
-    head = dry->plan_regions[dry->final_region].bytes;
-    for (int ic = 0; ic < dry->n_lm_chunks; ic++) head += dry->plan_regions[dry->lm_region[ic]].bytes;
-    const int r = ms_pipe_split(cost, L, head, n, start);
-    free(cost);
-    return r == 0 ? MS_OK : ms_err_set(err, MS_E_NOMEM, "out of memory");
-}
-
 /* ---- open ---- */
 
 /* QUIT to the stages r > 0 with ok[r] (ok NULL: all); they close and end. */
@@ -286,40 +171,18 @@ static void quit_stages(const int *ok) {
     g.stages_up = 0;
 }
 
-static uint64_t sums_digest(const ms_engine *e) {
-    return e->sums ? ms_sums_content_hash(e->sums) : 0;
-}
-
-static int64_t stage_streamed(const ms_engine *e) {
-    const ms_plan *p = ms_store_get_plan(e->store);
-    return p ? p->streamed_region_bytes : 0;
-}
-
-ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
+static ms_status stages_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     if (!g.booted) return own;
     if (g.rank > 0) {
         ready rd;
-        memset(&rd, 0, sizeof rd);
-        rd.status = own;
-        if (own == MS_OK) {
-            rd.layer0 = e->stage_start[e->stage];
-            rd.layer1 = e->stage_start[e->stage + 1];
-            rd.chunk = e->p.prefill_chunk;
-            rd.max_context = e->p.max_context;
-            rd.max_draft = e->p.max_draft;
-            rd.streamed = stage_streamed(e);
-            rd.hash = e->model_hash;
-            rd.sums = sums_digest(e);
-        } else {
-            snprintf(rd.err, sizeof rd.err, "%s", msg ? msg : "");
-        }
+        ms_pipe_ready_fill(&rd, e, own, msg);
         send_bytes(&rd, sizeof rd, 0, TAG_READY);
         return own;
     }
     int ok[MS_MAX_STAGES] = { 0 };
     ms_status first = MS_OK;
-    int64_t streamed = own == MS_OK ? stage_streamed(e) : 0;
-    const uint64_t sums = own == MS_OK ? sums_digest(e) : 0;
+    int64_t streamed = own == MS_OK ? ms_pipe_streamed(e) : 0;
+    const uint64_t sums = own == MS_OK ? ms_pipe_sums_digest(e) : 0;
     char why[600] = "";
     for (int r = 1; r < g.size; r++) {
         const size_t n = recv_bytes(r, TAG_READY, NULL);
@@ -328,35 +191,8 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
         memcpy(&rd, g.buf, n < sizeof rd ? n : sizeof rd);
         rd.err[sizeof rd.err - 1] = '\0';
         ok[r] = rd.status == MS_OK;
-        ms_status bad = MS_OK;
         char b[600] = "";
-        if (!ok[r]) {
-            bad = (ms_status)rd.status;
-            snprintf(b, sizeof b, "pipeline stage %d: %s", r, rd.err);
-        } else if (own == MS_OK && rd.hash != e->model_hash) {
-            bad = MS_E_MODEL;
-            snprintf(b, sizeof b, "pipeline stage %d opened another checkpoint (config or tensor table differ)", r);
-        } else if (own == MS_OK && sums && rd.sums && rd.sums != sums) {
-            bad = MS_E_MODEL;
-            snprintf(b, sizeof b, "pipeline stage %d's checkpoint holds other weights than stage 0's (the same tensor "
-                     "table, but their moestream.sums differ): every machine needs the same checkpoint", r);
-        } else if (own == MS_OK && (rd.layer0 != e->stage_start[r] || rd.layer1 != e->stage_start[r + 1])) {
-            bad = MS_E_INTERNAL;
-            snprintf(b, sizeof b, "pipeline stage %d runs layers %d..%d, stage 0 expected %d..%d", r, rd.layer0,
-                     rd.layer1 - 1, e->stage_start[r], e->stage_start[r + 1] - 1);
-        } else if (own == MS_OK && (rd.max_context != e->p.max_context || rd.max_draft != e->p.max_draft)) {
-            bad = MS_E_USAGE;
-            snprintf(b, sizeof b, "pipeline stage %d has max_context %lld and --speculate %d, stage 0 %lld and %d"
-                     " (every stage holds part of each session: they must agree)", r, (long long)rd.max_context,
-                     rd.max_draft, (long long)e->p.max_context, e->p.max_draft);
-        } else if (own == MS_OK) {
-            if (rd.chunk < e->p.prefill_chunk) e->p.prefill_chunk = rd.chunk;  /* every stage's scratch holds the pass */
-            streamed += rd.streamed;
-            if (!sums != !rd.sums)
-                ms_log(&e->log, MS_LOG_WARN, "pipeline stage %d has %s checksum sidecar and stage 0 %s: whether "
-                       "they hold the same weights is not checked (moestream verify on every machine)", r,
-                       rd.sums ? "a" : "no", sums ? "has one" : "has none");
-        }
+        const ms_status bad = ms_pipe_ready_check(&rd, r, own == MS_OK ? e : NULL, sums, &streamed, b, sizeof b);
         if (bad != MS_OK && first == MS_OK) { first = bad; snprintf(why, sizeof why, "%s", b); }
     }
     if (own == MS_OK && first == MS_OK) {
@@ -374,7 +210,7 @@ ms_status ms_pipe_meet(ms_engine *e, ms_status own, char *msg, size_t len) {
     return first;
 }
 
-void ms_pipe_close(ms_engine *e) {
+static void stages_close(ms_engine *e) {
     if (!e->pipe_up) return;
     pthread_mutex_lock(&g.mu);
     quit_stages(NULL);
@@ -404,7 +240,7 @@ static ms_status round_trip(size_t n, int op, ms_err *err, size_t *n_back) {
     return answer(*n_back, op, err);
 }
 
-ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
+static ms_status stages_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len) {
     if (!e->pipe_up) return MS_OK;
     if (op == MS_PIPE_STATS_RESET) g.group_passes = g.async_chunks = 0;
     ms_err err;
@@ -420,26 +256,6 @@ ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, si
     pthread_mutex_unlock(&g.mu);
     if (st != MS_OK && msg && len) snprintf(msg, len, "%s", err.msg);
     return st;
-}
-
-/* A FORWARD message: header, segments, then the activations (see the top). */
-static size_t forward_bytes(int64_t H, int nseg, int64_t T, int nb) {
-    return sizeof(hdr) + (size_t)nseg * sizeof(seg_desc) + (size_t)T * (size_t)H * sizeof(float) * (size_t)(1 + nb);
-}
-
-static uint8_t *acts_of(uint8_t *msg, int nseg) { return msg + sizeof(hdr) + (size_t)nseg * sizeof(seg_desc); }
-
-/* run [T, H] and nb snapshots of bank [T, nb_max, H] to the message's bytes
- * at p (to_msg), or back. */
-static void move_acts(uint8_t *p, float *run, float *bank, int64_t T, int64_t H, int64_t nb_max, int nb, int to_msg) {
-    const size_t row = (size_t)H * sizeof(float);
-    if (to_msg) memcpy(p, run, (size_t)T * row);
-    else memcpy(run, p, (size_t)T * row);
-    p += (size_t)T * row;
-    for (int64_t t = 0; t < T; t++, p += (size_t)nb * row) {
-        if (to_msg) memcpy(p, bank + t * nb_max * H, (size_t)nb * row);
-        else memcpy(bank + t * nb_max * H, p, (size_t)nb * row);
-    }
 }
 
 /* A FORWARD message for the segments' T tokens (run, and nb snapshots of the
@@ -604,7 +420,7 @@ ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, i
     return st;
 }
 
-ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len) {
+static ms_status stages_drain(ms_engine *e, char *msg, size_t len) {
     if (!grp.held) return MS_OK;
     ms_err err;
     ms_err_clear(&err);
@@ -614,7 +430,7 @@ ms_status ms_pipe_drain(ms_engine *e, char *msg, size_t len) {
     return st;
 }
 
-ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
+static ms_status stages_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
                               char *msg, size_t len) {
     ms_err err;
     ms_err_clear(&err);
@@ -638,14 +454,9 @@ ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t
     return st;
 }
 
-void ms_pipe_add_stats(const ms_engine *e, ms_stats *st) {
-    st->n_stages = e->n_stages;
+static void stages_add_stats(const ms_engine *e, ms_stats *st) {
     st->stage_group_passes = g.group_passes;
     st->stage_async_chunks = g.async_chunks;
-    st->stage_trunk_bytes[0] = st->trunk_bytes_read;
-    st->stage_expert_bytes[0] = st->expert_bytes_read;
-    st->stage_peak_rss[0] = st->peak_rss_bytes;
-    if (!e->pipe_up) return;
     ms_err err;
     ms_err_clear(&err);
     pthread_mutex_lock(&g.mu);
@@ -881,3 +692,16 @@ void ms_pipe_serve_if_worker(const ms_engine_params *p) {
     ms_engine_close(e);
     exit(0);
 }
+
+/* ---- the engine's hooks ---- */
+
+static ms_pipe_hooks hooks = { 0, 1, stages_meet, stages_op, stages_layer_state, stages_drain, stages_add_stats,
+                               stages_close };
+
+static void register_stages(void) {
+    hooks.rank = g.rank;
+    hooks.size = g.size;
+    ms_engine_set_pipe(&hooks);
+}
+
+const int ms_pipe_built = 1;

@@ -11,8 +11,10 @@
  *             /proc/self/statm at open, estimated from the tensor count in a
  *             dry plan, plus MS_SLACK_BYTES;
  *   store     the rest: pinned trunk + ring + expert cache (store/plan.h).
- * Both ms_engine_open and ms_plan_describe use ms_engine_budget, so what the
- * `plan` command prints is what the engine does.
+ * Both ms_engine_open (engine/open.c, plan_budget) and ms_plan_describe use
+ * ms_session_bytes, ms_store_budget and ms_auto_chunk, so what the `plan`
+ * command prints is what the engine does. A pipeline's table takes its split
+ * from engine/split.c (no MPI: it works in a build without it).
  */
 #include "engine/engine_int.h"
 

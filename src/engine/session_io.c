@@ -78,7 +78,7 @@ static ms_status layer_state(ms_session *s, int il, int saving, const dims *d, f
         part[0] = scratch;
         part[1] = scratch + n[0];
         if (saving) {
-            const ms_status st = ms_pipe_layer_state(s->e, 1, s->st.pipe_id, il, d->n_past, scratch, n[0] + n[1], msg, len);
+            const ms_status st = ms_engine_pipe_layer_state(s->e, 1, s->st.pipe_id, il, d->n_past, scratch, n[0] + n[1], msg, len);
             if (st != MS_OK) return st;
         }
     }
@@ -87,7 +87,7 @@ static ms_status layer_state(ms_session *s, int il, int saving, const dims *d, f
         else get(f, part[k], (size_t)n[k] * sizeof(float));
     }
     if (!here && !saving && !f->bad)
-        return ms_pipe_layer_state(s->e, 0, s->st.pipe_id, il, d->n_past, scratch, n[0] + n[1], msg, len);
+        return ms_engine_pipe_layer_state(s->e, 0, s->st.pipe_id, il, d->n_past, scratch, n[0] + n[1], msg, len);
     return MS_OK;
 }
 
@@ -173,7 +173,7 @@ ms_status ms_session_load(ms_session *s, const char *path) {
         ms_session_reset(s);
         return fail(s, MS_E_USAGE, "%s: %s", path, r.bad ? "truncated" : "checksum mismatch (corrupted file)");
     }
-    if ((st = ms_pipe_op(s->e, MS_PIPE_SET_PAST, s->st.pipe_id, d.n_past, msg, sizeof msg)) != MS_OK) {
+    if ((st = ms_engine_pipe_op(s->e, MS_PIPE_SET_PAST, s->st.pipe_id, d.n_past, msg, sizeof msg)) != MS_OK) {
         ms_session_reset(s);
         return fail(s, st, "%.200s: %.300s", path, msg);
     }

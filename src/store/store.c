@@ -286,6 +286,13 @@ static ms_status plan_regions(ms_store *s, uint8_t *res, ms_err *err) {
     ms_plan_input in = { pr, s->n_regions, s->p.ram_bytes, s->p.trunk_bytes, s->p.expert_bytes,
                          s->p.min_expert_slots, s->p.ring_slots, s->p.bounce_bytes };
     ms_status st = ms_plan_compute(&in, &s->plan, res, err);
+    if (st == MS_E_BUDGET && s->p.ram_floor && s->plan.floor_bytes > 0) {
+        /* the smallest plan: the one at the floor the refusal names */
+        in.ram_bytes = s->p.ram_bytes = s->plan.floor_bytes;
+        memset(res, 0, (size_t)s->n_regions + 1);
+        if (err) ms_err_clear(err);
+        st = ms_plan_compute(&in, &s->plan, res, err);
+    }
     free(pr);
     char table[2048];
     ms_plan_format(&s->plan, table, sizeof table);

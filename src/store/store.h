@@ -93,6 +93,8 @@ typedef struct ms_range {
  * fill only the first two. Strings are copied by ms_store_open. */
 typedef struct ms_store_params {
     int64_t ram_bytes;          /* 0 = everything resident */
+    int ram_floor;              /* 1: when ram_bytes does not fit, plan at the floor (the
+                                   smallest budget that does) instead of refusing */
     const ms_logger *log;
     int64_t trunk_bytes;        /* > 0: ceiling on pinned trunk + ring (store/plan.h) */
     int64_t expert_bytes;       /* > 0: ceiling on the expert arena */
