@@ -1,5 +1,6 @@
 /* cli/cmds.h - what the subcommand files of the moestream program share:
- * the common options, engine opening, text streaming, stats printing. */
+ * the commands themselves, engine opening, text streaming, stats printing
+ * (cli/common.c). Options are parsed by cli/opts.h. */
 #ifndef MS_CLI_CMDS_H
 #define MS_CLI_CMDS_H
 
@@ -10,11 +11,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-
 /* Consume argv[*i] (and its value) if it is a common option (cli_common_opts)
  * or MODEL_DIR: returns 1 if consumed, 0 if not a common option, -1 on a bad
  * value. Kept for callers not yet on cli_parse (cli/opts.h). */
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
+/* The engine parameters o asks for (logging through cli_log unless quiet). */
+void cli_engine_params(const cli_opts *o, ms_engine_params *ep);
 /* Open the engine for o; prints the error and returns its status on failure. */
 ms_status cli_open(const cli_opts *o, ms_engine **e);
 
@@ -27,10 +29,22 @@ void cli_text_init(cli_text *t);
 void cli_text_add(cli_text *t, const ms_engine *e, int32_t id, FILE *out);
 void cli_text_flush(cli_text *t, FILE *out);
 
+/* [1, 2, 3] */
+void cli_print_ids(FILE *f, const int32_t *ids, int64_t n);
 void cli_print_stats_json(FILE *f, const ms_stats *st);
-int cmd_chat(int argc, char **argv);
-/* cli/batch.c */
-int cmd_batch(int argc, char **argv);
 void cli_print_stats_human(FILE *f, const ms_stats *st);
+
+/* the commands: argv holds the words after the command's name */
+int cmd_run(int argc, char **argv);         /* cli/main.c */
+int cmd_chat(int argc, char **argv);        /* cli/chat.c */
+int cmd_batch(int argc, char **argv);       /* cli/batch.c */
+int cmd_plan(int argc, char **argv);        /* cli/tools.c */
+int cmd_trace(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+
+/* cli/help.c: the commands, one line each; version, commit, kernel tables */
+void cli_usage(FILE *f);
+void cli_version(FILE *f);
 
 #endif
