@@ -106,9 +106,10 @@ cat > "$tmp/keys.jsonl" <<'EOF'
 {"prompt": "x", "temp": 1}
 {"prompt": "x", "top_k": -3}
 {"ids": [1, 2], "top_p": "high"}
+{"prompt": "And the LORD said", "temperature": 0, "max_tokens": 30, "stop": ["zzz", "thou"]}
 EOF
 "$BIN" batch $M --input "$tmp/keys.jsonl" --temperature 1.2 --seed 5 --max-tokens 30 --quiet > "$tmp/k" 2> "$tmp/ke"; rk=$?
-[ $rk = 0 ] && [ "$(wc -l < "$tmp/k")" = 6 ] && ok || bad "per-line keys: exit $rk, $(wc -l < "$tmp/k") results: $(head -c 300 "$tmp/ke")"
+[ $rk = 0 ] && [ "$(wc -l < "$tmp/k")" = 7 ] && ok || bad "per-line keys: exit $rk, $(wc -l < "$tmp/k") results: $(head -c 300 "$tmp/ke")"
 kline() { sed -n "$1p" "$tmp/k" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin).get('generated_ids')))"; }
 krun() { "$BIN" run $M --json --quiet "$@" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)['generated_ids']))"; }
 [ "$(kline 1)" = "$(krun --prompt "In the beginning God created" --temperature 0.7 --top-p 0.9 --top-k 50 --seed 3 --max-tokens 12)" ] \
@@ -121,6 +122,15 @@ krun() { "$BIN" run $M --json --quiet "$@" | $PY -c "import json,sys; print(json
 # the line's temperature is used: with the command's it would give other tokens
 [ "$(kline 1)" != "$(krun --prompt "In the beginning God created" --temperature 1.2 --top-p 0.9 --top-k 50 --seed 3 --max-tokens 12)" ] \
     && ok || bad "line 1's temperature was not used"
+# stop strings: run --stop's tokens and text; the text ends where the stop begins
+want=$("$BIN" run $M --prompt "And the LORD said" --temperature 0 --max-tokens 30 --stop zzz --stop thou --json --quiet)
+[ "$(kline 7)" = "$(printf '%s' "$want" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)['generated_ids']))")" ] \
+    && ok || bad "line 7 (stop) differs from run --stop: $(kline 7)"
+sed -n 7p "$tmp/k" | $PY -c "
+import json, sys
+r = json.load(sys.stdin); w = json.loads(sys.argv[1])
+assert r['finish_reason'] == 'stop' and r['text'] == w['text'] and 'thou' not in r['text'] and len(r['generated_ids']) < 30, (r, w)
+" "$want" && ok || bad "line 7's text / finish: $(sed -n 7p "$tmp/k")"
 grep -q '"index": 3, "error": "unknown key \\"temp\\"' "$tmp/k" && ok || bad "unknown key: $(sed -n 4p "$tmp/k")"
 grep -q '"index": 4, "error": "bad top_k: ' "$tmp/k" && ok || bad "bad top_k: $(sed -n 5p "$tmp/k")"
 grep -q '"index": 5, "error": "bad top_p: ' "$tmp/k" && ok || bad "bad top_p: $(sed -n 6p "$tmp/k")"

@@ -76,6 +76,8 @@ for row in "${SAMPLE_BAD[@]}"; do
 done
 for v in -1 x 1e3; do usage_error run --max-tokens "$v" $M; usage_error batch --max-tokens "$v" $M; done
 usage_error perplexity --max-tokens -1 $M
+usage_error run --stop "" $M
+usage_error run --stop e $M --stop a --stop b --stop c --stop d
 usage_error serve --port 99999 $M
 usage_error serve --max-body 1 $M
 usage_error serve --max-header 10 $M

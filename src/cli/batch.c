@@ -7,7 +7,9 @@
  *   "ignore_eos" and every sampling option of `run` spelled with '_' ("seed",
  *   "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
  *   "frequency_penalty", "presence_penalty"; each checked by its flag's own
- *   parser and range, cli/opts.h); what a line does not say is the command's.
+ *   parser and range, cli/opts.h) and "stop" (a string or up to 4, as run's
+ *   --stop: the text ends where the first one found begins, finish_reason
+ *   "stop"); what a line does not say is the command's.
  *   A key that is none of these is that line's error, named in its result;
  *   every byte of the input is read (no line ends the input early).
  * Writes one JSON line per request, in input order:
@@ -42,6 +44,9 @@ typedef struct req {
     int ignore_eos;
     const char *effort;         /* a chat's "effort" (static storage) */
     ms_sample_params sp;        /* the command's, with the line's keys over it */
+    cli_stop stop;              /* the line's "stop" strings (stop_buf owns them) */
+    char *stop_buf[CLI_MAX_STOP];
+    cli_text seen;              /* the text so far, when there are stop strings */
     char *error;                /* the line could not be used */
     /* results */
     int32_t *gen;
@@ -109,6 +114,16 @@ static void line_key(const char *key, const json_t *v, req *r, char *msg, size_t
         for (int k = 0; k < 3 && json_is_string(v); k++)
             if (!strcmp(json_string_value(v), efforts[k])) r->effort = efforts[k];
         if (!r->effort) snprintf(msg, msg_len, "\"effort\" must be \"low\", \"high\" or \"max\"");
+    } else if (!strcmp(key, "stop")) {
+        const size_t n = json_is_array(v) ? json_array_size(v) : 1;
+        char why[120] = "";
+        for (size_t i = 0; i < n && !why[0]; i++) {
+            const json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+            if (!json_is_string(x) || i >= CLI_MAX_STOP) { cli_stop_add(&r->stop, "", why, sizeof why); break; }
+            if (!(r->stop_buf[i] = strdup(json_string_value(x)))) snprintf(why, sizeof why, "out of memory");
+            else cli_stop_add(&r->stop, r->stop_buf[i], why, sizeof why);
+        }
+        if (why[0]) snprintf(msg, msg_len, "bad stop: a string or an array of %s", why);
     } else if (!strcmp(key, "max_tokens")) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
             snprintf(msg, msg_len, "bad max_tokens: an integer from 0 to %d", 1 << 30);
@@ -122,7 +137,7 @@ static void line_key(const char *key, const json_t *v, req *r, char *msg, size_t
         else val[0] = 0;
         if (!o) {
             snprintf(msg, msg_len, "unknown key \"%.40s\" (a line takes prompt, ids or messages; thinking, effort, "
-                     "max_tokens, ignore_eos, seed, temperature, top_k, top_p, min_p, repeat_penalty, "
+                     "max_tokens, stop, ignore_eos, seed, temperature, top_k, top_p, min_p, repeat_penalty, "
                      "frequency_penalty, presence_penalty)", key);
         } else if (!val[0] || cli_opt_set(o, &r->sp, val, why, sizeof why) != 0) {
             if (!val[0]) snprintf(why, sizeof why, "a number");
@@ -163,6 +178,7 @@ static void parse_line(ms_engine *e, const char *line, size_t len, const batch_o
     r->max_tokens = bo->max_tokens;
     r->ignore_eos = bo->ignore_eos;
     r->sp = bo->sp;
+    cli_text_init(&r->seen);
     const json_t *p = j ? json_object_get(j, "prompt") : NULL, *ids = j ? json_object_get(j, "ids") : NULL;
     const json_t *msgs = j ? json_object_get(j, "messages") : NULL;
     if (!j || !json_is_object(j)) snprintf(msg, sizeof msg, "not a JSON object: %s", j ? "" : jerr.text);
@@ -197,8 +213,9 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
     if (r->chat) {
         ms_reply rep;
         if (ms_chat_parse_reply(e, r->gen, r->n_gen, r->thinking, &rep) == MS_OK) {
+            const int64_t cut = cli_stop_find(&r->stop, rep.content, strlen(rep.content), 0);
             printf(", \"content\": ");
-            cli_json_string(stdout, rep.content, strlen(rep.content));
+            cli_json_string(stdout, rep.content, cut >= 0 ? (size_t)cut : strlen(rep.content));
             if (r->thinking) {
                 printf(", \"reasoning\": ");
                 cli_json_string(stdout, rep.reasoning, strlen(rep.reasoning));
@@ -214,6 +231,8 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
         char *text = NULL;
         size_t len = 0;
         if (n > 0 && ms_detokenize(e, r->gen, n, &text, &len) == MS_OK) {
+            const int64_t cut = cli_stop_find(&r->stop, text, len, 0);   /* the text ends where a stop begins */
+            if (cut >= 0) len = (size_t)cut;
             printf(", \"text\": ");
             cli_json_string(stdout, text, len);
         } else {
@@ -226,14 +245,16 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
 
 /* The slot's next token; the request ends on EOS (text prompts, unless
  * ignore_eos) or at its limit. */
-static void pick(slot *sl, int32_t eos) {
+static void pick(const ms_engine *e, slot *sl, int32_t eos) {
     req *r = sl->r;
     int64_t n_hist = 0;
     const int32_t *hist = ms_session_tokens(sl->ses, &n_hist);
     const int32_t id = ms_sampler_next(sl->smp, ms_session_logits(sl->ses), hist, n_hist);
     r->gen[r->n_gen++] = id;
     sl->pending = id;
+    if (r->stop.n > 0) cli_text_add(&r->seen, e, id, NULL);
     if (r->text && !r->ignore_eos && id == eos) r->finish = "stop";
+    else if (r->seen.cut >= 0) r->finish = "stop";          /* a stop string completed */
     else if (r->n_gen >= r->max_tokens) r->finish = "length";
 }
 
@@ -315,6 +336,7 @@ static ms_status fill_slots(batch_run *b, int64_t n_vocab) {
             }
             ms_session_reset(sl->ses);
             *sl = (slot){ sl->ses, r, sl->smp, 0, -1 };
+            r->seen.stop = &r->stop;        /* the requests do not move any more */
         }
     }
     return MS_OK;
@@ -322,7 +344,7 @@ static ms_status fill_slots(batch_run *b, int64_t n_vocab) {
 
 /* One pass over the weights for every busy slot: the decoding ones' last
  * token and prompt pieces up to the engine's chunk. 0 when nothing is left. */
-static int step(batch_run *b, const ms_model_info *info, ms_status *st) {
+static int step(batch_run *b, const ms_engine *e, const ms_model_info *info, ms_status *st) {
     int k = 0, n_dec = 0;
     for (int i = 0; i < b->P; i++) n_dec += b->sl[i].r && b->sl[i].pending >= 0;
     int64_t room = info->prefill_chunk - n_dec;
@@ -355,7 +377,7 @@ static int step(batch_run *b, const ms_model_info *info, ms_status *st) {
             s->at += b->n[q];
             if (s->at < s->r->n_prompt) continue;
         }
-        pick(s, (int32_t)info->eos_id);
+        pick(e, s, (int32_t)info->eos_id);
         if (s->r->finish) release(s);
     }
     return 1;
@@ -384,6 +406,8 @@ static void batch_close(batch_run *b) {
         free(b->reqs[i].prompt);
         free(b->reqs[i].gen);
         free(b->reqs[i].error);
+        free(b->reqs[i].seen.all);
+        for (int k = 0; k < CLI_MAX_STOP; k++) free(b->reqs[i].stop_buf[k]);
     }
     free(b->reqs);
     free(b->sl);
@@ -398,8 +422,8 @@ static int parse_batch(int argc, char **argv, batch_opts *o) {
     o->max_tokens = 64;
     o->sp = ms_sample_default_params();
     const cli_cmd cmd = { "batch", "MODEL_DIR [--input FILE] [--parallel N] [options]",
-                          "JSON lines in ({\"prompt\"|\"ids\"|\"messages\", and any of \"max_tokens\", \"seed\", the\n"
-                          "sampling options spelled with '_', \"ignore_eos\", \"thinking\", \"effort\"}), one result\n"
+                          "JSON lines in ({\"prompt\"|\"ids\"|\"messages\", and any of \"max_tokens\", \"seed\", \"stop\",\n"
+                          "the sampling options spelled with '_', \"ignore_eos\", \"thinking\", \"effort\"}), one result\n"
                           "line each out, in input order; N requests decoded together, each as `run` gives it.\n",
                           &o->c.model_dir, 1,
                           { { "options", batch_table, o }, { "sampling (the lines' defaults)", cli_sample_opts, &o->sp },
@@ -433,7 +457,7 @@ int cmd_batch(int argc, char **argv) {
         /* print what is finished, in order */
         while (b.printed < b.n_req && b.reqs[b.printed].done) print_result(e, b.printed, &b.reqs[b.printed]), b.printed++;
         fflush(stdout);
-        if (st != MS_OK || !step(&b, &info, &st)) break;
+        if (st != MS_OK || !step(&b, e, &info, &st)) break;
     }
     while (rc == EXIT_OK && b.printed < b.n_req && b.reqs[b.printed].done) print_result(e, b.printed, &b.reqs[b.printed]), b.printed++;
     if (rc == EXIT_OK && st != MS_OK) rc = cli_exit_code(st);

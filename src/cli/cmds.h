@@ -20,10 +20,26 @@ void cli_engine_params(const cli_opts *o, ms_engine_params *ep);
 /* Open the engine for o; prints the error and returns its status on failure. */
 ms_status cli_open(const cli_opts *o, ms_engine **e);
 
+/* Stop strings (run --stop, a batch line's "stop"): the text ends where the first
+ * one found begins; the token that completes it is the last generated. */
+#define CLI_MAX_STOP 4
+#define CLI_MAX_STOP_BYTES 256
+typedef struct cli_stop {
+    const char *s[CLI_MAX_STOP];
+    int n;
+    size_t max_len;
+} cli_stop;
+/* Add s (not copied): 0, or -1 with what is accepted in why. */
+int cli_stop_add(cli_stop *st, const char *s, char *why, size_t why_len);
+/* Where the first stop string that begins at or after from begins in text[0..n); -1: none. */
+int64_t cli_stop_find(const cli_stop *st, const char *text, size_t n, size_t from);
+
 /* Decoded text of generated tokens, streamed without splitting a UTF-8 character. */
 typedef struct cli_text {
     char *all;                  /* every byte so far, NUL-terminated */
     size_t n, cap, printed;
+    const cli_stop *stop;       /* NULL: none; set after cli_text_init */
+    int64_t cut;                /* where a stop string begins (the text's end); -1: none yet */
 } cli_text;
 void cli_text_init(cli_text *t);
 void cli_text_add(cli_text *t, const ms_engine *e, int32_t id, FILE *out);

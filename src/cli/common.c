@@ -134,13 +134,43 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
                 st->n_tokens_decode ? (double)st->expert_bytes_read / 1e6 / (double)st->n_tokens_decode : 0.0);
 }
 
-/* Streams decoded text: holds back a trailing incomplete UTF-8 sequence. */
-void cli_text_init(cli_text *t) { memset(t, 0, sizeof *t); }
+/* ---- stop strings -------------------------------------------------------------- */
+
+int cli_stop_add(cli_stop *st, const char *s, char *why, size_t why_len) {
+    const size_t len = strlen(s);
+    if (st->n >= CLI_MAX_STOP || len == 0 || len > CLI_MAX_STOP_BYTES) {
+        snprintf(why, why_len, "up to %d non-empty strings of at most %d bytes", CLI_MAX_STOP, CLI_MAX_STOP_BYTES);
+        return -1;
+    }
+    st->s[st->n++] = s;
+    if (len > st->max_len) st->max_len = len;
+    return 0;
+}
+
+int64_t cli_stop_find(const cli_stop *st, const char *text, size_t n, size_t from) {
+    int64_t best = -1;
+    for (int k = 0; st && k < st->n; k++) {
+        const size_t len = strlen(st->s[k]);
+        for (size_t p = from; p + len <= n; p++)
+            if (!memcmp(text + p, st->s[k], len)) {
+                if (best < 0 || (int64_t)p < best) best = (int64_t)p;
+                break;
+            }
+    }
+    return best;
+}
+
+/* ---- decoded text ----------------------------------------------------------------- */
+
+/* Streams decoded text: holds back a trailing incomplete UTF-8 sequence and, with stop
+ * strings, the bytes a stop string could still begin with (the longest one less a byte);
+ * a stop string found ends the text where it begins. */
+void cli_text_init(cli_text *t) { memset(t, 0, sizeof *t); t->cut = -1; }
 
 void cli_text_add(cli_text *t, const ms_engine *e, int32_t id, FILE *out) {
     const char *b;
     int64_t n = ms_token_bytes(e, id, &b);
-    if (n <= 0) return;
+    if (n <= 0 || t->cut >= 0) return;
     if (t->n + (size_t)n + 1 > t->cap) {
         size_t cap = (t->n + (size_t)n + 1) * 2;
         char *p = realloc(t->all, cap);
@@ -149,10 +179,17 @@ void cli_text_add(cli_text *t, const ms_engine *e, int32_t id, FILE *out) {
         t->cap = cap;
     }
     memcpy(t->all + t->n, b, (size_t)n);
+    const size_t before = t->n;
     t->n += (size_t)n;
     t->all[t->n] = '\0';
+    size_t limit = t->n;
+    if (t->stop && t->stop->n > 0) {
+        const size_t from = before + 1 > t->stop->max_len ? before + 1 - t->stop->max_len : 0;
+        t->cut = cli_stop_find(t->stop, t->all, t->n, from);
+        limit = t->cut >= 0 ? (size_t)t->cut : t->n + 1 > t->stop->max_len ? t->n + 1 - t->stop->max_len : 0;
+    }
     if (out) {
-        size_t ready = cli_utf8_complete(t->all, t->n);
+        size_t ready = cli_utf8_complete(t->all, limit);
         if (ready > t->printed) {
             fwrite(t->all + t->printed, 1, ready - t->printed, out);
             fflush(out);
@@ -162,7 +199,8 @@ void cli_text_add(cli_text *t, const ms_engine *e, int32_t id, FILE *out) {
 }
 
 void cli_text_flush(cli_text *t, FILE *out) {
-    if (out && t->n > t->printed) fwrite(t->all + t->printed, 1, t->n - t->printed, out);
-    t->printed = t->n;
+    const size_t end = t->cut >= 0 ? (size_t)t->cut : t->n;
+    if (out && end > t->printed) fwrite(t->all + t->printed, 1, end - t->printed, out);
+    t->printed = end;
     if (out) fflush(out);
 }

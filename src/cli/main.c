@@ -32,7 +32,12 @@ typedef struct run_opts {
     int64_t n_gen;
     int json, recompute, ignore_eos;
     ms_sample_params sp;
+    cli_stop stop;
 } run_opts;
+
+static int parse_stop(void *dst, const char *v, char *why, size_t why_len) {
+    return cli_stop_add(dst, v, why, why_len);
+}
 
 #define R(f) offsetof(run_opts, f)
 static const cli_opt run_table[] = {
@@ -41,6 +46,7 @@ static const cli_opt run_table[] = {
     { "--ids", CLI_STR, R(ids), "1,2,3", 0, 0, NULL, "the prompt as token ids (then only --max-tokens stops)", 0, NULL, NULL },
     { "--max-tokens", CLI_I64, R(n_gen), "N", 0, 1 << 30, "64", "tokens to generate", 0, NULL, "--gen" },
     { "--ignore-eos", CLI_FLAG, R(ignore_eos), NULL, 0, 0, NULL, "do not stop at <|end_of_msg|>", 1, NULL, NULL },
+    { "--stop", CLI_CUSTOM, R(stop), "TEXT", 0, 0, NULL, "stop where TEXT appears (up to 4; not printed)", 0, parse_stop, NULL },
     { "--json", CLI_FLAG, R(json), NULL, 0, 0, NULL, "one JSON object on stdout (ids, text, stats)", 1, NULL, NULL },
     { "--dump-logits", CLI_STR, R(dump_logits), "PATH", 0, 0, NULL, "the first step's logits (float32 LE [vocab])", 0, NULL, NULL },
     { "--recompute", CLI_FLAG, R(recompute), NULL, 0, 0, NULL, "recompute the sequence for every token (check)", 1, NULL, NULL },
@@ -201,10 +207,28 @@ static ms_status recompute(ms_session *s, int32_t pending) {
     return st;
 }
 
+/* cli_picker, then --stop: the text so far (seen) ends at a stop string. */
+typedef struct run_pick {
+    cli_pick base;
+    cli_text *seen;             /* NULL: no stop strings */
+    const ms_engine *e;
+} run_pick;
+
+static int32_t run_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
+    run_pick *p = user;
+    const int32_t next = cli_picker(&p->base, logits, hist, n_hist, stop);
+    if (!p->base.stopped && p->seen) {
+        cli_text_add(p->seen, p->e, next, NULL);
+        if (p->seen->cut >= 0) *stop = p->base.stopped = 1;
+    }
+    return next;
+}
+
 /* The generation: the prompt fed, then tokens until a stop rule fires.
  * *rc is set when a side output (--dump-logits) fails. */
-static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x, cli_pick *rp, cli_text *out,
+static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x, run_pick *pk, cli_text *out,
                               FILE *stream, int *rc) {
+    cli_pick *rp = &pk->base;
     ms_status st = MS_OK;
     if (p->n > 0) st = ms_session_feed(x->s, p->ids, p->n, NULL);
     int32_t pending = -1;                   /* chosen, not fed yet */
@@ -222,7 +246,7 @@ static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x
         int64_t room = o->n_gen - rp->n_gen - 1;
         int n_draft = o->c.speculate < room ? o->c.speculate : (int)room;
         int64_t before = rp->n_gen, n_step = 0;
-        st = ms_session_decode(x->s, pending, n_draft, cli_picker, rp, step, &n_step);
+        st = ms_session_decode(x->s, pending, n_draft, run_picker, pk, step, &n_step);
         for (int64_t i = before; i < rp->n_gen; i++) {
             if (rp->gen[i] == rp->eos && rp->stop_eos) break;      /* raw --ids runs do not stop */
             if (show) cli_text_add(out, x->e, rp->gen[i], stream);
@@ -244,7 +268,7 @@ static void run_report(const run_opts *o, const run_prompt *p, run_ctx *x, const
         cli_print_ids(stdout, rp->gen, rp->n_gen);
         if (ms_engine_has_tokenizer(x->e)) {
             printf(", \"text\": ");
-            cli_json_string(stdout, out->all ? out->all : "", out->n);
+            cli_json_string(stdout, out->all ? out->all : "", out->cut >= 0 ? (size_t)out->cut : out->n);
         }
         printf(", \"status\": \"%s\", \"prefill_chunk\": %lld, \"kernels\": \"%s\", \"stats\": ",
                ms_status_name(st), (long long)x->info.prefill_chunk, x->info.kernels);
@@ -267,14 +291,17 @@ int cmd_run(int argc, char **argv) {
     rc = run_open(&o, &p, &x);
     free(p.text);
     if (rc != EXIT_OK) { run_close(&x); free(p.ids); return rc; }
-    cli_text out;
+    cli_text out, seen;
     cli_text_init(&out);
+    cli_text_init(&seen);
+    out.stop = seen.stop = &o.stop;
     FILE *stream = (p.text_mode && !o.json) ? stdout : NULL;
-    /* the stop rules: the EOS of a text prompt, the --max-tokens limit */
-    cli_pick rp = { x.smp, malloc((size_t)(o.n_gen + 1) * sizeof(int32_t)), 0, o.n_gen, (int32_t)x.info.eos_id,
-                    p.text_mode && !o.ignore_eos, 0 };
+    /* the stop rules: the EOS of a text prompt, the --max-tokens limit, --stop */
+    run_pick pk = { { x.smp, malloc((size_t)(o.n_gen + 1) * sizeof(int32_t)), 0, o.n_gen, (int32_t)x.info.eos_id,
+                      p.text_mode && !o.ignore_eos, 0 }, o.stop.n > 0 ? &seen : NULL, x.e };
+    cli_pick *rp = &pk.base;
     ms_engine_stats_reset(x.e);
-    ms_status st = run_generate(&o, &p, &x, &rp, &out, stream, &rc);
+    ms_status st = run_generate(&o, &p, &x, &pk, &out, stream, &rc);
     cli_text_flush(&out, stream);
     if (stream) { fputc('\n', stream); fflush(stream); }
     if (st != MS_OK) {
@@ -283,13 +310,14 @@ int cmd_run(int argc, char **argv) {
     }
     if (st == MS_OK && o.save) {
         /* the last generated token is not fed yet: feed it so the saved state is complete */
-        if (rp.n_gen > 0) st = ms_session_feed(x.s, &rp.gen[rp.n_gen - 1], 1, NULL);
+        if (rp->n_gen > 0) st = ms_session_feed(x.s, &rp->gen[rp->n_gen - 1], 1, NULL);
         if (st == MS_OK) st = ms_session_save(x.s, o.save);
         if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_session_error(x.s)); rc = cli_exit_code(st); }
     }
-    run_report(&o, &p, &x, &rp, &out, st);
+    run_report(&o, &p, &x, rp, &out, st);
     free(out.all);
-    free(rp.gen);
+    free(seen.all);
+    free(rp->gen);
     free(p.ids);
     run_close(&x);
     return rc;
