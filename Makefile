@@ -81,6 +81,13 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# `moestream --version` names the commit it was built from: $(BUILD)/commit.h is
+# rewritten only when HEAD moves, and the dependency files then rebuild help.o
+MS_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+$(shell mkdir -p $(BUILD) && printf '#define MS_COMMIT "%s"\n' '$(MS_COMMIT)' > $(BUILD)/commit.h.new && \
+  { cmp -s $(BUILD)/commit.h.new $(BUILD)/commit.h || cp $(BUILD)/commit.h.new $(BUILD)/commit.h; }; rm -f $(BUILD)/commit.h.new)
+$(BUILD)/obj/src/cli/help.o: ALL_CFLAGS += -I$(BUILD)
+
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $(CLI_OBJ) $(LIB) $(LDLIBS) -o $@
 

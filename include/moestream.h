@@ -160,6 +160,11 @@ void ms_pipe_serve_if_worker(const ms_engine_params *p);
 ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out,
                          char *errbuf, size_t errbuf_len);
 void ms_engine_close(ms_engine *e);
+/* The kernel tables this build holds ("ref avx2 avx512 avx512-l2"), and the
+ * one ms_engine_open takes for ms_engine_params.kernels (NULL or "auto": the
+ * best this CPU runs); NULL when the CPU or the build lacks it. */
+const char *ms_kernels_built(void);
+const char *ms_kernels_choice(const char *kernels);
 const char *ms_engine_error(const ms_engine *e);
 
 typedef struct ms_model_info {

@@ -11,6 +11,9 @@
 #     --max-tokens and --seed; text results' text equals run's; finish reasons;
 #     the chat's content equals `moestream chat`'s answer to the same user line;
 #   - results come in input order, errors as {"index", "error"}, exit 0;
+#   - a line's own sampling keys, seed, max_tokens and ignore_eos give run's tokens with the
+#     same flags; an unknown key or a bad value is that line's error, named; a NUL byte in a
+#     line does not end the input;
 #   - a bad option exits 2.
 # Last line: "t_batch: N passed, N failed".
 set -u
@@ -94,5 +97,48 @@ grep -q '"index": 8, "error": "message 0: unknown role' "$tmp/p3" && ok || bad "
 
 "$BIN" batch $M --input "$tmp/in.jsonl" --no-such-option > /dev/null 2>&1; [ $? = 2 ] && ok || bad "a bad option did not exit 2"
 "$BIN" batch $M --input "$tmp/missing.jsonl" > /dev/null 2>&1; [ $? = 2 ] && ok || bad "a missing input did not exit 2"
+# per-line keys: every sampling option run has a flag for, seed, max_tokens, ignore_eos; the
+# command's own sampling flags are the defaults a line overrides
+cat > "$tmp/keys.jsonl" <<'EOF'
+{"prompt": "In the beginning God created", "temperature": 0.7, "top_p": 0.9, "top_k": 50, "seed": 3, "max_tokens": 12}
+{"prompt": "And it came to pass", "min_p": 0.05, "repeat_penalty": 1.3, "frequency_penalty": 0.5, "presence_penalty": -0.5, "seed": 9, "max_tokens": 10}
+{"prompt": "Blessed is the man", "temperature": 0, "max_tokens": 8, "ignore_eos": true}
+{"prompt": "x", "temp": 1}
+{"prompt": "x", "top_k": -3}
+{"ids": [1, 2], "top_p": "high"}
+{"prompt": "And the LORD said", "temperature": 0, "max_tokens": 30, "stop": ["zzz", "thou"]}
+EOF
+"$BIN" batch $M --input "$tmp/keys.jsonl" --temperature 1.2 --seed 5 --max-tokens 30 --quiet > "$tmp/k" 2> "$tmp/ke"; rk=$?
+[ $rk = 0 ] && [ "$(wc -l < "$tmp/k")" = 7 ] && ok || bad "per-line keys: exit $rk, $(wc -l < "$tmp/k") results: $(head -c 300 "$tmp/ke")"
+kline() { sed -n "$1p" "$tmp/k" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin).get('generated_ids')))"; }
+krun() { "$BIN" run $M --json --quiet "$@" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)['generated_ids']))"; }
+[ "$(kline 1)" = "$(krun --prompt "In the beginning God created" --temperature 0.7 --top-p 0.9 --top-k 50 --seed 3 --max-tokens 12)" ] \
+    && ok || bad "line 1 (temperature, top_p, top_k, seed, max_tokens) differs from run: $(kline 1)"
+[ "$(kline 2)" = "$(krun --prompt "And it came to pass" --temperature 1.2 --min-p 0.05 --repeat-penalty 1.3 \
+      --frequency-penalty 0.5 --presence-penalty -0.5 --seed 9 --max-tokens 10)" ] \
+    && ok || bad "line 2 (min_p, penalties, seed over the command's temperature) differs from run: $(kline 2)"
+[ "$(kline 3)" = "$(krun --prompt "Blessed is the man" --temperature 0 --max-tokens 8 --ignore-eos)" ] \
+    && ok || bad "line 3 (temperature 0, ignore_eos) differs from run: $(kline 3)"
+# the line's temperature is used: with the command's it would give other tokens
+[ "$(kline 1)" != "$(krun --prompt "In the beginning God created" --temperature 1.2 --top-p 0.9 --top-k 50 --seed 3 --max-tokens 12)" ] \
+    && ok || bad "line 1's temperature was not used"
+# stop strings: run --stop's tokens and text; the text ends where the stop begins
+want=$("$BIN" run $M --prompt "And the LORD said" --temperature 0 --max-tokens 30 --stop zzz --stop thou --json --quiet)
+[ "$(kline 7)" = "$(printf '%s' "$want" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)['generated_ids']))")" ] \
+    && ok || bad "line 7 (stop) differs from run --stop: $(kline 7)"
+sed -n 7p "$tmp/k" | $PY -c "
+import json, sys
+r = json.load(sys.stdin); w = json.loads(sys.argv[1])
+assert r['finish_reason'] == 'stop' and r['text'] == w['text'] and 'thou' not in r['text'] and len(r['generated_ids']) < 30, (r, w)
+" "$want" && ok || bad "line 7's text / finish: $(sed -n 7p "$tmp/k")"
+grep -q '"index": 3, "error": "unknown key \\"temp\\"' "$tmp/k" && ok || bad "unknown key: $(sed -n 4p "$tmp/k")"
+grep -q '"index": 4, "error": "bad top_k: ' "$tmp/k" && ok || bad "bad top_k: $(sed -n 5p "$tmp/k")"
+grep -q '"index": 5, "error": "bad top_p: ' "$tmp/k" && ok || bad "bad top_p: $(sed -n 6p "$tmp/k")"
+# no byte of the input is dropped: a NUL inside a line is that line's error, the next lines run
+printf '{"ids": [1, 2], "max_tokens": 2}\n{"ids": [1,\0 2]}\n{"ids": [3, 4], "max_tokens": 2}\n' > "$tmp/nul.jsonl"
+"$BIN" batch $M --input "$tmp/nul.jsonl" --quiet > "$tmp/n" 2>/dev/null
+[ "$(wc -l < "$tmp/n")" = 3 ] && grep -q '"index": 1, "error"' "$tmp/n" && grep -q '"index": 2, "prompt_tokens": 2' "$tmp/n" && ok \
+    || bad "a NUL byte cut the input: $(cat "$tmp/n")"
+
 echo "t_batch: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -2,9 +2,16 @@
  *
  * Reads JSON lines (a file or stdin), one request per line:
  *   {"prompt": "text"}, {"ids": [1, 2, 3]} or {"messages": [{"role",
- *   "content"}, ...], "thinking": false} (a chat in the K3 format, rendered
- *   with the assistant's opening), optionally "max_tokens" and "seed" (else
- *   the command's --max-tokens / --seed).
+ *   "content"}, ...], "thinking": false, "effort": "high"} (a chat in the K3
+ *   format, rendered with the assistant's opening), optionally "max_tokens",
+ *   "ignore_eos" and every sampling option of `run` spelled with '_' ("seed",
+ *   "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+ *   "frequency_penalty", "presence_penalty"; each checked by its flag's own
+ *   parser and range, cli/opts.h) and "stop" (a string or up to 4, as run's
+ *   --stop: the text ends where the first one found begins, finish_reason
+ *   "stop"); what a line does not say is the command's.
+ *   A key that is none of these is that line's error, named in its result;
+ *   every byte of the input is read (no line ends the input early).
  * Writes one JSON line per request, in input order:
  *   {"index", "prompt_tokens", "generated_ids", "text" (with a tokenizer;
  *    chats: "content" and, thinking, "reasoning"), "finish_reason": "stop" |
@@ -24,6 +31,7 @@
 #include "cli/util.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +41,12 @@ typedef struct req {
     int64_t n_prompt, max_tokens;
     int text;                   /* a text or chat prompt: stops at EOS */
     int chat, thinking;         /* a chat: the answer is parsed */
-    uint64_t seed;
+    int ignore_eos;
+    const char *effort;         /* a chat's "effort" (static storage) */
+    ms_sample_params sp;        /* the command's, with the line's keys over it */
+    cli_stop stop;              /* the line's "stop" strings (stop_buf owns them) */
+    char *stop_buf[CLI_MAX_STOP];
+    cli_text seen;              /* the text so far, when there are stop strings */
     char *error;                /* the line could not be used */
     /* results */
     int32_t *gen;
@@ -50,6 +63,27 @@ typedef struct slot {
     int32_t pending;            /* picked, not fed (-1: none) */
 } slot;
 
+/* The command's options: what a line does not say. */
+typedef struct batch_opts {
+    cli_opts c;
+    const char *input;
+    int64_t max_tokens;
+    int ignore_eos;
+    ms_sample_params sp;
+} batch_opts;
+
+#define B(f) offsetof(batch_opts, f)
+static const cli_opt batch_table[] = {
+    { "--input", CLI_STR, B(input), "FILE", 0, 0, "stdin", "JSON lines, one request each", 0, NULL, NULL },
+    { "--max-tokens", CLI_I64, B(max_tokens), "N", 0, 1 << 30, "64", "tokens per request unless its line says", 0, NULL, "--gen" },
+    { "--ignore-eos", CLI_FLAG, B(ignore_eos), NULL, 0, 0, NULL, "text prompts do not stop at <|end_of_msg|>", 1, NULL, NULL },
+    { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
+};
+#undef B
+
+/* The keys that hold a line's prompt; the others are line_key's. */
+static const char *const PROMPT_KEYS[] = { "prompt", "ids", "messages" };
+
 /* A chat line's messages rendered into r->prompt; msg set when they cannot be. */
 static void chat_prompt(ms_engine *e, const json_t *msgs, req *r, char *msg, size_t msg_len) {
     const size_t n = json_is_array(msgs) ? json_array_size(msgs) : 0;
@@ -65,52 +99,101 @@ static void chat_prompt(ms_engine *e, const json_t *msgs, req *r, char *msg, siz
         m[i].role = json_string_value(role);
         m[i].content = content ? json_string_value(content) : "";
     }
-    const ms_chat_format fmt = { NULL, r->thinking, NULL, 1 };
+    const ms_chat_format fmt = { NULL, r->thinking, r->effort, 1 };
     if (!msg[0]) ms_chat_tokens(e, m, (int64_t)n, &fmt, 0, &r->prompt, &r->n_prompt, msg, msg_len);
     free(m);
 }
 
+/* One key of a line that is not the prompt: set in r, or msg says why not. */
+static void line_key(const char *key, const json_t *v, req *r, char *msg, size_t msg_len) {
+    static const char *efforts[] = { "low", "high", "max" };
+    if (!strcmp(key, "thinking") || !strcmp(key, "ignore_eos")) {
+        if (!json_is_boolean(v)) { snprintf(msg, msg_len, "\"%s\" must be true or false", key); return; }
+        *(!strcmp(key, "thinking") ? &r->thinking : &r->ignore_eos) = json_is_true(v);
+    } else if (!strcmp(key, "effort")) {
+        for (int k = 0; k < 3 && json_is_string(v); k++)
+            if (!strcmp(json_string_value(v), efforts[k])) r->effort = efforts[k];
+        if (!r->effort) snprintf(msg, msg_len, "\"effort\" must be \"low\", \"high\" or \"max\"");
+    } else if (!strcmp(key, "stop")) {
+        const size_t n = json_is_array(v) ? json_array_size(v) : 1;
+        char why[120] = "";
+        for (size_t i = 0; i < n && !why[0]; i++) {
+            const json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+            if (!json_is_string(x) || i >= CLI_MAX_STOP) { cli_stop_add(&r->stop, "", why, sizeof why); break; }
+            if (!(r->stop_buf[i] = strdup(json_string_value(x)))) snprintf(why, sizeof why, "out of memory");
+            else cli_stop_add(&r->stop, r->stop_buf[i], why, sizeof why);
+        }
+        if (why[0]) snprintf(msg, msg_len, "bad stop: a string or an array of %s", why);
+    } else if (!strcmp(key, "max_tokens")) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
+            snprintf(msg, msg_len, "bad max_tokens: an integer from 0 to %d", 1 << 30);
+        else r->max_tokens = json_integer_value(v);
+    } else {
+        /* a sampling option: the value goes through the flag's own parser and range */
+        const cli_opt *o = cli_opt_find(cli_sample_opts, key);
+        char val[64], why[160];
+        if (json_is_integer(v)) snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+        else if (json_is_real(v)) snprintf(val, sizeof val, "%.17g", json_real_value(v));
+        else val[0] = 0;
+        if (!o) {
+            snprintf(msg, msg_len, "unknown key \"%.40s\" (a line takes prompt, ids or messages; thinking, effort, "
+                     "max_tokens, stop, ignore_eos, seed, temperature, top_k, top_p, min_p, repeat_penalty, "
+                     "frequency_penalty, presence_penalty)", key);
+        } else if (!val[0] || cli_opt_set(o, &r->sp, val, why, sizeof why) != 0) {
+            if (!val[0]) snprintf(why, sizeof why, "a number");
+            snprintf(msg, msg_len, "bad %s: %s", key, why);
+        }
+    }
+}
+
+/* The prompt of a line: text, ids or a chat; msg set when it cannot be used. */
+static void line_prompt(ms_engine *e, const json_t *p, const json_t *ids, const json_t *msgs, req *r, char *msg,
+                        size_t msg_len) {
+    if (msgs) {
+        r->text = r->chat = 1;
+        chat_prompt(e, msgs, r, msg, msg_len);
+    } else if (p) {
+        if (!json_is_string(p)) snprintf(msg, msg_len, "\"prompt\" must be a string");
+        else if (!ms_engine_has_tokenizer(e)) snprintf(msg, msg_len, "the model has no tokenizer: give \"ids\"");
+        else if (ms_tokenize(e, json_string_value(p), json_string_length(p), &r->prompt, &r->n_prompt) != MS_OK)
+            snprintf(msg, msg_len, "the prompt cannot be tokenized");
+        r->text = 1;
+    } else if (!json_is_array(ids) || json_array_size(ids) == 0) {
+        snprintf(msg, msg_len, "\"ids\" must be a non-empty array of token ids");
+    } else {
+        r->n_prompt = (int64_t)json_array_size(ids);
+        r->prompt = malloc((size_t)r->n_prompt * sizeof *r->prompt);
+        for (int64_t i = 0; r->prompt && i < r->n_prompt; i++) {
+            const json_t *v = json_array_get(ids, (size_t)i);
+            r->prompt[i] = json_is_integer(v) ? (int32_t)json_integer_value(v) : -1;
+        }
+    }
+}
+
 /* One input line into r (r->error set when it cannot be used). */
-static void parse_line(ms_engine *e, const char *line, int64_t def_max, uint64_t def_seed, req *r) {
+static void parse_line(ms_engine *e, const char *line, size_t len, const batch_opts *bo, req *r) {
     json_error_t jerr;
-    json_t *j = json_loads(line, 0, &jerr);
-    char msg[256];
-    r->max_tokens = def_max;
-    r->seed = def_seed;
+    json_t *j = json_loadb(line, len, 0, &jerr);
+    char msg[400] = "";
+    r->max_tokens = bo->max_tokens;
+    r->ignore_eos = bo->ignore_eos;
+    r->sp = bo->sp;
+    cli_text_init(&r->seen);
     const json_t *p = j ? json_object_get(j, "prompt") : NULL, *ids = j ? json_object_get(j, "ids") : NULL;
-    const json_t *msgs = j ? json_object_get(j, "messages") : NULL, *th = j ? json_object_get(j, "thinking") : NULL;
-    const json_t *mt = j ? json_object_get(j, "max_tokens") : NULL, *sd = j ? json_object_get(j, "seed") : NULL;
+    const json_t *msgs = j ? json_object_get(j, "messages") : NULL;
     if (!j || !json_is_object(j)) snprintf(msg, sizeof msg, "not a JSON object: %s", j ? "" : jerr.text);
     else if (!!p + !!ids + !!msgs != 1)
         snprintf(msg, sizeof msg, "give one of \"prompt\" (a string), \"ids\" and \"messages\" (arrays)");
-    else if (th && !json_is_boolean(th)) snprintf(msg, sizeof msg, "\"thinking\" must be true or false");
-    else if (mt && (!json_is_integer(mt) || json_integer_value(mt) < 0)) snprintf(msg, sizeof msg, "bad max_tokens");
-    else if (sd && (!json_is_integer(sd) || json_integer_value(sd) < 0)) snprintf(msg, sizeof msg, "bad seed");
-    else msg[0] = 0;
-    if (!msg[0]) {
-        if (mt) r->max_tokens = json_integer_value(mt);
-        if (sd) r->seed = (uint64_t)json_integer_value(sd);
-        if (msgs) {
-            r->text = r->chat = 1;
-            r->thinking = th && json_is_true(th);
-            chat_prompt(e, msgs, r, msg, sizeof msg);
-        } else if (p) {
-            if (!json_is_string(p)) snprintf(msg, sizeof msg, "\"prompt\" must be a string");
-            else if (!ms_engine_has_tokenizer(e)) snprintf(msg, sizeof msg, "the model has no tokenizer: give \"ids\"");
-            else if (ms_tokenize(e, json_string_value(p), json_string_length(p), &r->prompt, &r->n_prompt) != MS_OK)
-                snprintf(msg, sizeof msg, "the prompt cannot be tokenized");
-            r->text = 1;
-        } else if (!json_is_array(ids) || json_array_size(ids) == 0) {
-            snprintf(msg, sizeof msg, "\"ids\" must be a non-empty array of token ids");
-        } else {
-            r->n_prompt = (int64_t)json_array_size(ids);
-            r->prompt = malloc((size_t)r->n_prompt * sizeof *r->prompt);
-            for (int64_t i = 0; r->prompt && i < r->n_prompt; i++) {
-                const json_t *v = json_array_get(ids, (size_t)i);
-                r->prompt[i] = json_is_integer(v) ? (int32_t)json_integer_value(v) : -1;
-            }
+    const char *key;
+    json_t *v;
+    if (!msg[0])
+        json_object_foreach(j, key, v) {
+            size_t k = 0;
+            while (k < 3 && strcmp(key, PROMPT_KEYS[k])) k++;     /* the prompt keys: below */
+            if (k == 3) line_key(key, v, r, msg, sizeof msg);
+            if (msg[0]) break;
         }
-    }
+    if (!msg[0]) line_prompt(e, p, ids, msgs, r, msg, sizeof msg);
     if (!msg[0] && r->n_prompt == 0) snprintf(msg, sizeof msg, "the prompt is empty");
     if (msg[0]) r->error = strdup(msg);
     json_decref(j);
@@ -130,8 +213,9 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
     if (r->chat) {
         ms_reply rep;
         if (ms_chat_parse_reply(e, r->gen, r->n_gen, r->thinking, &rep) == MS_OK) {
+            const int64_t cut = cli_stop_find(&r->stop, rep.content, strlen(rep.content), 0);
             printf(", \"content\": ");
-            cli_json_string(stdout, rep.content, strlen(rep.content));
+            cli_json_string(stdout, rep.content, cut >= 0 ? (size_t)cut : strlen(rep.content));
             if (r->thinking) {
                 printf(", \"reasoning\": ");
                 cli_json_string(stdout, rep.reasoning, strlen(rep.reasoning));
@@ -147,6 +231,8 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
         char *text = NULL;
         size_t len = 0;
         if (n > 0 && ms_detokenize(e, r->gen, n, &text, &len) == MS_OK) {
+            const int64_t cut = cli_stop_find(&r->stop, text, len, 0);   /* the text ends where a stop begins */
+            if (cut >= 0) len = (size_t)cut;
             printf(", \"text\": ");
             cli_json_string(stdout, text, len);
         } else {
@@ -159,14 +245,16 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
 
 /* The slot's next token; the request ends on EOS (text prompts, unless
  * ignore_eos) or at its limit. */
-static void pick(slot *sl, int32_t eos, int ignore_eos) {
+static void pick(const ms_engine *e, slot *sl, int32_t eos) {
     req *r = sl->r;
     int64_t n_hist = 0;
     const int32_t *hist = ms_session_tokens(sl->ses, &n_hist);
     const int32_t id = ms_sampler_next(sl->smp, ms_session_logits(sl->ses), hist, n_hist);
     r->gen[r->n_gen++] = id;
     sl->pending = id;
-    if (r->text && !ignore_eos && id == eos) r->finish = "stop";
+    if (r->stop.n > 0) cli_text_add(&r->seen, e, id, NULL);
+    if (r->text && !r->ignore_eos && id == eos) r->finish = "stop";
+    else if (r->seen.cut >= 0) r->finish = "stop";          /* a stop string completed */
     else if (r->n_gen >= r->max_tokens) r->finish = "length";
 }
 
@@ -177,167 +265,208 @@ static void release(slot *sl) {
     sl->r = NULL;
 }
 
-int cmd_batch(int argc, char **argv) {
-    cli_opts c;
-    memset(&c, 0, sizeof c);
-    ms_sample_params sp = ms_sample_default_params();
-    const char *input = NULL;
-    int64_t max_tokens = 64;
-    int ignore_eos = 0;
-    for (int i = 0; i < argc; i++) {
-        int r = cli_parse_common(&c, argc, argv, &i);
-        if (r < 0) return EXIT_USAGE;
-        if (r > 0) continue;
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if ((r = cli_parse_sample(&sp, a, v)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
-        if (!v) { fprintf(stderr, "moestream: unknown option or missing value '%s'\n", a); return EXIT_USAGE; }
-        i++;
-        if (!strcmp(a, "--input")) input = v;
-        else if (!strcmp(a, "--max-tokens") || !strcmp(a, "--gen")) {
-            char *end;
-            max_tokens = strtoll(v, &end, 10);
-            if (*end || max_tokens < 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return EXIT_USAGE; }
-        } else { fprintf(stderr, "moestream: unknown option '%s'\n", a); return EXIT_USAGE; }
+/* What the whole line allows checked once its prompt is known. */
+static void check_request(const ms_model_info *info, req *r) {
+    if (!r->error && r->n_prompt + r->max_tokens > info->max_context) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%lld prompt + %lld output tokens exceed the context (%lld; --max-context)",
+                 (long long)r->n_prompt, (long long)r->max_tokens, (long long)info->max_context);
+        r->error = strdup(msg);
     }
-    if (c.parallel < 1) c.parallel = 1;
-    FILE *in = input && strcmp(input, "-") ? fopen(input, "rb") : stdin;
-    size_t in_len = 0;
-    char *all = in ? cli_read_all(in, &in_len) : NULL;
-    if (in && in != stdin) fclose(in);
-    if (!all) { fprintf(stderr, "moestream: cannot read %s\n", input ? input : "stdin"); return EXIT_USAGE; }
-    ms_engine *e;
-    ms_status st = cli_open(&c, &e);
-    if (st != MS_OK) { free(all); return cli_exit_code(st); }
+    for (int64_t k = 0; !r->error && k < r->n_prompt; k++)
+        if (r->prompt[k] < 0 || r->prompt[k] >= info->n_vocab) r->error = strdup("a token id is out of range");
+    if (!r->error && !(r->gen = malloc((size_t)(r->max_tokens + 1) * sizeof *r->gen))) r->error = strdup("out of memory");
+    if (!r->error && r->max_tokens == 0) { r->finish = "length"; r->done = 1; }
+    if (r->error) r->done = 1;
+}
+
+/* The requests, one per non-empty line of all[0..len): every byte is read (a
+ * NUL inside a line makes that line's error, not the end of the input). */
+static ms_status read_requests(ms_engine *e, char *all, size_t len, const batch_opts *o, req **out, int64_t *n_out) {
     ms_model_info info;
     ms_engine_info(e, &info);
-
-    /* the requests, one per non-empty line */
     int64_t n_req = 0, cap = 0;
     req *reqs = NULL;
-    for (char *line = all, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = 0;
-        if (strspn(line, " \t\r") == strlen(line)) continue;
+    for (size_t at = 0; at < len;) {
+        const char *nl = memchr(all + at, '\n', len - at);
+        const size_t end = nl ? (size_t)(nl - all) : len, from = at;
+        at = end + 1;
+        size_t k = from;
+        while (k < end && (all[k] == ' ' || all[k] == '\t' || all[k] == '\r')) k++;
+        if (k == end) continue;
         if (n_req == cap) {
             cap = cap ? 2 * cap : 64;
             req *grown = realloc(reqs, (size_t)cap * sizeof *reqs);
-            if (!grown) { st = MS_E_NOMEM; break; }
+            if (!grown) { *out = reqs; *n_out = n_req; return MS_E_NOMEM; }
             reqs = grown;
         }
         req *r = &reqs[n_req++];
         memset(r, 0, sizeof *r);
-        parse_line(e, line, max_tokens, sp.seed, r);
-        if (!r->error && r->n_prompt + r->max_tokens > info.max_context) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "%lld prompt + %lld output tokens exceed the context (%lld; --max-context)",
-                     (long long)r->n_prompt, (long long)r->max_tokens, (long long)info.max_context);
-            r->error = strdup(msg);
-        }
-        for (int64_t k = 0; !r->error && k < r->n_prompt; k++)
-            if (r->prompt[k] < 0 || r->prompt[k] >= info.n_vocab) r->error = strdup("a token id is out of range");
-        if (!r->error && !(r->gen = malloc((size_t)(r->max_tokens + 1) * sizeof *r->gen))) r->error = strdup("out of memory");
-        if (!r->error && r->max_tokens == 0) { r->finish = "length"; r->done = 1; }
-        if (r->error) r->done = 1;
+        parse_line(e, all + from, end - from, o, r);
+        check_request(&info, r);
     }
-    free(all);
+    *out = reqs;
+    *n_out = n_req;
+    return MS_OK;
+}
 
-    const int P = c.parallel;
-    slot *sl = calloc((size_t)P, sizeof *sl);
-    ms_session **ss = calloc((size_t)P, sizeof *ss);
-    const int32_t **ids = calloc((size_t)P, sizeof *ids);
-    int64_t *n = calloc((size_t)P, sizeof *n);
-    int *who = calloc((size_t)P, sizeof *who);
-    if (!sl || !ss || !ids || !n || !who) st = MS_E_NOMEM;
-    for (int i = 0; i < P && st == MS_OK; i++) st = ms_session_open(e, &sl[i].ses);
-    if (st != MS_OK) fprintf(stderr, "moestream: %s\n", st == MS_E_NOMEM ? "out of memory" : ms_engine_error(e));
-    int64_t next_req = 0, printed = 0;
-    int rc = st == MS_OK ? EXIT_OK : cli_exit_code(st);
-    while (st == MS_OK) {
-        /* free slots take the next requests */
-        for (int i = 0; i < P; i++) {
-            while (!sl[i].r && next_req < n_req) {
-                req *r = &reqs[next_req++];
-                if (r->done) continue;
-                ms_sample_params p = sp;
-                p.seed = r->seed;
-                char msg[256];
-                if (!(sl[i].smp = ms_sampler_open(&p, info.n_vocab, msg, sizeof msg))) {
-                    fprintf(stderr, "moestream: %s\n", msg);
-                    st = MS_E_USAGE;
-                    break;
-                }
-                ms_session_reset(sl[i].ses);
-                sl[i] = (slot){ sl[i].ses, r, sl[i].smp, 0, -1 };
+/* The slots and the arrays of one ms_sessions_feed call. */
+typedef struct batch_run {
+    int P;
+    slot *sl;
+    ms_session **ss;
+    const int32_t **ids;
+    int64_t *n;
+    int *who;
+    req *reqs;
+    int64_t n_req, next_req, printed;
+} batch_run;
+
+/* Free slots take the next requests. */
+static ms_status fill_slots(batch_run *b, int64_t n_vocab) {
+    for (int i = 0; i < b->P; i++) {
+        slot *sl = &b->sl[i];
+        while (!sl->r && b->next_req < b->n_req) {
+            req *r = &b->reqs[b->next_req++];
+            if (r->done) continue;
+            char msg[256];
+            if (!(sl->smp = ms_sampler_open(&r->sp, n_vocab, msg, sizeof msg))) {
+                fprintf(stderr, "moestream: %s\n", msg);
+                return MS_E_USAGE;
             }
-        }
-        /* print what is finished, in order */
-        while (printed < n_req && reqs[printed].done) print_result(e, printed, &reqs[printed]), printed++;
-        fflush(stdout);
-        int k = 0, n_dec = 0;
-        for (int i = 0; i < P; i++) n_dec += sl[i].r && sl[i].pending >= 0;
-        int64_t room = info.prefill_chunk - n_dec;
-        if (room < 1) room = 1;
-        for (int i = 0; i < P && st == MS_OK; i++) {
-            slot *s = &sl[i];
-            if (!s->r) continue;
-            const int64_t left = s->r->n_prompt - s->at;
-            if (left > 0 && room > 0) {
-                n[k] = left < room ? left : room;
-                room -= n[k];
-                ids[k] = s->r->prompt + s->at;
-            } else if (s->pending >= 0) {
-                n[k] = 1;
-                ids[k] = &s->pending;
-            } else {
-                continue;
-            }
-            ss[k] = s->ses;
-            who[k++] = i;
-        }
-        if (k == 0 || st != MS_OK) break;
-        st = ms_sessions_feed(ss, k, ids, n);
-        if (st != MS_OK) {
-            fprintf(stderr, "moestream: %s: %s\n", ms_status_name(st), ms_session_error(ss[0]));
-            rc = cli_exit_code(st);
-            break;
-        }
-        for (int q = 0; q < k; q++) {
-            slot *s = &sl[who[q]];
-            if (s->pending < 0) {               /* a prompt piece */
-                s->at += n[q];
-                if (s->at < s->r->n_prompt) continue;
-            }
-            pick(s, (int32_t)info.eos_id, ignore_eos);
-            if (s->r->finish) release(s);
+            ms_session_reset(sl->ses);
+            *sl = (slot){ sl->ses, r, sl->smp, 0, -1 };
+            r->seen.stop = &r->stop;        /* the requests do not move any more */
         }
     }
-    while (rc == EXIT_OK && printed < n_req && reqs[printed].done) print_result(e, printed, &reqs[printed]), printed++;
+    return MS_OK;
+}
+
+/* One pass over the weights for every busy slot: the decoding ones' last
+ * token and prompt pieces up to the engine's chunk. 0 when nothing is left. */
+static int step(batch_run *b, const ms_engine *e, const ms_model_info *info, ms_status *st) {
+    int k = 0, n_dec = 0;
+    for (int i = 0; i < b->P; i++) n_dec += b->sl[i].r && b->sl[i].pending >= 0;
+    int64_t room = info->prefill_chunk - n_dec;
+    if (room < 1) room = 1;
+    for (int i = 0; i < b->P; i++) {
+        slot *s = &b->sl[i];
+        if (!s->r) continue;
+        const int64_t left = s->r->n_prompt - s->at;
+        if (left > 0 && room > 0) {
+            b->n[k] = left < room ? left : room;
+            room -= b->n[k];
+            b->ids[k] = s->r->prompt + s->at;
+        } else if (s->pending >= 0) {
+            b->n[k] = 1;
+            b->ids[k] = &s->pending;
+        } else {
+            continue;
+        }
+        b->ss[k] = s->ses;
+        b->who[k++] = i;
+    }
+    if (k == 0) return 0;
+    if ((*st = ms_sessions_feed(b->ss, k, b->ids, b->n)) != MS_OK) {
+        fprintf(stderr, "moestream: %s: %s\n", ms_status_name(*st), ms_session_error(b->ss[0]));
+        return 0;
+    }
+    for (int q = 0; q < k; q++) {
+        slot *s = &b->sl[b->who[q]];
+        if (s->pending < 0) {               /* a prompt piece */
+            s->at += b->n[q];
+            if (s->at < s->r->n_prompt) continue;
+        }
+        pick(e, s, (int32_t)info->eos_id);
+        if (s->r->finish) release(s);
+    }
+    return 1;
+}
+
+static ms_status batch_open(batch_run *b, ms_engine *e, int P) {
+    b->P = P;
+    b->sl = calloc((size_t)P, sizeof *b->sl);
+    b->ss = calloc((size_t)P, sizeof *b->ss);
+    b->ids = calloc((size_t)P, sizeof *b->ids);
+    b->n = calloc((size_t)P, sizeof *b->n);
+    b->who = calloc((size_t)P, sizeof *b->who);
+    if (!b->sl || !b->ss || !b->ids || !b->n || !b->who) { fprintf(stderr, "moestream: out of memory\n"); return MS_E_NOMEM; }
+    ms_status st = MS_OK;
+    for (int i = 0; i < P && st == MS_OK; i++) st = ms_session_open(e, &b->sl[i].ses);
+    if (st != MS_OK) fprintf(stderr, "moestream: %s\n", ms_engine_error(e));
+    return st;
+}
+
+static void batch_close(batch_run *b) {
+    for (int i = 0; b->sl && i < b->P; i++) {
+        ms_sampler_close(b->sl[i].smp);
+        ms_session_close(b->sl[i].ses);
+    }
+    for (int64_t i = 0; i < b->n_req; i++) {
+        free(b->reqs[i].prompt);
+        free(b->reqs[i].gen);
+        free(b->reqs[i].error);
+        free(b->reqs[i].seen.all);
+        for (int k = 0; k < CLI_MAX_STOP; k++) free(b->reqs[i].stop_buf[k]);
+    }
+    free(b->reqs);
+    free(b->sl);
+    free(b->ss);
+    free(b->ids);
+    free(b->n);
+    free(b->who);
+}
+
+static int parse_batch(int argc, char **argv, batch_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->max_tokens = 64;
+    o->sp = ms_sample_default_params();
+    const cli_cmd cmd = { "batch", "MODEL_DIR [--input FILE] [--parallel N] [options]",
+                          "JSON lines in ({\"prompt\"|\"ids\"|\"messages\", and any of \"max_tokens\", \"seed\", \"stop\",\n"
+                          "the sampling options spelled with '_', \"ignore_eos\", \"thinking\", \"effort\"}), one result\n"
+                          "line each out, in input order; N requests decoded together, each as `run` gives it.\n",
+                          &o->c.model_dir, 1,
+                          { { "options", batch_table, o }, { "sampling (the lines' defaults)", cli_sample_opts, &o->sp },
+                            { "engine", cli_common_opts, &o->c }, { NULL, NULL, NULL } } };
+    return cli_parse(&cmd, argc, argv);
+}
+
+int cmd_batch(int argc, char **argv) {
+    batch_opts o;
+    int rc = parse_batch(argc, argv, &o);
+    if (rc != 0) return rc > 0 ? EXIT_OK : EXIT_USAGE;
+    if (o.c.parallel < 1) o.c.parallel = 1;
+    FILE *in = o.input && strcmp(o.input, "-") ? fopen(o.input, "rb") : stdin;
+    size_t in_len = 0;
+    char *all = in ? cli_read_all(in, &in_len) : NULL;
+    if (in && in != stdin) fclose(in);
+    if (!all) { fprintf(stderr, "moestream: cannot read %s\n", o.input ? o.input : "stdin"); return EXIT_USAGE; }
+    ms_engine *e;
+    ms_status st = cli_open(&o.c, &e);
+    if (st != MS_OK) { free(all); return cli_exit_code(st); }
+    ms_model_info info;
+    ms_engine_info(e, &info);
+    batch_run b;
+    memset(&b, 0, sizeof b);
+    st = read_requests(e, all, in_len, &o, &b.reqs, &b.n_req);
+    free(all);
+    if (st == MS_OK) st = batch_open(&b, e, o.c.parallel);
+    rc = st == MS_OK ? EXIT_OK : cli_exit_code(st);
+    while (st == MS_OK) {
+        st = fill_slots(&b, info.n_vocab);
+        /* print what is finished, in order */
+        while (b.printed < b.n_req && b.reqs[b.printed].done) print_result(e, b.printed, &b.reqs[b.printed]), b.printed++;
+        fflush(stdout);
+        if (st != MS_OK || !step(&b, e, &info, &st)) break;
+    }
+    while (rc == EXIT_OK && b.printed < b.n_req && b.reqs[b.printed].done) print_result(e, b.printed, &b.reqs[b.printed]), b.printed++;
     if (rc == EXIT_OK && st != MS_OK) rc = cli_exit_code(st);
-    if (!c.quiet) {
+    if (!o.c.quiet) {
         ms_stats stt;
         ms_engine_stats(e, &stt);
         cli_print_stats_human(stderr, &stt);
     }
-    for (int i = 0; sl && i < P; i++) {
-        ms_sampler_close(sl[i].smp);
-        ms_session_close(sl[i].ses);
-    }
-    for (int64_t i = 0; i < n_req; i++) {
-        free(reqs[i].prompt);
-        free(reqs[i].gen);
-        free(reqs[i].error);
-    }
-    free(reqs);
-    free(sl);
-    free(ss);
-    free(ids);
-    free(n);
-    free(who);
+    batch_close(&b);
     ms_engine_close(e);
     return rc;
 }

@@ -253,6 +253,14 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
     const int64_t store_ram = ms_store_budget(ram_bytes, session, overhead);
     ms_plan plan;
     st = store_plan(&m, store_ram, 0, 0, &plan, &err);
+    if (ram_bytes == MS_RAM_MIN) {
+        /* the smallest plan, found as ms_engine_open finds it: a plan at 1 byte is
+           refused and reports its floor, and the plan at the floor is the one used */
+        st = store_plan(&m, 1, 0, 0, &plan, &err);
+        ms_err_clear(&err);
+        st = st == MS_E_BUDGET && plan.floor_bytes > 0 ? store_plan(&m, plan.floor_bytes, 0, 0, &plan, &err)
+                                                       : ms_err_set(&err, MS_E_INTERNAL, "cannot find the smallest plan");
+    }
     char a[32], b[32], c[32], d[32], nseq_label[48];
     snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
     human(session, a, sizeof a);
@@ -266,7 +274,8 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
                            "  process overhead + slack: %s\n",
                            cfg_path, (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
                            (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
-                           (long long)cfg.vocab_size, ram_bytes > 0 ? c : "none (everything resident)",
+                           (long long)cfg.vocab_size,
+                           ram_bytes > 0 ? c : ram_bytes == MS_RAM_MIN ? "min (the smallest plan)" : "none (everything resident)",
                            n_seq > 1 ? nseq_label : "session", (long long)max_context, (long long)chunk,
                            prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
     if (st == MS_OK || st == MS_E_BUDGET) {

@@ -1,7 +1,8 @@
 /* server/serve.c - `moestream serve`: options, start-up and shutdown.
  *
- * Owns: the process-level parts of the server: parsing the command line (and
- *   MOESTREAM_API_KEY), opening the engine, starting the worker and the HTTP
+ * Owns: the process-level parts of the server: its options (the server's own
+ *   table; the engine options are the table every command shares, cli/opts.h)
+ *   and MOESTREAM_API_KEY, opening the engine, starting the worker and the HTTP
  *   daemon, signals, and the shutdown sequence:
  *
  *     SIGTERM / SIGINT
@@ -21,6 +22,8 @@
 #include "server/server.h"
 #include "server/srv.h"
 
+#include "cli/cmds.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,99 +35,31 @@
 
 enum { EXIT_OK_ = 0, EXIT_RUNTIME_ = 1, EXIT_USAGE_ = 2 };
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: moestream serve MODEL_DIR [options]\n"
-        "\n"
-        "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
-        "GET /v1/models, GET /health (docs/SERVER.md).\n"
-        "\n"
-        "  --host ADDR            address to listen on (default 127.0.0.1; 0.0.0.0 or :: = every interface)\n"
-        "  --port N               TCP port (default 8080; 0 = any free port, printed at start)\n"
-        "  --api-key KEY          require 'Authorization: Bearer KEY' (default: $MOESTREAM_API_KEY, else none)\n"
-        "  --model-name NAME      the model id clients use (default: the model directory's name)\n"
-        "  --ram SIZE             resident-memory ceiling (8G, min, auto, all; default all)\n"
-        "  --threads N            compute threads (default: all cores)\n"
-        "  --ctx N                context positions of the session (default 4096)\n"
-        "  --thinking on|off      whether a request that does not say thinks first (default off)\n"
-        "  --max-tokens N         largest max_tokens a request may ask for (default 4096)\n"
-        "  --default-max-tokens N chat requests without max_tokens (default 1024; capped by the context)\n"
-        "  --max-body SIZE        largest request body (default 4M)\n"
-        "  --max-header SIZE      largest request line + headers (default 16K)\n"
-        "  --max-messages N       most messages in one chat request (default 1024)\n"
-        "  --max-queue N          most requests waiting for the engine; more get 429 (default 64)\n"
-        "  --max-connections N    most open connections (default 128)\n"
-        "  --prefill-chunk N      prompt tokens per engine call; a cancel is seen between calls\n"
-        "                         (default: the engine's chunk, one pass over the weights per call)\n"
-        "  --chunk N              prompt tokens per pass over the weights (default: chosen for\n"
-        "                         --ram, 32 to 1024; 32 without --ram; a streamed model reads its\n"
-        "                         weights once per chunk; planned within --ram)\n"
-        "  --speculate K          decode: verify up to K prompt-lookup drafted tokens per pass\n"
-        "                         over the weights (default 0 = off; same output bits; used while\n"
-        "                         one request decodes alone)\n"
-        "  --parallel N           requests served together (default 1): each has its own session\n"
-        "                         (the plan counts N), and every pass over the weights serves all\n"
-        "                         of them (their decode tokens and up to one prompt chunk)\n"
-        "  --shutdown-timeout S   on SIGTERM wait this long for in-flight requests (default 30)\n"
-        "  --idle-timeout S       close idle keep-alive connections after S seconds (default 60)\n"
-        "  --sums PATH            checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
-        "                         every weight byte read is verified   --no-verify  do not verify\n"
-        "  --pack PATH            packed trunk (default MODEL_DIR/moestream.pack when present, read\n"
-        "                         only with the sidecar): ~0.75 of the trunk bytes, same bits\n"
-        "  --no-pack              read the trunk from the shards only\n"
-        "  --stages L1,L2,...     under mpirun -np N, a pipeline across machines: the layers where\n"
-        "                         stages 1..N-1 begin (default: equal bytes per token per stage)\n"
-        "  --stage-groups N       --parallel passes go through the stages in up to N groups at once\n"
-        "                         (default: one per stage when every stage holds its trunk, else 1)\n"
-        "  --quiet                log errors only\n");
-}
+#define O(f) offsetof(srv_opts, f)
+static const cli_opt serve_table[] = {
+    { "--host", CLI_STR, O(host), "ADDR", 0, 0, "127.0.0.1", "address to listen on (0.0.0.0 or :: = every interface)", 0, NULL, NULL },
+    { "--port", CLI_INT, O(port), "N", 0, 65535, "8080", "TCP port (0 = any free port, printed at start)", 0, NULL, NULL },
+    { "--api-key", CLI_STR, O(api_key), "KEY", 0, 0, "$MOESTREAM_API_KEY, else none",
+      "require 'Authorization: Bearer KEY'", 0, NULL, NULL },
+    { "--model-name", CLI_STR, O(model_name), "NAME", 0, 0, "the model directory's name", "the model id clients use", 0, NULL, NULL },
+    { "--thinking", CLI_ONOFF, O(thinking), NULL, 0, 0, "off", "whether a request that does not say thinks first", 0, NULL, NULL },
+    { "--max-tokens", CLI_I64, O(max_tokens), "N", 1, INT32_MAX, "4096", "largest max_tokens a request may ask for", 0, NULL, NULL },
+    { "--default-max-tokens", CLI_I64, O(default_max_tokens), "N", 1, INT32_MAX, "1024",
+      "chat requests without max_tokens (capped by the context)", 0, NULL, NULL },
+    { "--max-body", CLI_SIZE, O(max_body), "SIZE", 2, 9e18, "4M", "largest request body", 0, NULL, NULL },
+    { "--max-header", CLI_SIZE, O(max_header), "SIZE", 256, 64 << 20, "16K", "largest request line + headers", 0, NULL, NULL },
+    { "--max-messages", CLI_I64, O(max_messages), "N", 1, INT32_MAX, "1024", "most messages in one chat request", 0, NULL, NULL },
+    { "--max-queue", CLI_I64, O(max_queue), "N", 1, 1 << 20, "64", "most requests waiting for the engine; more get 429", 0, NULL, NULL },
+    { "--max-connections", CLI_I64, O(max_connections), "N", 1, 65536, "128", "most open connections", 0, NULL, NULL },
+    { "--prefill-chunk", CLI_I64, O(prefill_chunk), "N", 1, 1 << 20, "the engine's chunk",
+      "prompt tokens per engine call; a cancel is seen between calls", 0, NULL, NULL },
+    { "--shutdown-timeout", CLI_DOUBLE, O(shutdown_s), "S", 0, 86400, "30", "on SIGTERM wait this long for in-flight requests", 0, NULL, NULL },
+    { "--idle-timeout", CLI_INT, O(idle_timeout_s), "S", 1, 86400, "60", "close idle keep-alive connections after S seconds", 0, NULL, NULL },
+    { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
+};
+#undef O
 
-static int64_t parse_size(const char *v) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (end == v || errno || !(x >= 0)) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (mul > 1 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    x *= mul;
-    if (x > 9.0e18) return -1;
-    return (int64_t)x;
-}
-
-static int64_t parse_ram(const char *v) {
-    if (!strcmp(v, "min")) return MS_RAM_MIN;
-    if (!strcmp(v, "all")) return 0;
-    if (!strcmp(v, "auto")) {
-        FILE *f = fopen("/proc/meminfo", "r");
-        char line[256];
-        long long kb = -1;
-        while (f && fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-        if (f) fclose(f);
-        return kb > 0 ? (int64_t)(kb * 1024.0 * 0.9) : -2;
-    }
-    int64_t x = parse_size(v);
-    return x > 0 ? x : -2;
-}
-
-static int parse_int(const char *v, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno || x < lo || x > hi) return -1;
-    *out = x;
-    return 0;
-}
-
+/* 0 parsed, 1 --help printed, -1 usage error (printed). */
 static int parse_args(int argc, char **argv, srv_opts *o) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
@@ -137,57 +72,17 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
     o->max_queue = 64;
     o->max_connections = 128;
     o->prefill_chunk = 0;                   /* 0: the engine's chunk (set after open) */
-    o->parallel = 1;
+    o->c.parallel = 1;
     o->shutdown_s = 30;
     o->idle_timeout_s = 60;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 1; }
-        if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
-        if (!strcmp(a, "--no-verify")) { o->no_verify = 1; continue; }
-        if (!strcmp(a, "--no-pack")) { o->no_pack = 1; continue; }
-        if (a[0] != '-') {
-            if (o->model_dir) { fprintf(stderr, "moestream serve: unexpected argument '%s'\n", a); return -1; }
-            o->model_dir = a;
-            continue;
-        }
-        if (i + 1 >= argc) { fprintf(stderr, "moestream serve: %s needs a value\n", a); return -1; }
-        const char *v = argv[++i];
-        int64_t x = 0;
-        int bad = 0;
-        if (!strcmp(a, "--host")) o->host = v;
-        else if (!strcmp(a, "--port")) { bad = parse_int(v, 0, 65535, &x); o->port = (int)x; }
-        else if (!strcmp(a, "--api-key")) o->api_key = v;
-        else if (!strcmp(a, "--sums")) o->sums_path = v;
-        else if (!strcmp(a, "--pack")) o->pack_path = v;
-        else if (!strcmp(a, "--stages")) o->stages = v;
-        else if (!strcmp(a, "--stage-groups")) bad = parse_int(v, 0, 64, &o->stage_groups);
-        else if (!strcmp(a, "--model-name")) o->model_name = v;
-        else if (!strcmp(a, "--ram")) { o->ram = parse_ram(v); bad = o->ram < 0 && o->ram != MS_RAM_MIN; }
-        else if (!strcmp(a, "--threads")) { bad = parse_int(v, 0, 1024, &x); o->threads = (int)x; }
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "--max-context")) bad = parse_int(v, 1, INT32_MAX, &o->max_context);
-        else if (!strcmp(a, "--thinking")) {
-            if (!strcmp(v, "on")) o->thinking = 1;
-            else if (!strcmp(v, "off")) o->thinking = 0;
-            else bad = 1;
-        }
-        else if (!strcmp(a, "--max-tokens")) bad = parse_int(v, 1, INT32_MAX, &o->max_tokens);
-        else if (!strcmp(a, "--default-max-tokens")) bad = parse_int(v, 1, INT32_MAX, &o->default_max_tokens);
-        else if (!strcmp(a, "--max-body")) { o->max_body = parse_size(v); bad = o->max_body < 2; }
-        else if (!strcmp(a, "--max-header")) { o->max_header = parse_size(v); bad = o->max_header < 256 || o->max_header > (64 << 20); }
-        else if (!strcmp(a, "--max-messages")) bad = parse_int(v, 1, INT32_MAX, &o->max_messages);
-        else if (!strcmp(a, "--max-queue")) bad = parse_int(v, 1, 1 << 20, &o->max_queue);
-        else if (!strcmp(a, "--max-connections")) bad = parse_int(v, 1, 65536, &o->max_connections);
-        else if (!strcmp(a, "--prefill-chunk")) bad = parse_int(v, 1, 1 << 20, &o->prefill_chunk);
-        else if (!strcmp(a, "--speculate")) { bad = parse_int(v, 0, 31, &x); o->speculate = (int)x; }
-        else if (!strcmp(a, "--parallel")) { bad = parse_int(v, 1, SRV_MAX_PARALLEL, &x); o->parallel = (int)x; }
-        else if (!strcmp(a, "--chunk")) bad = parse_int(v, 1, 65536, &o->chunk);
-        else if (!strcmp(a, "--shutdown-timeout")) { bad = parse_int(v, 0, 86400, &x); o->shutdown_s = (double)x; }
-        else if (!strcmp(a, "--idle-timeout")) { bad = parse_int(v, 1, 86400, &x); o->idle_timeout_s = (int)x; }
-        else { fprintf(stderr, "moestream serve: unknown option '%s' (see --help)\n", a); return -1; }
-        if (bad) { fprintf(stderr, "moestream serve: bad value '%s' for %s\n", v, a); return -1; }
-    }
-    if (!o->model_dir) { usage(stderr); return -1; }
+    const cli_cmd cmd = { "serve", "MODEL_DIR [options]",
+                          "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
+                          "GET /v1/models, GET /health (docs/SERVER.md). --parallel N serves N requests together.\n",
+                          &o->c.model_dir, 1,
+                          { { "server", serve_table, o }, { "engine", cli_common_opts, &o->c }, { NULL, NULL, NULL } } };
+    int r = cli_parse(&cmd, argc, argv);
+    if (r != 0) return r;
+    if (!o->c.model_dir) { fprintf(stderr, "moestream serve: MODEL_DIR is missing (moestream serve --help)\n"); return -1; }
     if (!o->api_key) o->api_key = getenv("MOESTREAM_API_KEY");
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
     if (o->default_max_tokens > o->max_tokens) o->default_max_tokens = o->max_tokens;
@@ -249,39 +144,12 @@ static int wait_signal(const sigset_t *set, double s) {
     return sigtimedwait(set, NULL, &ts) > 0;
 }
 
-int ms_serve_main(int argc, char **argv) {
-    static srv server;                  /* one per process; zeroed */
-    srv *s = &server;
-    int pr = parse_args(argc, argv, &s->o);
-    if (pr != 0) return pr > 0 ? EXIT_OK_ : EXIT_USAGE_;
-    g_quiet = s->o.quiet;
-    char name_buf[256];
-    if (!s->o.model_name) s->o.model_name = base_name(s->o.model_dir, name_buf, sizeof name_buf);
-
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);    /* before any thread starts */
-    signal(SIGPIPE, SIG_IGN);
-    json_object_seed(0);
-
-    ms_engine_params ep = ms_engine_default_params();
-    ep.model_dir = s->o.model_dir;
-    ep.n_threads = s->o.threads;
-    ep.ram_bytes = s->o.ram;
-    ep.max_context = s->o.max_context;
-    ep.max_draft = s->o.speculate;
-    ep.n_seq = s->o.parallel;
-    ep.prefill_chunk = s->o.chunk;
-    ep.sums_path = s->o.sums_path;
-    ep.no_verify = s->o.no_verify;
-    ep.pack_path = s->o.pack_path;
-    ep.no_pack = s->o.no_pack;
+/* Open the engine for the options; prints why and returns the exit code when it cannot. */
+static int serve_open(srv *s) {
+    ms_engine_params ep;
+    cli_engine_params(&s->o.c, &ep);
     ep.log = engine_log;
-    ep.log_level = s->o.quiet ? MS_LOG_WARN : MS_LOG_INFO;
-    ep.stages = s->o.stages;
-    ep.stage_groups = (int)s->o.stage_groups;
+    ep.log_level = s->o.c.quiet ? MS_LOG_WARN : MS_LOG_INFO;
     ms_pipe_serve_if_worker(&ep);           /* a pipeline's stage r > 0 serves and ends here */
     char errbuf[512];
     ms_status st = ms_engine_open(&ep, &s->e, errbuf, sizeof errbuf);
@@ -290,10 +158,15 @@ int ms_serve_main(int argc, char **argv) {
         return st == MS_E_MODEL || st == MS_E_USAGE || st == MS_E_BUDGET ? EXIT_USAGE_ : EXIT_RUNTIME_;
     }
     if (!ms_engine_has_tokenizer(s->e)) {
-        fprintf(stderr, "moestream serve: %s has no tokenizer (tiktoken.model); the server needs one\n", s->o.model_dir);
+        fprintf(stderr, "moestream serve: %s has no tokenizer (tiktoken.model); the server needs one\n", s->o.c.model_dir);
         ms_engine_close(s->e);
         return EXIT_USAGE_;
     }
+    return EXIT_OK_;
+}
+
+/* What the worker and the handlers read from the opened engine, and the counters. */
+static void serve_init(srv *s) {
     ms_engine_info(s->e, &s->info);
     ms_stats est;
     ms_engine_stats(s->e, &est);    /* before the worker starts: nothing else calls the engine */
@@ -320,32 +193,55 @@ int ms_serve_main(int argc, char **argv) {
     atomic_init(&s->next_id, 1);
     atomic_init(&s->n_requests, 0);
     atomic_init(&s->n_errors, 0);
+}
 
-    int rc = EXIT_OK_;
+/* Serve until a signal, then the shutdown sequence of the header comment. */
+static void serve_until_signal(srv *s, const sigset_t *sigs) {
+    /* one line, always: scripts wait for it (and read the port from it) */
+    fprintf(stderr, "moestream serve: listening on http://%s%s%s:%d/v1 (model '%s', context %lld%s)\n",
+            strchr(s->o.host, ':') ? "[" : "", s->o.host, strchr(s->o.host, ':') ? "]" : "",
+            s->bound_port, s->o.model_name, (long long)s->info.max_context,
+            s->o.api_key ? ", API key required" : "");
+    fflush(stderr);
+    while (!wait_signal(sigs, 3600.0)) { }
+    srv_log(s, 0, "shutting down: finishing %lld request(s), at most %.0f s",
+            (long long)srv_queue_depth(s), s->o.shutdown_s);
+    atomic_store(&s->draining, 1);
+    srv_http_quiesce(s);
+    double end = srv_now() + s->o.shutdown_s;
+    while (srv_now() < end && (srv_queue_depth(s) > 0 || atomic_load(&s->active) > 0))
+        if (wait_signal(sigs, 0.05)) break;          /* a second signal: stop waiting */
+    if (srv_queue_depth(s) > 0) srv_log(s, 0, "cancelling %lld unfinished request(s)", (long long)srv_queue_depth(s));
+    srv_cancel_all(s, 2);
+    end = srv_now() + 5.0;                          /* let handlers send what they have */
+    while (srv_now() < end && atomic_load(&s->active) > 0) wait_signal(sigs, 0.02);
+}
+
+int ms_serve_main(int argc, char **argv) {
+    static srv server;                  /* one per process; zeroed */
+    srv *s = &server;
+    int rc = parse_args(argc, argv, &s->o);
+    if (rc != 0) return rc > 0 ? EXIT_OK_ : EXIT_USAGE_;
+    g_quiet = s->o.c.quiet;
+    char name_buf[256];
+    if (!s->o.model_name) s->o.model_name = base_name(s->o.c.model_dir, name_buf, sizeof name_buf);
+
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);    /* before any thread starts */
+    signal(SIGPIPE, SIG_IGN);
+    json_object_seed(0);
+    if ((rc = serve_open(s)) != EXIT_OK_) return rc;
+    serve_init(s);
     if (srv_worker_start(s) != 0) {
         fprintf(stderr, "moestream serve: cannot start the engine thread\n");
         rc = EXIT_RUNTIME_;
     } else if (srv_http_start(s) != 0) {
         rc = EXIT_RUNTIME_;
     } else {
-        /* one line, always: scripts wait for it (and read the port from it) */
-        fprintf(stderr, "moestream serve: listening on http://%s%s%s:%d/v1 (model '%s', context %lld%s)\n",
-                strchr(s->o.host, ':') ? "[" : "", s->o.host, strchr(s->o.host, ':') ? "]" : "",
-                s->bound_port, s->o.model_name, (long long)s->info.max_context,
-                s->o.api_key ? ", API key required" : "");
-        fflush(stderr);
-        while (!wait_signal(&sigs, 3600.0)) { }
-        srv_log(s, 0, "shutting down: finishing %lld request(s), at most %.0f s",
-                (long long)srv_queue_depth(s), s->o.shutdown_s);
-        atomic_store(&s->draining, 1);
-        srv_http_quiesce(s);
-        double end = srv_now() + s->o.shutdown_s;
-        while (srv_now() < end && (srv_queue_depth(s) > 0 || atomic_load(&s->active) > 0))
-            if (wait_signal(&sigs, 0.05)) break;         /* a second signal: stop waiting */
-        if (srv_queue_depth(s) > 0) srv_log(s, 0, "cancelling %lld unfinished request(s)", (long long)srv_queue_depth(s));
-        srv_cancel_all(s, 2);
-        end = srv_now() + 5.0;                          /* let handlers send what they have */
-        while (srv_now() < end && atomic_load(&s->active) > 0) wait_signal(&sigs, 0.02);
+        serve_until_signal(s, &sigs);
     }
     srv_worker_stop(s);
     srv_http_stop(s);

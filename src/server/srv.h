@@ -38,6 +38,8 @@
 
 #include "moestream.h"
 
+#include "cli/opts.h"
+
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,14 +49,12 @@
 /* ---- options --------------------------------------------------------------- */
 
 typedef struct srv_opts {
-    const char *model_dir;
+    cli_opts c;                 /* the engine options every command takes (cli/opts.h):
+                                   model_dir, ram, threads, max_context, parallel, ... */
     const char *model_name;     /* the id clients name; default basename(model_dir) */
     const char *host;           /* default 127.0.0.1 */
     int port;                   /* default 8080; 0 = any free port (printed) */
     const char *api_key;        /* NULL = no auth */
-    int threads, quiet;
-    int64_t ram;                /* engine ram_bytes */
-    int64_t max_context;        /* engine max_context (0 = engine default) */
     int64_t max_body;           /* bytes of a request body */
     int64_t max_header;         /* bytes of request line + headers */
     int64_t max_messages;       /* messages per chat request */
@@ -63,18 +63,9 @@ typedef struct srv_opts {
     int64_t max_queue;          /* jobs waiting; more are refused with 429 */
     int64_t max_connections;
     int64_t prefill_chunk;      /* tokens per feed while reading a prompt */
-    int speculate;              /* draft up to this many tokens per decode pass (0 = off) */
-    int parallel;               /* requests decoded together, one pass over the weights for all */
-    int64_t chunk;              /* prompt tokens per pass over the weights (0 = the engine's 32) */
     int thinking;               /* default of "thinking" when a request does not say */
     double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
     int idle_timeout_s;         /* close idle keep-alive connections after this */
-    const char *sums_path;      /* --sums PATH (default MODEL_DIR/moestream.sums when present) */
-    int no_verify;              /* --no-verify */
-    const char *pack_path;      /* --pack PATH (default MODEL_DIR/moestream.pack when present) */
-    int no_pack;                /* --no-pack */
-    const char *stages;         /* --stages L1,L2,...: a pipeline's split (under mpirun) */
-    int64_t stage_groups;       /* --stage-groups N (0 = automatic) */
 } srv_opts;
 
 /* ---- byte buffer ------------------------------------------------------------ */

@@ -612,13 +612,13 @@ static void step(srv *s, slot *sl, int P) {
         n_active++;
         n_prompt += !sl[i].decoding;
     }
-    if (n_active == 1 && n_prompt == 0 && s->o.speculate > 0) {
+    if (n_active == 1 && n_prompt == 0 && s->o.c.speculate > 0) {
         for (int i = 0; i < P; i++) {
             if (!sl[i].j) continue;
             slot *a = &sl[i];
             int32_t out[32];
             int64_t n_out = 0, room = a->j->max_tokens - a->g.n_sampled - 1;
-            int n_draft = room <= 0 ? 0 : s->o.speculate < room ? s->o.speculate : (int)room;
+            int n_draft = room <= 0 ? 0 : s->o.c.speculate < room ? s->o.c.speculate : (int)room;
             a->st = ms_session_decode(a->ses, a->pending, n_draft, srv_picker, &a->pk, out, &n_out);
             atomic_fetch_add(&s->n_steps, 1);
             atomic_fetch_add(&s->n_step_tokens, n_out);
@@ -722,7 +722,7 @@ static int choose_slot(const slot *sl, int P, const srv_job *j) {
 
 static void *worker_main(void *arg) {
     srv *s = arg;
-    const int P = s->o.parallel >= 1 && s->o.parallel <= SRV_MAX_PARALLEL ? s->o.parallel : 1;
+    const int P = s->o.c.parallel >= 1 && s->o.c.parallel <= SRV_MAX_PARALLEL ? s->o.c.parallel : 1;
     slot sl[SRV_MAX_PARALLEL];
     memset(sl, 0, sizeof sl);
     for (int i = 0; i < P; i++)
