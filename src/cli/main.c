@@ -100,6 +100,7 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--quiet")) { o->quiet = 1; return 1; }
+    if (!strcmp(a, "--progress")) { o->progress = 1; return 1; }
     if (!strcmp(a, "--no-readahead")) { o->no_readahead = 1; return 1; }
     if (!strcmp(a, "--no-predict-experts")) { o->no_predict_experts = 1; return 1; }
     if (!strcmp(a, "--predict-experts")) { o->no_predict_experts = 0; return 1; }   /* the default */

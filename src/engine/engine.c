@@ -13,6 +13,7 @@
 #include "moestream.h"
 
 #include "base/clock.h"
+#include "base/progress.h"
 #include "base/err.h"
 #include "base/io.h"
 #include "base/log.h"
@@ -554,8 +555,12 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     double t0 = ms_now_s();
     ms_status st = MS_OK;
     const int64_t chunk = e->p.prefill_chunk;
+    ms_progress_step ps;                    /* a prompt (not a decode step's verify pass) */
+    const int prog = n > 1 && !record;
+    if (prog) ms_progress_begin(&ps, "prompt", n, (n + chunk - 1) / chunk);
     for (int64_t i = 0; i < n && st == MS_OK; i += chunk) {
         int64_t T = n - i < chunk ? n - i : chunk;
+        if (i > 0 && prog) ms_progress_report(&ps, i, i / chunk);
         memcpy(s->tokens + s->st.n_past, ids + i, (size_t)T * sizeof *ids);
         float *out = all_logits ? all_logits + i * V : s->logits;
         if (score) {
@@ -581,6 +586,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     }
     double dt = ms_now_s() - t0;
     if (dt_out) *dt_out = dt;
+    if (st == MS_OK && prog) ms_progress_report(&ps, n, (n + chunk - 1) / chunk);
     e->scale255 += ctx.scale255;
     if (count) {
         if (n == 1) { e->stats.n_tokens_decode++; e->stats.decode_s += dt; }

@@ -68,6 +68,7 @@
 
 #include "base/bufalloc.h"
 #include "base/clock.h"
+#include "base/progress.h"
 #include "store/cache.h"
 #include "store/trace.h"
 
@@ -762,6 +763,12 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
     uint8_t *tk_dst[WINDOW];
     int n_out = 0;
     ms_status st = MS_OK;
+    int64_t total = 0, done = 0;            /* bytes, for the "open" progress */
+    for (int i = 0; i < s->n_regions; i++)
+        if (s->regions[i].resident || (s->regions[i].cls == MS_REGION_EXPERT && s->plan.experts_resident))
+            total += s->regions[i].data_bytes;
+    ms_progress_step ps;
+    ms_progress_begin(&ps, "open", total, 0);
     for (int i = 0; i < s->n_regions && st == MS_OK; i++) {
         region *r = &s->regions[i];
         uint8_t *dst = NULL;
@@ -778,9 +785,11 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
                 ms_status w = st == MS_OK ? land(s, &s->regions[tk_region[j]], tk_dst[j], tk[j], NULL, err)
                                           : wait_ticket(s, tk[j], NULL, NULL, NULL);
                 if (st == MS_OK) st = w;
+                done += s->regions[tk_region[j]].data_bytes;
             }
             n_out = 0;
             if (st != MS_OK) break;
+            ms_progress_report(&ps, done, 0);
         }
         st = submit_region(s, r, dst, &tk[n_out], err);
         if (st == MS_OK) { tk_region[n_out] = i; tk_dst[n_out] = dst; n_out++; }
@@ -791,6 +800,7 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
         if (st == MS_OK) st = w;
     }
     if (st != MS_OK) return st;
+    ms_progress_report(&ps, total, 0);
     if (s->plan.experts_resident)
         for (int k = 0; k < s->n_expert; k++) ms_cache_publish(&s->cache, ms_cache_find(&s->cache, k));
     return MS_OK;
@@ -1498,6 +1508,8 @@ ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash
     int64_t total = 0, done = 0, t_log = ms_now_ns();
     for (int i = 0; i < s->n_regions; i++)
         if (s->regions[i].cls == MS_REGION_TRUNK) total += s->regions[i].data_bytes;
+    ms_progress_step ps;
+    ms_progress_begin(&ps, "pack", total, 0);
     for (int i = 0; i < s->n_regions && st == MS_OK; i++) {
         region *r = &s->regions[i];
         if (r->cls != MS_REGION_TRUNK) continue;
@@ -1515,7 +1527,8 @@ ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash
             *packed_bytes += img;
             *packed_raw += r->data_bytes;
         }
-        if (ms_now_ns() - t_log > 5000000000LL) {
+        ms_progress_report(&ps, done, 0);
+        if (!ms_progress_on() && ms_now_ns() - t_log > 5000000000LL) {
             t_log = ms_now_ns();
             ms_log(s->p.log, MS_LOG_INFO, "pack: %.1f of %.1f GB", (double)done / 1e9, (double)total / 1e9);
         }
