@@ -8,6 +8,7 @@
 #include "moestream.h"
 
 #include "cli/cmds.h"
+#include "cli/progress.h"
 #include "cli/util.h"
 #include "server/server.h"
 
@@ -418,6 +419,7 @@ static int cmd_run(int argc, char **argv) {
         if (o.ids && n_prompt + o.n_gen + 1 > 4096) o.c.max_context = n_prompt + o.n_gen + 1;
     }
     ms_engine *e;
+    cli_progress_start(o.c.quiet, o.json, o.c.progress);
     ms_status st = cli_open(&o.c, &e);
     if (st != MS_OK) { free(prompt); free(text); return cli_exit_code(st); }
     ms_model_info info;
@@ -465,6 +467,7 @@ static int cmd_run(int argc, char **argv) {
     int32_t pending = -1;                   /* chosen, not fed yet */
     int32_t *step = malloc((size_t)(o.c.speculate + 1) * sizeof *step);
     if (!gen || !step) st = MS_E_NOMEM;
+    const double t_gen = cli_progress_now_s();
     while (st == MS_OK && !rp.stopped && rp.n_gen < o.n_gen) {
         if (rp.n_gen == 0 && o.dump_logits) {
             const float *lg = ms_session_logits(s);
@@ -497,8 +500,10 @@ static int cmd_run(int argc, char **argv) {
             if (text_mode || ms_engine_has_tokenizer(e)) cli_text_add(&out, e, gen[i], stream);
         }
         if (n_step > 0) pending = step[n_step - 1];
+        cli_progress_gen(rp.n_gen, o.n_gen, t_gen);
     }
     n_gen = rp.n_gen;
+    cli_progress_stop();
     free(step);
     cli_text_flush(&out, stream);
     if (stream) { fputc('\n', stream); fflush(stream); }
@@ -534,7 +539,7 @@ static int cmd_run(int argc, char **argv) {
         for (int64_t i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("\n");
     }
-    if (!o.c.quiet) cli_print_stats_human(stderr, &stt);
+    if (!o.c.quiet) { cli_print_stats_human(stderr, &stt); cli_progress_gen_summary(stderr, &stt, o.n_gen); }
     free(out.all);
     free(gen);
     free(prompt);
@@ -625,6 +630,7 @@ static int cmd_perplexity(int argc, char **argv) {
         if (!in) { fprintf(stderr, "moestream: cannot read %s\n", file ? file : "stdin"); return EXIT_USAGE; }
     }
     ms_engine *e;
+    cli_progress_start(c.quiet, 0, c.progress);
     ms_status st = cli_open(&c, &e);
     if (st != MS_OK) { free(in); free(ids); return cli_exit_code(st); }
     if (!id_list && (!ms_engine_has_tokenizer(e) || ms_tokenize(e, in, len, &ids, &n) != MS_OK || n < 2)) {
@@ -655,6 +661,7 @@ static int cmd_perplexity(int argc, char **argv) {
                (long long)n, mean, exp(mean), (long long)info.prefill_chunk, sts.prefill_s,
                (long long)sts.trunk_bytes_read, (long long)sts.expert_bytes_read, (long long)sts.peak_rss_bytes);
     }
+    cli_progress_stop();
     ms_session_close(s);
     free(lp);
     free(ids);
@@ -688,9 +695,10 @@ static int cmd_trace(int argc, char **argv) {
 
 static int cmd_verify(int argc, char **argv) {
     const char *dir = NULL, *sums = NULL;
-    int write = 0, quiet = 0;
+    int write = 0, quiet = 0, progress = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--write")) write = 1;
+        else if (!strcmp(argv[i], "--progress")) progress = 1;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (!strcmp(argv[i], "--sums") && i + 1 < argc) sums = argv[++i];
         else if (argv[i][0] != '-' && !dir) dir = argv[i];
@@ -700,8 +708,10 @@ static int cmd_verify(int argc, char **argv) {
     ms_verify_result r;
     char msg[1024];
     /* mismatches are logged at error level: they are printed even with --quiet */
+    cli_progress_start(quiet, 0, progress);
     ms_status st = ms_verify_checkpoint(dir, sums, write, cli_log, NULL, quiet ? MS_LOG_ERROR : MS_LOG_INFO,
                                         &r, msg, sizeof msg);
+    cli_progress_stop();
     if (st != MS_OK) {
         fprintf(stderr, "moestream: %s\n", msg);
         return st == MS_E_IO && !strstr(msg, "--sums") ? EXIT_RUNTIME : EXIT_USAGE;
@@ -726,9 +736,10 @@ static int cmd_verify(int argc, char **argv) {
 
 static int cmd_pack(int argc, char **argv) {
     const char *dir = NULL, *out = NULL, *sums = NULL;
-    int quiet = 0;
+    int quiet = 0, progress = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else if (!strcmp(argv[i], "--progress")) progress = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--sums") && i + 1 < argc) sums = argv[++i];
         else if (argv[i][0] != '-' && !dir) dir = argv[i];
@@ -737,8 +748,10 @@ static int cmd_pack(int argc, char **argv) {
     if (!dir) { fprintf(stderr, "moestream: pack MODEL_DIR [--out PATH] [--sums PATH]\n"); return EXIT_USAGE; }
     ms_pack_result r;
     char msg[1024];
+    cli_progress_start(quiet, 0, progress);
     ms_status st = ms_pack_checkpoint(dir, out, sums, cli_log, NULL, quiet ? MS_LOG_ERROR : MS_LOG_INFO,
                                       &r, msg, sizeof msg);
+    cli_progress_stop();
     if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", msg); return cli_exit_code(st); }
     char path[4200];
     snprintf(path, sizeof path, "%s/moestream.pack", dir);
