@@ -5,35 +5,15 @@
 
 #include "moestream.h"
 
+#include "cli/opts.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct cli_opts {
-    const char *model_dir;
-    int threads, quiet;
-    int progress;               /* --progress: progress drawn from the first report, generation live */
-    int64_t ram;
-    int64_t max_context;
-    int64_t trunk_bytes, expert_bytes;
-    const char *io_backend, *cache_policy, *trace_path;
-    int io_queue_depth, no_readahead, fault_kind, no_predict_experts;
-    int64_t fault_at_read;
-    const char *sums_path;      /* --sums PATH */
-    int no_verify;              /* --no-verify */
-    const char *pack_path;      /* --pack PATH */
-    int no_pack;                /* --no-pack */
-    int speculate;              /* --speculate K: draft up to K tokens per decode pass */
-    int parallel;               /* --parallel N: sequences served together (the plan counts
-                                   N sessions' state; 0 = 1) */
-    int64_t chunk;              /* --chunk N: prompt tokens per pass over the weights (0 = the
-                                   engine's choice: for --ram, else 32) */
-    const char *stages;         /* --stages L1,L2,...: a pipeline's split (under mpirun) */
-    const char *kernels;        /* --kernels NAME: the kernel table (auto, ref, avx2, avx512, avx512-l2) */
-    int stage_groups;           /* --stage-groups N (0 = automatic) */
-} cli_opts;
 
-/* Consume argv[*i] (and its value) if it is a common option or MODEL_DIR:
- * returns 1 if consumed, 0 if not a common option, -1 on a bad value. */
+/* Consume argv[*i] (and its value) if it is a common option (cli_common_opts)
+ * or MODEL_DIR: returns 1 if consumed, 0 if not a common option, -1 on a bad
+ * value. Kept for callers not yet on cli_parse (cli/opts.h). */
 int cli_parse_common(cli_opts *o, int argc, char **argv, int *i);
 /* Open the engine for o; prints the error and returns its status on failure. */
 ms_status cli_open(const cli_opts *o, ms_engine **e);

@@ -1,32 +1,13 @@
 /* cli/util.c - see util.h. */
 #include "cli/util.h"
 
+#include "cli/cmds.h"
+
 #include "moestream.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-int64_t cli_parse_size(const char *s) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    double b = v * mul;
-    if (b > 9.0e18) return -1;
-    return (int64_t)b;
-}
 
 int64_t cli_parse_ids(const char *s, int32_t **out) {
     *out = NULL;
@@ -147,42 +128,33 @@ char *cli_read_all(FILE *f, size_t *len) {
     return buf;
 }
 
-int64_t cli_parse_ram(const char *s) {
-    if (!strcmp(s, "min")) return MS_RAM_MIN;
-    if (!strcmp(s, "all") || !strcmp(s, "max")) return 0;
-    if (!strcmp(s, "auto")) {
-        FILE *f = fopen("/proc/meminfo", "r");
-        long long kb = -1;
-        char line[256];
-        while (f && fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-        if (f) fclose(f);
-        return kb > 0 ? (int64_t)kb * 1024 / 10 * 9 : -2;
+/* one word of argv (and its value) against table: 1 taken, 0 not in it, -1 bad */
+static int parse_one(const cli_opt *table, void *base, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const cli_opt *o = a[0] == '-' && a[1] == '-' ? cli_opt_find(table, a) : NULL;
+    if (!o) return 0;
+    const char *v = o->kind == CLI_FLAG ? NULL : *i + 1 < argc ? argv[*i + 1] : NULL;
+    char why[160];
+    if (o->kind != CLI_FLAG && !v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
+    if (cli_opt_set(o, base, v, why, sizeof why) != 0) { fprintf(stderr, "moestream: bad %s '%s': %s\n", a, v, why); return -1; }
+    if (v) (*i)++;
+    return 1;
+}
+
+int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (a[0] != '-') {
+        if (o->model_dir) { fprintf(stderr, "moestream: unexpected argument '%s'\n", a); return -1; }
+        o->model_dir = a;
+        return 1;
     }
-    return cli_parse_size(s);
+    return parse_one(cli_common_opts, o, argc, argv, i);
 }
 
 int cli_parse_sample(ms_sample_params *sp, const char *a, const char *v) {
-    static const char *floats[] = { "--temperature", "--top-p", "--min-p", "--repeat-penalty",
-                                    "--frequency-penalty", "--presence-penalty" };
-    float *fields[] = { &sp->temperature, &sp->top_p, &sp->min_p, &sp->repeat_penalty,
-                        &sp->frequency_penalty, &sp->presence_penalty };
-    int fi = -1;
-    for (int k = 0; k < 6; k++)
-        if (!strcmp(a, floats[k])) fi = k;
-    if (fi < 0 && strcmp(a, "--top-k") && strcmp(a, "--seed")) return 0;
-    if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
-    char *end;
-    if (fi >= 0) {
-        double d = strtod(v, &end);
-        if (end == v || *end) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
-        *fields[fi] = (float)d;
-        return 1;
-    }
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || x < 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
-    if (!strcmp(a, "--top-k")) sp->top_k = (int32_t)x; else sp->seed = (uint64_t)x;
-    return 1;
+    char *argv[2] = { (char *)a, (char *)v };
+    int i = 0;
+    return parse_one(cli_sample_opts, sp, v ? 2 : 1, argv, &i);
 }
 
 int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {

@@ -10,11 +10,6 @@
 /* Exit codes of every moestream command. */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_UNSOUND = 4 };
 
-/* Parse "8G", "512M", "100K", "12345" (bytes; binary units). -1 on error. */
-int64_t cli_parse_size(const char *s);
-/* --ram: a size, "min" (MS_RAM_MIN), "auto" (90% of MemAvailable), "all"
- * (0, no limit). Negative (not MS_RAM_MIN) on error. */
-int64_t cli_parse_ram(const char *s);
 /* Parse "1,2,3" into a malloc'd array; returns count or -1. */
 int64_t cli_parse_ids(const char *s, int32_t **out);
 /* Map an engine status to an exit code. */
@@ -36,8 +31,8 @@ int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t
 /* A sampling option a (--temperature, --top-p, --top-k, --min-p, --repeat-penalty,
  * --frequency-penalty, --presence-penalty, --seed) with its value v (NULL when
  * there is none) into sp: 1 when a is one of them (it takes v), 0 when it is
- * not, -1 (message printed) when v is missing or malformed. The sampler
- * checks ranges when it opens. */
+ * not, -1 (message printed) when v is missing, malformed or out of range
+ * (cli_sample_opts, cli/opts.h). Kept for callers not yet on cli_parse. */
 int cli_parse_sample(ms_sample_params *sp, const char *a, const char *v);
 
 
