@@ -25,9 +25,12 @@
 
 #include "cli/cmds.h"
 #include "cli/lineedit.h"
+#include "cli/opts.h"
 #include "cli/progress.h"
 #include "cli/util.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,38 +46,40 @@ typedef struct chat_opts {
     ms_sample_params sp;
 } chat_opts;
 
+#define O(f) offsetof(chat_opts, f)
+static const cli_opt chat_table[] = {
+    { "--system", CLI_STR, O(system), "TEXT", 0, 0, NULL, "the system message", 0, NULL, NULL },
+    { "--thinking", CLI_ONOFF, O(thinking), "on|off", 0, 0, "off", "the assistant thinks before it answers", 0, NULL, NULL },
+    { "--effort", CLI_CHOICE, O(effort), "low|high|max", 0, 0, NULL, "how long it thinks (with --thinking on)", 0, NULL, NULL },
+    { "--show-reasoning", CLI_FLAG, O(show_reasoning), NULL, 0, 0, NULL, "show the thinking, dimmed", 1, NULL, NULL },
+    { "--hide-reasoning", CLI_FLAG, O(show_reasoning), NULL, 0, 0, NULL, NULL, 0, NULL, NULL },
+    { "--max-tokens", CLI_I64, O(max_tokens), "N", 1, INT32_MAX, "512", "tokens an answer may take", 0, NULL, "--gen" },
+    { "--load-session", CLI_STR, O(load_session), "PATH", 0, 0, NULL,
+      "resume a conversation saved by /save or --save-session", 0, NULL, NULL },
+    { "--save-session", CLI_STR, O(save_session), "PATH", 0, 0, NULL, "save the conversation on exit", 0, NULL, NULL },
+    { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
+};
+#undef O
+
+static const char ABOUT[] =
+    "An interactive conversation in the K3 chat format: the state stays between turns, so a turn\n"
+    "reads only its new tokens. At a terminal: line editing and history, /help for the commands,\n"
+    "\"\"\" for multi-line messages, Ctrl-C stops an answer (what was shown stays), Ctrl-D exits.\n"
+    "From a pipe: one message or command per line, the answers on stdout.";
+
+/* 0 parsed, 1 --help printed, -1 usage error (printed). */
 static int parse_chat(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
     o->max_tokens = 512;
     o->sp = ms_sample_default_params();
-    for (int i = 0; i < argc; i++) {
-        int r = cli_parse_common(&o->c, argc, argv, &i);
-        if (r < 0) return -1;
-        if (r > 0) continue;
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--show-reasoning")) { o->show_reasoning = 1; continue; }
-        if (!strcmp(a, "--hide-reasoning")) { o->show_reasoning = 0; continue; }
-        if ((r = cli_parse_sample(&o->sp, a, v)) != 0) {
-            if (r < 0) return -1;
-            i++;
-            continue;
-        }
-        if (!v) { fprintf(stderr, "moestream: unknown option or missing value '%s'\n", a); return -1; }
-        i++;
-        if (!strcmp(a, "--system")) o->system = v;
-        else if (!strcmp(a, "--thinking")) {
-            if (!strcmp(v, "on")) o->thinking = 1;
-            else if (!strcmp(v, "off")) o->thinking = 0;
-            else { fprintf(stderr, "moestream: --thinking on|off\n"); return -1; }
-        }
-        else if (!strcmp(a, "--effort")) o->effort = v;
-        else if (!strcmp(a, "--max-tokens")) o->max_tokens = strtoll(v, NULL, 10);
-        else if (!strcmp(a, "--load-session")) o->load_session = v;
-        else if (!strcmp(a, "--save-session")) o->save_session = v;
-        else { fprintf(stderr, "moestream: unknown option '%s'\n", a); return -1; }
-    }
-    if (o->max_tokens < 1) { fprintf(stderr, "moestream: --max-tokens must be at least 1\n"); return -1; }
-    return 0;
+    const char *dirs[1] = { NULL };
+    cli_cmd cmd = { "chat", "MODEL_DIR [options]", ABOUT, dirs, 1,
+                    { { "options", chat_table, o }, { "sampling", cli_sample_opts, &o->sp },
+                      { "engine", cli_common_opts, &o->c }, { NULL, NULL, NULL } } };
+    int r = cli_parse(&cmd, argc, argv);
+    o->c.model_dir = dirs[0];
+    if (r == 0 && !o->c.model_dir) { fprintf(stderr, "moestream chat: MODEL_DIR is missing\n"); return -1; }
+    return r;
 }
 
 typedef struct chat {
@@ -360,7 +365,8 @@ static int chat_setup(chat *ch) {
 int cmd_chat(int argc, char **argv) {
     chat ch;
     memset(&ch, 0, sizeof ch);
-    if (parse_chat(argc, argv, &ch.o) != 0) return EXIT_USAGE;
+    const int pr = parse_chat(argc, argv, &ch.o);
+    if (pr != 0) return pr > 0 ? EXIT_OK : EXIT_USAGE;
     /* before the engine's threads start: they inherit lineedit's SIGINT block */
     if (!(ch.le = cli_le_open("moestream"))) return EXIT_RUNTIME;
     cli_progress_start(ch.o.c.quiet, 0, ch.o.c.progress);

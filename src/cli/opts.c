@@ -41,6 +41,8 @@ const cli_opt cli_common_opts[] = {
     { "--max-context", CLI_I64, C(max_context), "N", 1, INT32_MAX, "4096",
       "positions a session holds (prompt + output)", 0, NULL, "--ctx" },
     { "--quiet", CLI_FLAG, C(quiet), NULL, 0, 0, NULL, "no progress or summary on stderr", 1, NULL, NULL },
+    { "--progress", CLI_FLAG, C(progress), NULL, 0, 0, NULL,
+      "progress of every step at once (else steps over 0.5 s), generation live; stderr a terminal only", 1, NULL, NULL },
     { "--trunk-ram", CLI_SIZE, C(trunk_bytes), "SIZE", 1, 9e18, NULL, "ceiling on pinned trunk + ring", 0, NULL, NULL },
     { "--expert-ram", CLI_SIZE, C(expert_bytes), "SIZE", 1, 9e18, NULL, "ceiling on the expert cache", 0, NULL, NULL },
     { "--io", CLI_CHOICE, C(io_backend), "pread|direct|uring", 0, 0, "direct", "I/O backend", 0, NULL, NULL },
