@@ -425,6 +425,8 @@ typedef struct ms_progress {
     const char *step;
     int64_t done, total;        /* in the step's unit; done == total on the last report */
     int64_t chunk, n_chunks;    /* "prompt": passes done / to do (0 for the other steps) */
+    int64_t bytes;              /* bytes read from disk so far in the step ("prompt": the
+                                   weights this process read for it; else = done) */
     double elapsed_s;           /* since the step began */
 } ms_progress;
 

@@ -4,7 +4,7 @@
 # `script` gives the command a pseudo-terminal and keeps every byte written to
 # it. --progress draws from the first report on (without it, only steps that
 # last more than half a second are drawn, which the tiny model never does):
-#  - at a terminal: open, prompt (chunks, tokens, ETA), verify, pack and, when
+#  - at a terminal: open, prompt (chunks, tokens, bytes read and their speed, ETA), verify, pack and, when
 #    stdout is not the terminal, generation (s/token, ETA) are drawn on stderr;
 #  - with --json, --quiet, or stderr not a terminal: nothing is drawn;
 #  - the generated text is the same with and without progress;
@@ -28,6 +28,9 @@ grep -q $'\r\033\[Kopen: 0 KB of [0-9]* KB' "$tmp/run.log" && ok || bad "no open
 grep -q 'prompt: chunk [0-9]*/8, [0-9]*/30 tokens, .*ETA' "$tmp/run.log" && ok || bad "no prompt progress"
 grep -q 'generate: [0-9]*/6 tokens, [0-9.]* s/token, ETA' "$tmp/run.log" && ok || bad "no generation progress"
 grep -q 'generation [0-9.]* s/token; --max-tokens 6 at this speed: ' "$tmp/run.log" && ok || bad "no generation summary"
+tty "$tmp/min.log" "$R --ram min --progress > /dev/null"
+grep -q 'prompt: chunk [0-9]*/8, [0-9]*/30 tokens, [0-9.]* [KM]B read ([0-9.]* [KM]B/s)' "$tmp/min.log" && ok || \
+    bad "no bytes read in a streamed prompt's progress: $(cat -v "$tmp/min.log" | head -3)"
 eval "$R" > "$tmp/plain.out" 2> "$tmp/plain.err"
 cmp -s "$tmp/run.out" "$tmp/plain.out" && ok || bad "the text differs with progress drawn"
 grep -q $'\033\|prompt: chunk' "$tmp/plain.err" && bad "progress drawn into a pipe" || ok

@@ -26,6 +26,8 @@ int ms_progress_on(void);
 /* Start a step of `total` units (n_chunks passes for "prompt", else 0) and
  * report done = 0. */
 void ms_progress_begin(ms_progress_step *ps, const char *step, int64_t total, int64_t n_chunks);
-void ms_progress_report(const ms_progress_step *ps, int64_t done, int64_t chunk);
+/* done units; "prompt": chunk passes done and bytes read (else chunk 0 and
+ * bytes = done). */
+void ms_progress_report(const ms_progress_step *ps, int64_t done, int64_t chunk, int64_t bytes);
 
 #endif

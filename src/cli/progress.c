@@ -59,6 +59,7 @@ static int due(double elapsed_s, int last) {
 
 static void on_progress(void *user, const ms_progress *p) {
     (void)user;
+    if (p->total <= 0) return;              /* nothing to do (an open that keeps no weight) */
     const int last = p->done >= p->total;
     if (last) { cli_progress_clear(); return; }   /* the step is over: its line goes */
     if (!due(p->elapsed_s, 0)) return;
@@ -68,8 +69,11 @@ static void on_progress(void *user, const ms_progress *p) {
     if (!strcmp(p->step, "prompt")) {
         /* each pass over the weights reads about the same bytes: the passes
            left at the speed of those done */
-        snprintf(line, sizeof line, "prompt: chunk %lld/%lld, %lld/%lld tokens, %.1f s, ETA %s",
-                 (long long)p->chunk, (long long)p->n_chunks, (long long)p->done, (long long)p->total,
+        char read[32], speed[32];
+        fmt_bytes(read, sizeof read, (double)p->bytes);
+        fmt_bytes(speed, sizeof speed, p->elapsed_s > 0 ? (double)p->bytes / p->elapsed_s : 0.0);
+        snprintf(line, sizeof line, "prompt: chunk %lld/%lld, %lld/%lld tokens, %s read (%s/s), %.1f s, ETA %s",
+                 (long long)p->chunk, (long long)p->n_chunks, (long long)p->done, (long long)p->total, read, speed,
                  p->elapsed_s, eta);
     } else {
         char done[32], total[32], speed[32];

@@ -225,7 +225,7 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
         }
         done += a->bytes;
         const int64_t now = ms_now_ns();
-        ms_progress_report(&ps, done, 0);
+        ms_progress_report(&ps, done, 0, done);
         if (!ms_progress_on() && now - last >= PROGRESS_NS) {
             last = now;
             double sec = 1e-9 * (double)(now - t0);

@@ -789,7 +789,7 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
             }
             n_out = 0;
             if (st != MS_OK) break;
-            ms_progress_report(&ps, done, 0);
+            ms_progress_report(&ps, done, 0, done);
         }
         st = submit_region(s, r, dst, &tk[n_out], err);
         if (st == MS_OK) { tk_region[n_out] = i; tk_dst[n_out] = dst; n_out++; }
@@ -800,7 +800,7 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
         if (st == MS_OK) st = w;
     }
     if (st != MS_OK) return st;
-    ms_progress_report(&ps, total, 0);
+    ms_progress_report(&ps, total, 0, total);
     if (s->plan.experts_resident)
         for (int k = 0; k < s->n_expert; k++) ms_cache_publish(&s->cache, ms_cache_find(&s->cache, k));
     return MS_OK;
@@ -1527,7 +1527,7 @@ ms_status ms_store_write_pack(ms_store *s, const char *path, uint64_t table_hash
             *packed_bytes += img;
             *packed_raw += r->data_bytes;
         }
-        ms_progress_report(&ps, done, 0);
+        ms_progress_report(&ps, done, 0, done);
         if (!ms_progress_on() && ms_now_ns() - t_log > 5000000000LL) {
             t_log = ms_now_ns();
             ms_log(s->p.log, MS_LOG_INFO, "pack: %.1f of %.1f GB", (double)done / 1e9, (double)total / 1e9);
