@@ -362,6 +362,8 @@ static int chat_setup(chat *ch) {
     return EXIT_OK;
 }
 
+static int interrupted(void *le) { return cli_le_take_interrupt(le); }
+
 int cmd_chat(int argc, char **argv) {
     chat ch;
     memset(&ch, 0, sizeof ch);
@@ -370,7 +372,11 @@ int cmd_chat(int argc, char **argv) {
     /* before the engine's threads start: they inherit lineedit's SIGINT block */
     if (!(ch.le = cli_le_open("moestream"))) return EXIT_RUNTIME;
     cli_progress_start(ch.o.c.quiet, 0, ch.o.c.progress);
+    /* SIGINT is blocked from here on: a Ctrl-C while the model opens ends the
+       process through the open's progress reports */
+    if (cli_le_interactive(ch.le)) cli_progress_interrupt_open(interrupted, ch.le);
     ms_status st = cli_open(&ch.o.c, &ch.e);
+    cli_progress_start(ch.o.c.quiet, 0, ch.o.c.progress);     /* the hook off */
     int rc = st != MS_OK ? cli_exit_code(st) : chat_setup(&ch);
     if (rc == EXIT_OK) {
         if (cli_le_interactive(ch.le)) banner(&ch);

@@ -12,6 +12,8 @@
 static struct {
     int on, force, drawn;
     double last_s;
+    int (*pending)(void *);     /* cli_progress_interrupt_open */
+    void *pending_user;
 } pg;
 
 double cli_progress_now_s(void) {
@@ -59,6 +61,12 @@ static int due(double elapsed_s, int last) {
 
 static void on_progress(void *user, const ms_progress *p) {
     (void)user;
+    if (pg.pending && !strcmp(p->step, "open") && pg.pending(pg.pending_user)) {
+        cli_progress_clear();
+        fputs("\nmoestream: interrupted while opening the model\n", stderr);
+        _exit(130);
+    }
+    if (!pg.on) return;
     if (p->total <= 0) return;              /* nothing to do (an open that keeps no weight) */
     const int last = p->done >= p->total;
     if (last) { cli_progress_clear(); return; }   /* the step is over: its line goes */
@@ -93,10 +101,17 @@ void cli_progress_start(int quiet, int json, int force) {
     ms_progress_set(pg.on ? on_progress : NULL, NULL);
 }
 
+void cli_progress_interrupt_open(int (*pending)(void *user), void *user) {
+    pg.pending = pending;
+    pg.pending_user = user;
+    ms_progress_set(on_progress, NULL);
+}
+
 void cli_progress_stop(void) {
     cli_progress_clear();
     ms_progress_set(NULL, NULL);
     pg.on = 0;
+    pg.pending = NULL;
 }
 
 void cli_progress_gen(int64_t n, int64_t max, double t0_s) {

@@ -22,6 +22,11 @@
  * terminal and neither quiet nor json; force (--progress) draws from the
  * first report on, and generation live too. */
 void cli_progress_start(int quiet, int json, int force);
+/* While the model opens, call pending(user) at every report and end the
+ * process (exit code 130, as a shell reports SIGINT) when it returns 1: for
+ * a program that blocks SIGINT (chat), so that Ctrl-C still stops a long
+ * open. Reports are then taken even when nothing is drawn. */
+void cli_progress_interrupt_open(int (*pending)(void *user), void *user);
 /* Stop drawing (the line erased). */
 void cli_progress_stop(void);
 /* Erase the line drawn, if any, before the caller prints. */
