@@ -7,7 +7,7 @@
 #  - the banner names the model, the budget and the commands; /help lists them;
 #    /save without a path is a usage message and, like an unknown command,
 #    feeds nothing (a save right after holds 0 tokens);
-#  - the Up arrow brings the last line back (history);
+#  - the Up arrow brings the last line back (history), in the next run too;
 #  - a """ block and a trailing \ make one message with newlines;
 #  - Ctrl-C mid-answer stops it: the session then equals, bit for bit, that of
 #    a chat whose answer was limited to the tokens shown (--max-tokens K), and
@@ -31,6 +31,7 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 command -v tmux >/dev/null || { echo "FAIL: tmux is missing (scripts/setup.sh installs it)"; echo "t_chat_tty: 0 passed, 1 failed"; exit 1; }
 [ -f "$dir/.stamp" ] || bash tests/t_chat.sh >/dev/null 2>&1    # makes the tiny model
 M="--max-context 8192"
+export MOESTREAM_HISTORY=$tmp/history    # not the user's ~/.moestream_history
 
 # start NAME ARGS...: chat at a 220x60 terminal; "EXITED rc" when it ends
 start() {
@@ -96,6 +97,10 @@ has_text "$tmp/m.bin" $'line one\nline two' && has_text "$tmp/m.bin" $'first \ns
     bad "multi-line messages not sent as one message with newlines: $(ids "$tmp/m.bin")"
 tm send-keys -t a C-d
 wait_for a "^EXITED 0" && ok || bad "Ctrl-D: $(screen a | tail -3)"
+start h --max-tokens 5            # the history of the run before
+tm send-keys -t h Up; sleep 0.3; tm send-keys -t h Enter
+wait_for h "saved the conversation" && ok || bad "history not kept across runs: $(screen h | tail -3)"
+type_line h "/exit"
 
 # ---- Ctrl-C mid-answer, then the next turn in the same process
 start b --max-tokens 6000

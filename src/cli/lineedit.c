@@ -17,6 +17,7 @@ struct cli_le {
     EditLine *el;               /* NULL: plain lines (not a terminal) */
     History *hist;
     const char *prompt;
+    char hist_path[4096];       /* "" = history not kept across runs */
     char *buf;                  /* the line handed out */
     size_t cap;
 };
@@ -54,6 +55,11 @@ cli_le *cli_le_open(const char *prog) {
     el_set(le->el, EL_EDITOR, "emacs");
     el_set(le->el, EL_HIST, history, le->hist);
     el_source(le->el, NULL);                /* the user's ~/.editrc, if any */
+    /* the history of earlier runs: $MOESTREAM_HISTORY ("" = none), else ~/.moestream_history */
+    const char *hp = getenv("MOESTREAM_HISTORY"), *home = getenv("HOME");
+    if (hp) snprintf(le->hist_path, sizeof le->hist_path, "%s", hp);
+    else if (home && home[0]) snprintf(le->hist_path, sizeof le->hist_path, "%s/.moestream_history", home);
+    if (le->hist_path[0]) history(le->hist, &ev, H_LOAD, le->hist_path);
     /* no SA_RESTART: the read inside el_gets returns EINTR on Ctrl-C */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -66,6 +72,8 @@ cli_le *cli_le_open(const char *prog) {
 
 void cli_le_close(cli_le *le) {
     if (!le) return;
+    HistEvent ev;
+    if (le->hist && le->hist_path[0]) history(le->hist, &ev, H_SAVE, le->hist_path);
     if (le->el) el_end(le->el);
     if (le->hist) history_end(le->hist);
     if (le->el || le->hist) {

@@ -2,7 +2,9 @@
  * a terminal (libedit, <histedit.h>), plain lines from a pipe or a file.
  *
  * Owns:        the EditLine and History of the terminal, the line buffer,
- *              and SIGINT while a line is being read.
+ *              and SIGINT while a line is being read. The history is kept
+ *              across runs in $MOESTREAM_HISTORY ("" = not kept), else in
+ *              ~/.moestream_history.
  * Invariants:  at a terminal SIGINT is blocked in the calling thread except
  *              inside cli_le_read (the engine's threads, started after
  *              cli_le_open, inherit the block: Ctrl-C never interrupts a
