@@ -478,7 +478,8 @@ typedef struct ms_pack_result {
  * dense parts and the lm_head) is read from the shards, verified with the
  * checksum sidecar (sums_path as in ms_engine_params; it must exist: run
  * ms_verify_checkpoint first, MS_E_USAGE otherwise), and stored without loss
- * in ~0.75 of its bytes (docs/ARCHITECTURE.md, "Packed trunk"). Needs the
+ * in ~0.75 of its bytes (docs/ARCHITECTURE.md, "Packed trunk"); progress goes to the
+ * function set with ms_progress_set, or else to the log every 5 s. Needs the
  * model's config (its regions come from the model's binding). MS_E_MODEL
  * for a bad checkpoint, MS_E_IO when a file cannot be read or written
  * (message in errbuf). */
