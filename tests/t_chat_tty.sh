@@ -105,7 +105,7 @@ type_line h "/exit"
 # ---- Ctrl-C mid-answer, then the next turn in the same process
 start b --max-tokens 6000
 type_line b "second one"
-sleep 1
+sleep 2                      # its answer runs to ~2300 tokens: Ctrl-C lands in it
 tm send-keys -t b C-c
 wait_for b '^\[stopped: the [0-9]* tokens shown' || bad "Ctrl-C did not stop the answer: $(screen b | tail -3)"
 k=$(screen b | grep -o '^\[stopped: the [0-9]* tokens' | head -1 | grep -o '[0-9]*')
