@@ -102,24 +102,38 @@ tm send-keys -t h Up; sleep 0.3; tm send-keys -t h Enter
 wait_for h "saved the conversation" && ok || bad "history not kept across runs: $(screen h | tail -3)"
 type_line h "/exit"
 
-# ---- Ctrl-C mid-answer, then the next turn in the same process
-start b --max-tokens 6000
+# ---- Ctrl-C mid-answer, then the next turn in the same process. The answers
+# are the random model's bytes, control characters included, so what chat says
+# (stderr) is read from a file, not from the screen.
+err=$tmp/b.err
+said() {   # REGEX [COUNT]: wait until chat's stderr has COUNT (1) lines matching
+    local i
+    for i in $(seq 1 600); do
+        [ "$(grep -c -- "$1" "$err" 2>/dev/null)" -ge "${2:-1}" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+start b --max-tokens 6000 "2>$err"
 type_line b "second one"
 sleep 2                      # its answer runs to ~2300 tokens: Ctrl-C lands in it
 tm send-keys -t b C-c
-wait_for b '^\[stopped: the [0-9]* tokens shown' || bad "Ctrl-C did not stop the answer: $(screen b | tail -3)"
-k=$(screen b | grep -o '^\[stopped: the [0-9]* tokens' | head -1 | grep -o '[0-9]*')
+said '^\[stopped: the [0-9]* tokens shown' || bad "Ctrl-C did not stop the answer: $(tail -3 "$err")"
+k=$(grep -o '^\[stopped: the [0-9]* tokens' "$err" | head -1 | grep -o '[0-9]*')
 type_line b "/save $tmp/c1.bin"
-wait_for b "saved the conversation" || bad "/save after Ctrl-C"
+said "saved the conversation" || bad "/save after Ctrl-C"
 type_line b "and then"
 sleep 1
 tm send-keys -t b C-c        # stops the second answer, or lands at the prompt when it was over
-wait_for b '^\[stopped: the [0-9]* tokens\|Ctrl-C again' || bad "second Ctrl-C: $(screen b | tail -3)"
-k2=$(screen b | grep -o '^\[stopped: the [0-9]* tokens' | sed -n 2p | grep -o '[0-9]*')
+said '^\[stopped: the [0-9]* tokens\|Ctrl-C again' || bad "second Ctrl-C: $(tail -3 "$err")"
+k2=$(grep -o '^\[stopped: the [0-9]* tokens' "$err" | sed -n 2p | grep -o '[0-9]*')
 type_line b "/save $tmp/c2.bin"
-wait_for b "saved the conversation" 2 || bad "/save after the second turn"
-tm send-keys -t b C-c; sleep 0.3; tm send-keys -t b C-c
-wait_for b "^EXITED 0" && ok || bad "two Ctrl-C at an empty prompt did not exit 0: $(screen b | tail -3)"
+said "saved the conversation" 2 || bad "/save after the second turn"
+n=$(grep -c "Ctrl-C again" "$err")
+tm send-keys -t b C-c
+said "Ctrl-C again" $((n + 1)) || bad "no hint after a Ctrl-C at an empty prompt"
+tm send-keys -t b C-c
+wait_for b "EXITED 0" && ok || bad "two Ctrl-C at an empty prompt did not exit 0: $(tail -3 "$err")"
 echo "Ctrl-C: the first answer stopped after ${k:-?} tokens, the second ${k2:-at its end}"
 if [ -n "$k" ] && [ "$k" -gt 0 ]; then
     printf 'second one\n/save %s\n' "$tmp/r1.bin" | "$BIN" chat "$dir" $M --max-tokens "$k" >/dev/null 2>&1

@@ -20,7 +20,7 @@ ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 [ -f "$dir/.stamp" ] || bash tests/t_chat.sh >/dev/null 2>&1    # makes the tiny model
 # tty LOG COMMAND: run COMMAND (a shell line) at a terminal, its bytes into LOG
-tty() { script -qefc "$2" "$1" >/dev/null 2>&1; }
+tty() { script -qefc "$2" "$1" </dev/null >/dev/null 2>&1; }
 R="$BIN run $dir --prompt 'hello there, how are you today' --max-tokens 6 --chunk 4"
 
 tty "$tmp/run.log" "$R --progress > $tmp/run.out"

@@ -109,17 +109,23 @@ int cli_le_read(cli_le *le, const char *prompt, char **line, int *had_text) {
         return CLI_LE_LINE;
     }
     le->prompt = prompt;
-    int count = 0;
+    int count = 0, err = 0;
+    const char *s = NULL;
+    /* a Ctrl-C pressed as the answer ended counts as one at an empty prompt */
+    const int pending = cli_le_take_interrupt(le);
     got_sigint = 0;
-    cli_le_take_interrupt(le);              /* a Ctrl-C left over from an answer */
-    sigint_mask(SIG_UNBLOCK);
-    const char *s = got_sigint ? NULL : el_gets(le->el, &count);
-    const int err = errno;
-    sigint_mask(SIG_BLOCK);
-    if (got_sigint || (!s && count < 0 && err == EINTR)) {
-        const LineInfo *li = el_line(le->el);
-        *had_text = li && li->lastchar > li->buffer;
-        el_reset(le->el);
+    if (!pending) {
+        sigint_mask(SIG_UNBLOCK);
+        s = el_gets(le->el, &count);
+        err = errno;
+        sigint_mask(SIG_BLOCK);
+    }
+    if (pending || got_sigint || (!s && count < 0 && err == EINTR)) {
+        if (!pending) {
+            const LineInfo *li = el_line(le->el);
+            *had_text = li && li->lastchar > li->buffer;
+            el_reset(le->el);
+        }
         fputc('\n', stdout);
         fflush(stdout);
         got_sigint = 0;
