@@ -77,11 +77,14 @@ static void on_progress(void *user, const ms_progress *p) {
     if (!strcmp(p->step, "prompt")) {
         /* each pass over the weights reads about the same bytes: the passes
            left at the speed of those done */
-        char read[32], speed[32];
-        fmt_bytes(read, sizeof read, (double)p->bytes);
-        fmt_bytes(speed, sizeof speed, p->elapsed_s > 0 ? (double)p->bytes / p->elapsed_s : 0.0);
-        snprintf(line, sizeof line, "prompt: chunk %lld/%lld, %lld/%lld tokens, %s read (%s/s), %.1f s, ETA %s",
-                 (long long)p->chunk, (long long)p->n_chunks, (long long)p->done, (long long)p->total, read, speed,
+        char rd[96] = "", read[32], speed[32];
+        if (p->bytes > 0) {                 /* nothing when every weight is in memory */
+            fmt_bytes(read, sizeof read, (double)p->bytes);
+            fmt_bytes(speed, sizeof speed, p->elapsed_s > 0 ? (double)p->bytes / p->elapsed_s : 0.0);
+            snprintf(rd, sizeof rd, ", %s read (%s/s)", read, speed);
+        }
+        snprintf(line, sizeof line, "prompt: chunk %lld/%lld, %lld/%lld tokens%s, %.1f s, ETA %s",
+                 (long long)p->chunk, (long long)p->n_chunks, (long long)p->done, (long long)p->total, rd,
                  p->elapsed_s, eta);
     } else {
         char done[32], total[32], speed[32];
