@@ -30,7 +30,7 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -lmpi)
 MPI_DROP   := src/engine/pipe_none.c
 endif
 ALL_CFLAGS = $(CFLAGS_BASE) $(MPI_CFLAGS) $(CFLAGS)
-LDLIBS   = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash $(MPI_LIBS) -lm -pthread
+LDLIBS   = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash -ledit $(MPI_LIBS) -lm -pthread
 LDFLAGS  ?=
 
 AVX2_FLAGS   = -mavx2 -mfma -mf16c

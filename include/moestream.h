@@ -422,6 +422,33 @@ ms_status ms_session_load(ms_session *s, const char *path);
 /* Token ids fed so far (owned by the session; valid until the next feed). */
 const int32_t *ms_session_tokens(const ms_session *s, int64_t *n);
 
+/* ---- progress of slow steps ---- */
+
+/* What a slow step has done so far. Steps and their units:
+ *   "open"    ms_engine_open reading the weights it keeps in memory: bytes
+ *   "verify"  ms_verify_checkpoint hashing the checkpoint: bytes
+ *   "pack"    ms_pack_checkpoint reading the trunk regions: bytes (of the checkpoint)
+ *   "prompt"  a feed or score of more than one token (ms_session_feed,
+ *             ms_session_score): tokens; chunk / n_chunks = passes over the weights */
+typedef struct ms_progress {
+    const char *step;
+    int64_t done, total;        /* in the step's unit; done == total on the last report */
+    int64_t chunk, n_chunks;    /* "prompt": passes done / to do (0 for the other steps) */
+    int64_t bytes;              /* bytes read from disk so far in the step ("prompt": the
+                                   weights this process read for it; else = done) */
+    double elapsed_s;           /* since the step began */
+} ms_progress;
+
+typedef void (*ms_progress_fn)(void *user, const ms_progress *p);
+
+/* Report the progress of the slow steps the CALLING THREAD runs to fn (NULL:
+ * stop reporting), from then on: a report when the step starts (done = 0) and
+ * after each piece of work (a read window, a region, a prompt chunk), the last
+ * with done == total. fn runs on the calling thread, inside the call; it must
+ * not call the engine. Other threads (a server's workers) are not affected.
+ * Nothing else changes: not a bit of any result, not the log. */
+void ms_progress_set(ms_progress_fn fn, void *user);
+
 /* ---- checksums ---- */
 
 typedef struct ms_verify_result {
@@ -438,8 +465,8 @@ typedef struct ms_verify_result {
  * when truncated, damaged or of another checkpoint), re-hash every block and
  * log one MS_LOG_ERROR line per tensor that mismatches ("FILE: tensor 'NAME'
  * bytes [A, B) of the file: checksum mismatch (moestream.sums), K of N
- * blocks"); the counts are in *out. Progress lines go to the log at
- * MS_LOG_INFO every 5 s. Returns MS_OK when the sidecar was written or
+ * blocks"); the counts are in *out. Progress goes to the function set
+ * with ms_progress_set, or else to the log at MS_LOG_INFO every 5 s. Returns MS_OK when the sidecar was written or
  * compared (mismatches included: see out->n_bad_tensors), MS_E_MODEL for an
  * invalid checkpoint or sidecar, MS_E_IO when a file cannot be read or the
  * sidecar cannot be written (message in errbuf). */
@@ -460,7 +487,8 @@ typedef struct ms_pack_result {
  * dense parts and the lm_head) is read from the shards, verified with the
  * checksum sidecar (sums_path as in ms_engine_params; it must exist: run
  * ms_verify_checkpoint first, MS_E_USAGE otherwise), and stored without loss
- * in ~0.75 of its bytes (docs/ARCHITECTURE.md, "Packed trunk"). Needs the
+ * in ~0.75 of its bytes (docs/ARCHITECTURE.md, "Packed trunk"); progress goes to the
+ * function set with ms_progress_set, or else to the log every 5 s. Needs the
  * model's config (its regions come from the model's binding). MS_E_MODEL
  * for a bad checkpoint, MS_E_IO when a file cannot be read or written
  * (message in errbuf). */

@@ -13,6 +13,7 @@
 #include "moestream.h"
 
 #include "cli/cmds.h"
+#include "cli/progress.h"
 #include "cli/util.h"
 #include "server/server.h"
 
@@ -235,6 +236,7 @@ static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x
     int32_t *step = malloc((size_t)(o->c.speculate + 1) * sizeof *step);
     if (!rp->gen || !step) st = MS_E_NOMEM;
     const int show = p->text_mode || ms_engine_has_tokenizer(x->e);
+    const double t_gen = cli_progress_now_s();
     while (st == MS_OK && !rp->stopped && rp->n_gen < o->n_gen) {
         if (rp->n_gen == 0 && o->dump_logits)
             *rc = dump_logits(o->dump_logits, ms_session_logits(x->s), x->info.n_vocab);
@@ -252,6 +254,7 @@ static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x
             if (show) cli_text_add(out, x->e, rp->gen[i], stream);
         }
         if (n_step > 0) pending = step[n_step - 1];
+        cli_progress_gen(rp->n_gen, o->n_gen, t_gen);
     }
     free(step);
     return st;
@@ -278,7 +281,10 @@ static void run_report(const run_opts *o, const run_prompt *p, run_ctx *x, const
         for (int64_t i = 0; i < rp->n_gen; i++) printf("%s%d", i ? "," : "", rp->gen[i]);
         printf("\n");
     }
-    if (!o->c.quiet) cli_print_stats_human(stderr, &stt);
+    if (!o->c.quiet) {
+        cli_print_stats_human(stderr, &stt);
+        cli_progress_gen_summary(stderr, &stt, o->n_gen);
+    }
 }
 
 int cmd_run(int argc, char **argv) {
@@ -288,9 +294,10 @@ int cmd_run(int argc, char **argv) {
     run_prompt p;
     run_ctx x;
     if (run_input(&o, &p) != 0) { free(p.text); free(p.ids); return EXIT_USAGE; }
+    cli_progress_start(o.c.quiet, o.json, o.c.progress);
     rc = run_open(&o, &p, &x);
     free(p.text);
-    if (rc != EXIT_OK) { run_close(&x); free(p.ids); return rc; }
+    if (rc != EXIT_OK) { cli_progress_stop(); run_close(&x); free(p.ids); return rc; }
     cli_text out, seen;
     cli_text_init(&out);
     cli_text_init(&seen);
@@ -302,6 +309,7 @@ int cmd_run(int argc, char **argv) {
     cli_pick *rp = &pk.base;
     ms_engine_stats_reset(x.e);
     ms_status st = run_generate(&o, &p, &x, &pk, &out, stream, &rc);
+    cli_progress_stop();
     cli_text_flush(&out, stream);
     if (stream) { fputc('\n', stream); fflush(stream); }
     if (st != MS_OK) {
@@ -445,8 +453,9 @@ static int cmd_perplexity(int argc, char **argv) {
     }
     if (!o.ids && read_text(o.file ? "--file" : "stdin", o.file, &in, &len) != 0) return EXIT_USAGE;
     ms_engine *e;
+    cli_progress_start(o.c.quiet, 0, o.c.progress);
     ms_status st = cli_open(&o.c, &e);
-    if (st != MS_OK) { free(in); free(ids); return cli_exit_code(st); }
+    if (st != MS_OK) { cli_progress_stop(); free(in); free(ids); return cli_exit_code(st); }
     if (ppl_ids(&o, e, in, len, &ids, &n) != 0) { free(in); free(ids); ms_engine_close(e); return EXIT_USAGE; }
     free(in);
     if (o.max_tokens > 1 && n > o.max_tokens) n = o.max_tokens;
@@ -471,6 +480,7 @@ static int cmd_perplexity(int argc, char **argv) {
                (long long)n, mean, exp(mean), (long long)info.prefill_chunk, sts.prefill_s,
                (long long)sts.trunk_bytes_read, (long long)sts.expert_bytes_read, (long long)sts.peak_rss_bytes);
     }
+    cli_progress_stop();
     ms_session_close(s);
     free(lp);
     free(ids);

@@ -42,6 +42,8 @@ const cli_opt cli_common_opts[] = {
       "positions a session holds (prompt + output)", 0, NULL, "--ctx" },
     { "--quiet", CLI_FLAG, C(quiet), NULL, 0, 0, NULL, "no progress or summary on stderr", 1, NULL, NULL },
     { "--verbose", CLI_FLAG, C(verbose), NULL, 0, 0, NULL, "the engine's info lines on stderr (model, memory plan)", 1, NULL, NULL },
+    { "--progress", CLI_FLAG, C(progress), NULL, 0, 0, NULL,
+      "progress of every step at once (else steps over 0.5 s), generation live; stderr a terminal only", 1, NULL, NULL },
     { "--trunk-ram", CLI_SIZE, C(trunk_bytes), "SIZE", 1, 9e18, NULL, "ceiling on pinned trunk + ring", 0, NULL, NULL },
     { "--expert-ram", CLI_SIZE, C(expert_bytes), "SIZE", 1, 9e18, NULL, "ceiling on the expert cache", 0, NULL, NULL },
     { "--io", CLI_CHOICE, C(io_backend), "pread|direct|uring", 0, 0, "direct", "I/O backend", 0, NULL, NULL },

@@ -81,6 +81,7 @@ typedef struct cli_cmd {
 typedef struct cli_opts {
     const char *model_dir;
     int threads, quiet;
+    int progress;               /* --progress: progress drawn from the first report, generation live */
     int64_t ram;
     int64_t max_context;
     int64_t trunk_bytes, expert_bytes;

@@ -8,6 +8,7 @@
 #include "moestream.h"
 
 #include "cli/cmds.h"
+#include "cli/progress.h"
 #include "cli/util.h"
 
 #include <stdio.h>
@@ -76,7 +77,7 @@ int cmd_trace(int argc, char **argv) {
 /* verify and pack: MODEL_DIR, --sums, --quiet, and one option of their own */
 typedef struct file_opts {
     const char *dir, *sums, *out;
-    int write, quiet;
+    int write, quiet, progress;
 } file_opts;
 
 #define F(f) offsetof(file_opts, f)
@@ -84,11 +85,13 @@ static const cli_opt verify_table[] = {
     { "--sums", CLI_STR, F(sums), "PATH", 0, 0, "MODEL_DIR/moestream.sums", "the checksum sidecar", 0, NULL, NULL },
     { "--write", CLI_FLAG, F(write), NULL, 0, 0, NULL, "hash every tensor and write the sidecar", 1, NULL, NULL },
     { "--quiet", CLI_FLAG, F(quiet), NULL, 0, 0, NULL, "no progress lines", 1, NULL, NULL },
+    { "--progress", CLI_FLAG, F(progress), NULL, 0, 0, NULL, "progress drawn from the start (stderr a terminal)", 1, NULL, NULL },
     END };
 static const cli_opt pack_table[] = {
     { "--out", CLI_STR, F(out), "PATH", 0, 0, "MODEL_DIR/moestream.pack", "where the packed trunk goes", 0, NULL, NULL },
     { "--sums", CLI_STR, F(sums), "PATH", 0, 0, "MODEL_DIR/moestream.sums", "the checksum sidecar", 0, NULL, NULL },
     { "--quiet", CLI_FLAG, F(quiet), NULL, 0, 0, NULL, "no progress lines", 1, NULL, NULL },
+    { "--progress", CLI_FLAG, F(progress), NULL, 0, 0, NULL, "progress drawn from the start (stderr a terminal)", 1, NULL, NULL },
     END };
 #undef F
 
@@ -104,8 +107,10 @@ int cmd_verify(int argc, char **argv) {
     ms_verify_result res;
     char msg[1024];
     /* mismatches are logged at error level: they are printed even with --quiet */
+    cli_progress_start(o.quiet, 0, o.progress);
     ms_status st = ms_verify_checkpoint(o.dir, o.sums, o.write, cli_log, NULL, o.quiet ? MS_LOG_ERROR : MS_LOG_INFO,
                                         &res, msg, sizeof msg);
+    cli_progress_stop();
     if (st != MS_OK) {
         fprintf(stderr, "moestream: %s\n", msg);
         return st == MS_E_IO && !strstr(msg, "--sums") ? EXIT_RUNTIME : EXIT_USAGE;
@@ -139,8 +144,10 @@ int cmd_pack(int argc, char **argv) {
     if (!o.dir) { fprintf(stderr, "moestream pack: MODEL_DIR is missing (moestream pack --help)\n"); return EXIT_USAGE; }
     ms_pack_result res;
     char msg[1024];
+    cli_progress_start(o.quiet, 0, o.progress);
     ms_status st = ms_pack_checkpoint(o.dir, o.out, o.sums, cli_log, NULL, o.quiet ? MS_LOG_ERROR : MS_LOG_INFO,
                                       &res, msg, sizeof msg);
+    cli_progress_stop();
     if (st != MS_OK) { fprintf(stderr, "moestream: %s\n", msg); return cli_exit_code(st); }
     char path[4200];
     snprintf(path, sizeof path, "%s/moestream.pack", o.dir);

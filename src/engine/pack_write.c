@@ -10,6 +10,7 @@
  */
 #include "engine/pack_write.h"
 
+#include "base/progress.h"
 #include "base/bufalloc.h"
 #include "base/clock.h"
 #include "format/pack.h"
@@ -76,6 +77,8 @@ ms_status ms_pack_write_trunk(ms_store *s, const char *path, uint64_t table_hash
     ms_status st = buf && q ? MS_OK : ms_err_set(err, MS_E_NOMEM, "store: out of memory");
     if (st == MS_OK) st = ms_pack_writer_open(path, table_hash, ms_sums_content_hash(sums), &w, err);
     int64_t done = 0, t_log = ms_now_ns();
+    ms_progress_step ps;
+    ms_progress_begin(&ps, "pack", total, 0);
     for (int i = 0; i < ms_store_n_regions(s) && st == MS_OK; i++) {
         ms_region_class cls;
         ms_store_region_layout(s, i, &cls, NULL, NULL);
@@ -83,7 +86,8 @@ ms_status ms_pack_write_trunk(ms_store *s, const char *path, uint64_t table_hash
         int64_t data = 0;
         if ((st = pack_region(s, i, w, buf, q, out, &data, err)) != MS_OK) break;
         done += data;
-        if (ms_now_ns() - t_log > 5000000000LL) {
+        ms_progress_report(&ps, done, 0, done);
+        if (!ms_progress_on() && ms_now_ns() - t_log > 5000000000LL) {
             t_log = ms_now_ns();
             ms_log(log, MS_LOG_INFO, "pack: %.1f of %.1f GB", (double)done / 1e9, (double)total / 1e9);
         }

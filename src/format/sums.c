@@ -13,6 +13,7 @@
 #include "base/bufalloc.h"
 #include "base/clock.h"
 #include "base/file.h"
+#include "base/progress.h"
 #include "base/io.h"
 #include "format/le.h"
 
@@ -201,6 +202,8 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
     }
     const int64_t t0 = ms_now_ns();
     int64_t last = t0, i = 0, at = 0;
+    ms_progress_step ps;
+    ms_progress_begin(&ps, "verify", total, 0);
     int cur = 0, pending = 0;   /* w[cur] is in flight when pending (never on leaving the loop) */
     if (st == MS_OK) {
         window_fill(s, file, &w[cur], &i, &at);
@@ -223,7 +226,8 @@ static ms_status hash_all(const ms_sums *s, const ms_logger *log, uint64_t *hash
         }
         done += a->bytes;
         const int64_t now = ms_now_ns();
-        if (now - last >= PROGRESS_NS) {
+        ms_progress_report(&ps, done, 0, done);
+        if (!ms_progress_on() && now - last >= PROGRESS_NS) {
             last = now;
             double sec = 1e-9 * (double)(now - t0);
             ms_log(log, MS_LOG_INFO, "sums: hashed %.1f of %.1f GB (%.0f%%), %.0f MB/s",

@@ -28,6 +28,7 @@
 #include "store/store_int.h"
 
 #include "base/bufalloc.h"
+#include "base/progress.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -394,18 +395,31 @@ static ms_status drain_window(ms_store *s, window *w, ms_status st, ms_err *err)
 static ms_status load_resident(ms_store *s, ms_err *err) {
     window w = { .n = 0 };
     ms_status st = MS_OK;
+    int64_t total = 0, done = 0;            /* bytes, for the "open" progress */
+    for (int i = 0; i < s->n_regions; i++)
+        if (s->regions[i].resident || (s->regions[i].cls == MS_REGION_EXPERT && s->plan.experts_resident))
+            total += s->regions[i].data_bytes;
+    ms_progress_step ps;
+    ms_progress_begin(&ps, "open", total, 0);
     for (int i = 0; i < s->n_regions && st == MS_OK; i++) {
         region *r = &s->regions[i];
         uint8_t *dst = NULL;
         if (r->resident) dst = r->buf;
         else if (r->cls == MS_REGION_EXPERT && s->plan.experts_resident) dst = experts_resident_slot(s, r);
         if (!dst) continue;
-        if (w.n == WINDOW && (st = drain_window(s, &w, st, err)) != MS_OK) break;
+        if (w.n == WINDOW) {
+            int64_t landed = 0;
+            for (int j = 0; j < w.n; j++) landed += s->regions[w.region[j]].data_bytes;
+            if ((st = drain_window(s, &w, st, err)) != MS_OK) break;
+            done += landed;
+            ms_progress_report(&ps, done, 0, done);
+        }
         st = store_submit(s, r, dst, &w.tk[w.n], err);
         if (st == MS_OK) { w.region[w.n] = i; w.dst[w.n] = dst; w.n++; }
     }
     st = drain_window(s, &w, st, err);
     if (st != MS_OK) return st;
+    ms_progress_report(&ps, total, 0, total);
     if (s->plan.experts_resident) experts_publish_resident(s);
     return MS_OK;
 }
