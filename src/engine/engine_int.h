@@ -165,8 +165,8 @@ ms_status ms_pipe_op(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, si
  * positions [0, n_past). */
 ms_status ms_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
                               char *msg, size_t len);
-/* ms_fwd_ctx.next.pass for stage 0 (pass_user = the engine): op on the
- * activations, the other stages (model.h, ms_pass_op). */
+/* ms_fwd_ctx.next.pass for stage 0 (pass_user = the engine): the other
+ * stages do op (model.h, ms_pass_op) on a pass's activations. */
 ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                        float *bank, int64_t nb_max, int *nb, ms_err *err);
 /* Stage 0, after a feed: the answers to its prompt chunks still out
