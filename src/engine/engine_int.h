@@ -204,8 +204,8 @@ ms_status ms_engine_pipe_layer_state(ms_engine *e, int get, int64_t id, int il, 
                                      int64_t n, char *msg, size_t len);
 /* 1 when this build has the pipeline (Open MPI), 0 for make MPI=0. */
 extern const int ms_pipe_built;
-/* ms_fwd_ctx.next.pass for stage 0 (pass_user = the engine): op on the
- * activations, the other stages (model.h, ms_pass_op). */
+/* ms_fwd_ctx.next.pass for stage 0 (pass_user = the engine): the other
+ * stages do op (model.h, ms_pass_op) on a pass's activations. */
 ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                        float *bank, int64_t nb_max, int *nb, ms_err *err);
 #endif
