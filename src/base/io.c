@@ -49,7 +49,7 @@ ms_io_params ms_io_default_params(void) {
     p.kind = MS_IO_DIRECT;
     /* 32: on a fast virtio disk more reads in flight kept decoding faster up
      * to 32 (not beyond), and at 16 the engine already kept the queue full, so
-     * the disk, not the engine, set the pace (docs/PERFORMANCE.md, "32 reads
+     * the disk, not the engine, set the pace (docs/perf/history.md, "32 reads
      * in flight by default"). A read in flight holds no memory of its own (it
      * lands in its destination); the pread backend runs a worker thread per
      * slot. */

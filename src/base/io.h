@@ -36,8 +36,8 @@
  *                 uring_buffered is set.
  *   Why O_DIRECT and big chunks: the disk takes a bounded number of segments
  *   per request, so direct reads into 2 MiB huge-page buffers
- *   (base/bufalloc.h) outrun reads into 4 KiB pages (docs/PERFORMANCE.md,
- *   "Device"). With the default chunk_bytes of 2 MiB and a 2 MiB-aligned
+ *   (base/bufalloc.h) outrun reads into 4 KiB pages (docs/perf/history.md,
+ *   "Device in run 3"). With the default chunk_bytes of 2 MiB and a 2 MiB-aligned
  *   buffer, each chunk lands in exactly one huge page.
  *
  * Priorities: a batch is submitted with a priority (ms_io_prio): DEMAND (a

@@ -33,7 +33,7 @@
 /* Threads that run the check hook (started only with params.check): one
  * core hashes several times faster than the disk delivers, so two keep up
  * with a fast disk and leave the rest of the cores to the compute threads
- * (docs/PERFORMANCE.md, "Checksums hashed as data lands"). */
+ * (docs/perf/history.md, "checksums hashed as data lands"). */
 #define IO_CHECK_THREADS 2
 
 /* EINTR / EAGAIN resubmissions of one chunk before it counts as a failure. */

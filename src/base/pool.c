@@ -11,11 +11,10 @@
  * microseconds apart) and many are short (an expert's matrix: ~0.2 ms on 2
  * threads); waking a sleeping thread costs tens of microseconds, more in a
  * VM, and it would be paid twice per job (the worker's start, the caller's
- * end). The spin is short (30 us) because on a 2-core machine a spinning
- * worker takes the core the I/O threads need: 200 us made the trunk-
- * streaming floor rung slower; 30 us gave a median -2.8% s/token fully
- * resident (faster in 8 of 9 interleaved pairs) and no loss at the floor
- * (docs/PERFORMANCE.md, "Thread pool: spin before sleeping"). A
+ * end). The spin is short because on a 2-core machine a spinning worker
+ * takes the core the I/O threads need: a long spin slowed the floor rung,
+ * a short one helped fully resident and cost nothing at the floor
+ * (docs/perf/history.md, "thread pool, spin before sleeping"). A
  * thread that finds nothing within SPIN_NS sleeps as before, so an idle
  * engine (waiting on I/O or on a client) does not burn its cores. */
 #include "base/pool.h"

@@ -25,7 +25,7 @@
  * falls with rank, a wrong guess that is read costs the disk as much as a
  * right one saves, and the disk is the bottleneck where guesses matter; k/2
  * reads fewer expert bytes than k and is as fast or faster
- * (docs/PERFORMANCE.md, "Guesses, I/O priorities and cancellation"). */
+ * (docs/perf/history.md, "guesses, I/O priorities and cancellation"). */
 static int64_t guesses_per_layer(const ms_config *cf) {
     return cf->num_experts_per_token > 1 ? cf->num_experts_per_token / 2 : 1;
 }
@@ -103,7 +103,7 @@ static const ms_layer *next_to_guess(const ms_fwd_ctx *c, int il) { return strea
  * router is in memory (no read is issued or waited for to get it). A guess
  * never changes a result: it only moves reads earlier (own scratch: this
  * layer's selection stays intact). How often it is right:
- * docs/PERFORMANCE.md, "Guesses, I/O priorities and cancellation". */
+ * docs/perf/history.md, "guesses, I/O priorities and cancellation". */
 static void guess_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t n_max) {
     const ms_layer *N = next_to_guess(c, L->index);
     if (!N || n_max <= 0) return;
@@ -124,8 +124,8 @@ void ms_xio_dense_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t T) 
  * closer than il's FFN input, with less lead time (only N's attention). Its
  * top k are guessed (those already cached or in flight cost nothing), and
  * they replace the first guesses: ms_store_predict cancels the first guesses
- * they leave out that are still queued. What they save: docs/PERFORMANCE.md,
- * "Second guesses" and "Second guesses replace the first".
+ * they leave out that are still queued. What they save: docs/perf/history.md,
+ * "second guesses" and "second guesses replace the first".
  * Only when N's attention and FFN weights are in memory; own scratch (f->h,
  * f->x are rewritten at N's start anyway). Changes no result. */
 void ms_xio_layer_end(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t T) {
@@ -228,8 +228,8 @@ void ms_xio_release(ms_fwd_ctx *c, ms_xio *x, int iu) { ms_store_release(c->stor
  * holding the LAST layers' experts: the next decode token then misses most
  * of its early layers, and each miss evicts an expert of a later layer it is
  * about to use. The next token shares experts with the last ones far more
- * than with the rest of the chunk (docs/PERFORMANCE.md, "Experts kept after
- * a prompt"), so those are the ones to keep. The layers already marked them
+ * than with the rest of the chunk (docs/perf/history.md, "Experts kept
+ * after a prompt"), so those are the ones to keep. The layers already marked them
  * while the chunk ran (ms_xio_acquire), which is what keeps them under
  * S3-FIFO; this pass orders them for LRU, and reaches a few more tokens
  * (kept_tokens). Changes no bit: only which experts stay cached. */

@@ -23,7 +23,7 @@ ms_status ms_cache_init(ms_cache *c, int n_slots, int n_keys, const char *policy
     memset(c, 0, sizeof *c);
     /* default S3-FIFO: on the bench checkpoint it never hit less than LRU and
      * read fewer expert bytes per token with few slots, where the policy
-     * matters (docs/PERFORMANCE.md, "S3-FIFO by default") */
+     * matters (docs/perf/history.md, "S3-FIFO by default") */
     const char *name = policy ? policy : "s3fifo";
     const ms_policy_ops *ops = ms_policy_find(name);
     if (!ops)

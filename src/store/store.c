@@ -335,8 +335,8 @@ static ms_status alloc_blocks(ms_store *s, const uint8_t *res, ms_err *err) {
      * are first written by reads during tokens, and an O_DIRECT read into
      * unmapped pages faults and zeroes them in the read's path: the first
      * token that fills a slot further than any before (and a prompt, for
-     * every first use) would pay it (docs/PERFORMANCE.md, "First-touch page
-     * faults"); here it is paid once, at start. Resident blocks need nothing:
+     * every first use) would pay it (docs/perf/history.md, "First-touch
+     * page faults"); here it is paid once, at start. Resident blocks need nothing:
      * ms_store_start reads them in full. */
     for (int i = BK_RING; i <= BK_BOUNCE; i++)
         ms_buf_prefault(s->blk[i].p, s->blk[i].bytes, s->blk[i].bytes >= MS_BUF_HUGE_PAGE);
