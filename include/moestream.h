@@ -423,17 +423,22 @@ typedef struct ms_verify_result {
     int wrote;                  /* 1: the sidecar was built and written */
     int64_t n_tensors, n_blocks, bytes;
     int64_t n_bad_tensors, n_bad_blocks;    /* mismatches (0 after a write) */
+    int64_t n_bad_files;        /* metadata files (config.json, the index, the tokenizer
+                                   files) that differ from the sidecar (0 after a write) */
     double seconds;
 } ms_verify_result;
 
 /* Build or check the checksum sidecar of the checkpoint in model_dir.
  * sums_path NULL = MODEL_DIR/moestream.sums. When the sidecar does not exist
  * or `write` is 1: read every tensor, hash it in 1 MiB blocks and write the
- * sidecar atomically (temporary file + rename). Otherwise: load it (refused
+ * sidecar atomically (temporary file + rename); config.json, the index and
+ * the tokenizer files are hashed into it too. Otherwise: load it (refused
  * when truncated, damaged or of another checkpoint), re-hash every block and
  * log one MS_LOG_ERROR line per tensor that mismatches ("FILE: tensor 'NAME'
  * bytes [A, B) of the file: checksum mismatch (moestream.sums), K of N
- * blocks"); the counts are in *out. Progress lines go to the log at
+ * blocks") and per metadata file that does ("DIR/FILE: checksum mismatch
+ * (moestream.sums): ..."), and warn about a moestream.pack beside the
+ * checkpoint that a run would ignore; the counts are in *out. Progress lines go to the log at
  * MS_LOG_INFO every 5 s. Returns MS_OK when the sidecar was written or
  * compared (mismatches included: see out->n_bad_tensors), MS_E_MODEL for an
  * invalid checkpoint or sidecar, MS_E_IO when a file cannot be read or the

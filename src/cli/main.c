@@ -713,7 +713,7 @@ static int cmd_verify(int argc, char **argv) {
                sums ? sums : path, (long long)r.n_tensors, (long long)r.n_blocks, gb, r.seconds, rate);
         return EXIT_OK;
     }
-    if (r.n_bad_tensors) {
+    if (r.n_bad_tensors || r.n_bad_files) {
         printf("MISMATCH: %lld tensors (%lld blocks) differ from the checksums; %.3f GB checked in %.2f s\n",
                (long long)r.n_bad_tensors, (long long)r.n_bad_blocks, gb, r.seconds);
         return EXIT_UNSOUND;
