@@ -410,9 +410,14 @@ void ms_reply_free(ms_reply *r);
 
 /* Save a session (tokens fed so far, KDA state, conv history, MLA cache, the
  * last logits) to `path`. The file's header identifies the model (a hash of
- * config.json and the tensor table) and is refused by a different model. */
+ * config.json and the tensor table) and its weights (docs/SECURITY.md,
+ * "Identity of the weights"), and is refused by a different model or other
+ * weights. MS_E_IO with the errno text when the file cannot be written. */
 ms_status ms_session_save(const ms_session *s, const char *path);
-/* Load a saved session into s (which must belong to the same model). */
+/* Load a saved session into s (which must belong to the same model and
+ * weights). MS_E_USAGE, with s unchanged or reset, for a file of another
+ * format, model, weights or dimensions, more positions than max_context, a
+ * bad checksum or an id outside the vocabulary. */
 ms_status ms_session_load(ms_session *s, const char *path);
 /* Token ids fed so far (owned by the session; valid until the next feed). */
 const int32_t *ms_session_tokens(const ms_session *s, int64_t *n);
