@@ -32,7 +32,6 @@
 #define SUMS_VERSION 2u
 #define SUMS_V1_HEADER_BYTES 48          /* format 1: no metadata entries */
 #define META_ABSENT UINT64_MAX           /* a metadata entry's size when the file was absent */
-#define META_MAX_BYTES ((int64_t)1 << 30) /* above every reader's own limit */
 #define META_CHUNK 65536
 #define PROGRESS_NS ((int64_t)5000000000)
 
@@ -53,6 +52,12 @@ struct ms_sums {
 
 const char *const ms_sums_meta_files[MS_SUMS_N_META] = {
     "config.json", "model.safetensors.index.json", "tiktoken.model", "tokenizer_config.json"
+};
+/* Each file's reader's own limit (docs/SECURITY.md, "Limits on metadata
+ * files"): a larger file is refused here as its reader would, before it is
+ * hashed. */
+static const int64_t META_MAX[MS_SUMS_N_META] = {
+    (int64_t)16 << 20, (int64_t)512 << 20, (int64_t)64 << 20, (int64_t)16 << 20
 };
 
 
@@ -383,16 +388,16 @@ done:
 
 /* Size and XXH3-64 of model_dir/name, read in 64 KiB pieces (nothing is
  * kept): *size = META_ABSENT when there is no such file. */
-static ms_status hash_meta(const char *model_dir, const char *name, uint64_t *size, uint64_t *hash, ms_err *err) {
+static ms_status hash_meta(const char *model_dir, int k, uint64_t *size, uint64_t *hash, ms_err *err) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s", model_dir, name);
+    snprintf(path, sizeof path, "%s/%s", model_dir, ms_sums_meta_files[k]);
     *size = META_ABSENT;
     *hash = 0;
     struct stat sb;
     if (lstat(path, &sb) != 0 && errno == ENOENT) return MS_OK;
     int fd;
     int64_t n;
-    ms_status st = ms_file_open(path, META_MAX_BYTES, &fd, &n, err);
+    ms_status st = ms_file_open(path, META_MAX[k], &fd, &n, err);
     if (st != MS_OK) return st;
     XXH3_state_t *x = XXH3_createState();
     uint8_t *buf = malloc(META_CHUNK);
@@ -411,7 +416,7 @@ static ms_status hash_meta(const char *model_dir, const char *name, uint64_t *si
 
 ms_status ms_sums_hash_meta(ms_sums *s, const char *model_dir, ms_err *err) {
     for (int k = 0; k < MS_SUMS_N_META; k++) {
-        const ms_status st = hash_meta(model_dir, ms_sums_meta_files[k], &s->meta[k][0], &s->meta[k][1], err);
+        const ms_status st = hash_meta(model_dir, k, &s->meta[k][0], &s->meta[k][1], err);
         if (st != MS_OK) return st;
     }
     return MS_OK;
@@ -441,7 +446,7 @@ ms_status ms_sums_check_meta(const ms_sums *s, const char *model_dir, const ms_l
     }
     for (int k = 0; k < MS_SUMS_N_META; k++) {
         uint64_t size, hash;
-        const ms_status st = hash_meta(model_dir, ms_sums_meta_files[k], &size, &hash, err);
+        const ms_status st = hash_meta(model_dir, k, &size, &hash, err);
         if (st != MS_OK) return st;
         if (size == s->meta[k][0] && hash == s->meta[k][1]) continue;
         char m[sizeof err->msg];

@@ -92,7 +92,8 @@ ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_er
 
 /* Hash the metadata files of model_dir (ms_sums_meta_files) into s, to be
  * written with it. A built sidecar records them absent until this is called.
- * Each is read in 64 KiB pieces (regular files of at most 1 GiB). Errors:
+ * Each is read in 64 KiB pieces (a regular file within its reader's limit,
+ * docs/SECURITY.md "Limits on metadata files"). Errors:
  * those of ms_file_open / ms_file_pread_full naming the file. */
 ms_status ms_sums_hash_meta(ms_sums *s, const char *model_dir, ms_err *err);
 
