@@ -415,9 +415,14 @@ void ms_reply_free(ms_reply *r);
 
 /* Save a session (tokens fed so far, KDA state, conv history, MLA cache, the
  * last logits) to `path`. The file's header identifies the model (a hash of
- * config.json and the tensor table) and is refused by a different model. */
+ * config.json and the tensor table) and its weights (docs/SECURITY.md,
+ * "Identity of the weights"), and is refused by a different model or other
+ * weights. MS_E_IO with the errno text when the file cannot be written. */
 ms_status ms_session_save(const ms_session *s, const char *path);
-/* Load a saved session into s (which must belong to the same model). */
+/* Load a saved session into s (which must belong to the same model and
+ * weights). MS_E_USAGE, with s unchanged or reset, for a file of another
+ * format, model, weights or dimensions, more positions than max_context, a
+ * bad checksum or an id outside the vocabulary. */
 ms_status ms_session_load(ms_session *s, const char *path);
 /* Token ids fed so far (owned by the session; valid until the next feed). */
 const int32_t *ms_session_tokens(const ms_session *s, int64_t *n);
@@ -455,18 +460,24 @@ typedef struct ms_verify_result {
     int wrote;                  /* 1: the sidecar was built and written */
     int64_t n_tensors, n_blocks, bytes;
     int64_t n_bad_tensors, n_bad_blocks;    /* mismatches (0 after a write) */
+    int64_t n_bad_files;        /* metadata files (config.json, the index, the tokenizer
+                                   files) that differ from the sidecar (0 after a write) */
     double seconds;
 } ms_verify_result;
 
 /* Build or check the checksum sidecar of the checkpoint in model_dir.
  * sums_path NULL = MODEL_DIR/moestream.sums. When the sidecar does not exist
  * or `write` is 1: read every tensor, hash it in 1 MiB blocks and write the
- * sidecar atomically (temporary file + rename). Otherwise: load it (refused
+ * sidecar atomically (temporary file + rename); config.json, the index and
+ * the tokenizer files are hashed into it too. Otherwise: load it (refused
  * when truncated, damaged or of another checkpoint), re-hash every block and
  * log one MS_LOG_ERROR line per tensor that mismatches ("FILE: tensor 'NAME'
  * bytes [A, B) of the file: checksum mismatch (moestream.sums), K of N
- * blocks"); the counts are in *out. Progress goes to the function set
- * with ms_progress_set, or else to the log at MS_LOG_INFO every 5 s. Returns MS_OK when the sidecar was written or
+ * blocks") and per metadata file that does ("DIR/FILE: checksum mismatch
+ * (moestream.sums): ..."), and warn about a moestream.pack beside the
+ * checkpoint that a run would ignore; the counts are in *out. Progress goes
+ * to the function set with ms_progress_set, or else to the log at
+ * MS_LOG_INFO every 5 s. Returns MS_OK when the sidecar was written or
  * compared (mismatches included: see out->n_bad_tensors), MS_E_MODEL for an
  * invalid checkpoint or sidecar, MS_E_IO when a file cannot be read or the
  * sidecar cannot be written (message in errbuf). */

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 #define MIB ((int64_t)1 << 20)
@@ -436,10 +437,82 @@ static void real_layout(const char *dir) {
     ms_ckpt_close(ck);
 }
 
+/* Sidecar format 2's metadata entries: hashed by ms_sums_hash_meta, checked
+ * by ms_sums_check_meta (an edit, a new file, a removed file), and a sidecar
+ * of format 1 (no entries) that loads with a warning. */
+static void meta_files(const char *tmp) {
+    char d[4200], shard[4300], cfg[4300], tok[4300], sums[4300], v1[4300];
+    snprintf(d, sizeof d, "%s/meta", tmp);
+    mkdir(d, 0755);
+    snprintf(shard, sizeof shard, "%s/a.safetensors", d);
+    const tdef a[] = { { "x", 3000 }, { "y", 10 } };
+    write_shard(shard, a, 2);
+    snprintf(cfg, sizeof cfg, "%s/config.json", d);
+    snprintf(tok, sizeof tok, "%s/tiktoken.model", d);
+    FILE *f = fopen(cfg, "w");
+    if (f) { fputs("{\"rms_norm_eps\": 1e-05}\n", f); fclose(f); }
+    ms_err err;
+    ms_err_clear(&err);
+    ms_ckpt *ck = NULL;
+    CHECK(ms_ckpt_open(d, &ck, &err) == MS_OK, "%s", err.msg);
+    if (!ck) return;
+    ms_sums *sm = NULL, *ld = NULL;
+    CHECK(ms_sums_build(ck, NULL, &sm, &err) == MS_OK, "build: %s", err.msg);
+    CHECK(sm && ms_sums_hash_meta(sm, d, &err) == MS_OK, "hash_meta: %s", err.msg);
+    snprintf(sums, sizeof sums, "%s/moestream.sums", d);
+    CHECK(sm && ms_sums_write(sm, sums, &err) == MS_OK, "write: %s", err.msg);
+    CHECK(ms_sums_load(sums, ck, &ld, &err) == MS_OK, "load: %s", err.msg);
+    if (!sm || !ld) { ms_sums_free(sm); ms_ckpt_close(ck); return; }
+    int n_bad = -1;
+    CHECK(ms_sums_check_meta(ld, d, NULL, NULL, &err) == MS_OK, "unchanged: %s", err.msg);
+    f = fopen(cfg, "w");
+    if (f) { fputs("{\"rms_norm_eps\": 2e-05}\n", f); fclose(f); }
+    CHECK(ms_sums_check_meta(ld, d, NULL, NULL, &err) == MS_E_MODEL && strstr(err.msg, "config.json: checksum mismatch"),
+          "edited config: '%s'", err.msg);
+    f = fopen(tok, "w");
+    if (f) { fputs("QQ== 0\n", f); fclose(f); }
+    const ms_logger lg = { log_fn, NULL, MS_LOG_DEBUG };
+    g_n_err_lines = 0;
+    CHECK(ms_sums_check_meta(ld, d, &lg, &n_bad, &err) == MS_OK && n_bad == 2 && g_n_err_lines == 2,
+          "two files differ: n_bad %d, %d lines", n_bad, g_n_err_lines);
+    CHECK(strstr(g_last_err, "tiktoken.model: not covered"), "new file: '%s'", g_last_err);
+    CHECK(remove(tok) == 0 && remove(cfg) == 0, "remove");
+    ms_err_clear(&err);
+    CHECK(ms_sums_check_meta(ld, d, NULL, NULL, &err) == MS_E_MODEL && strstr(err.msg, "config.json: missing"),
+          "removed config: '%s'", err.msg);
+    /* format 1: the same sidecar without the 64 bytes of entries */
+    FILE *in = fopen(sums, "rb");
+    uint8_t img[4096];
+    const size_t n = in ? fread(img, 1, sizeof img, in) : 0;
+    if (in) fclose(in);
+    CHECK(n == (size_t)MS_SUMS_HEADER_BYTES + 8 * 2 + 8, "sidecar of %zu bytes", n);
+    memmove(img + 48, img + 112, n - 112);
+    const size_t n1 = n - 64;
+    img[8] = 1;
+    const uint64_t h = XXH3_64bits(img, n1 - 8);
+    for (int i = 0; i < 8; i++) img[n1 - 8 + (size_t)i] = (uint8_t)(h >> (8 * i));
+    snprintf(v1, sizeof v1, "%s/v1.sums", d);
+    FILE *out = fopen(v1, "wb");
+    if (out) { fwrite(img, 1, n1, out); fclose(out); }
+    ms_sums *old = NULL;
+    CHECK(ms_sums_load(v1, ck, &old, &err) == MS_OK, "format 1: %s", err.msg);
+    g_n_err_lines = 0;
+    if (old) {
+        CHECK(ms_sums_content_hash(old) == ms_sums_content_hash(ld), "format 1: other block hashes");
+        CHECK(ms_sums_check_meta(old, d, &lg, &n_bad, &err) == MS_OK && n_bad == 0 && g_n_err_lines == 0,
+              "format 1 check (a warning only): n_bad %d, %d error lines", n_bad, g_n_err_lines);
+    }
+    ms_sums_free(old);
+    ms_sums_free(ld);
+    ms_sums_free(sm);
+    ms_ckpt_close(ck);
+}
+
 int main(void) {
     char tmp[] = "/tmp/ms_test_sums_XXXXXX";
     if (!mkdtemp(tmp)) { CHECK(0, "mkdtemp"); return CHECK_DONE("test_sums"); }
     generated(tmp);
+    meta_files(tmp);
     const char *td = getenv("MS_TESTDATA");
     if (td) {
         char path[4200];

@@ -123,7 +123,7 @@ int cmd_verify(int argc, char **argv) {
                o.sums ? o.sums : path, (long long)res.n_tensors, (long long)res.n_blocks, gb, res.seconds, rate);
         return EXIT_OK;
     }
-    if (res.n_bad_tensors) {
+    if (res.n_bad_tensors || res.n_bad_files) {
         printf("MISMATCH: %lld tensors (%lld blocks) differ from the checksums; %.3f GB checked in %.2f s\n",
                (long long)res.n_bad_tensors, (long long)res.n_bad_blocks, gb, res.seconds);
         return EXIT_UNSOUND;

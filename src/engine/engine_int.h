@@ -92,6 +92,28 @@ int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 
 typedef struct ms_pipe_hooks ms_pipe_hooks;    /* the pipeline's calls, below */
 
+/* ---- the identity of the weights (engine/ident.c; docs/SECURITY.md,
+ * "Identity of the weights") ----
+ * What a saved session, a pipeline stage or a prompt-cache entry records of
+ * the weights that computed it. sums: the digest of the checksum sidecar's
+ * block hashes (ms_sums_content_hash; 0 when the engine runs without one);
+ * sample: a fingerprint of every shard's name, size, first and last 4 KiB and
+ * of the tensor table (never 0 once opened). */
+typedef struct ms_weights_id {
+    uint64_t sums, sample;
+} ms_weights_id;
+/* The identity of e's weights, computed once at open. Pure. */
+ms_weights_id ms_weights_identity(const ms_engine *e);
+/* Whether a and b name the same weights: their sums digests when both have
+ * one (every byte), else their samples. Pure. */
+int ms_weights_id_same(ms_weights_id a, ms_weights_id b);
+/* "sums 0123456789abcdef, sampled 0123456789abcdef" (or "sampled ..., no
+ * sidecar") into buf; returns buf. */
+const char *ms_weights_id_str(ms_weights_id id, char *buf, size_t len);
+/* The sampled fingerprint of ck (reads 8 KiB per shard). MS_E_IO / MS_E_MODEL
+ * naming a shard that cannot be opened or read. */
+ms_status ms_weights_fingerprint(const ms_ckpt *ck, uint64_t *out, ms_err *err);
+
 struct ms_engine {
     ms_engine_params p;
     ms_logger log;
@@ -113,6 +135,7 @@ struct ms_engine {
     int32_t *batch_ids;         /* ms_sessions_feed: a pass's ids [prefill_chunk] */
     ms_fseg *batch_seg;         /* and its segments [prefill_chunk] (one token each at most) */
     uint64_t model_hash;        /* config.json + tensor table: identifies sessions on disk */
+    ms_weights_id weights_id;   /* the weights themselves (ms_weights_identity) */
     /* a pipeline (engine/pipe.c): this process is stage `stage` of n_stages and runs
        layers [stage_start[stage], stage_start[stage + 1]); one stage without */
     const ms_pipe_hooks *pipe;  /* NULL: one process */

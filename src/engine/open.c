@@ -4,9 +4,10 @@
  *   1. resolve_params   check and complete the parameters (nothing is read);
  *   2. open_checkpoint  config.json, the tensor table, and which layers this
  *                       process runs (a pipeline stage, or all of them);
- *   3. open_sidecars    the checksum sidecar, then the packed trunk (only with
- *                       the sidecar: a pack is only as good as the check of
- *                       what it decodes to);
+ *   3. open_sidecars    the weights' identity (ms_weights_identity), the
+ *                       checksum sidecar and the metadata files it covers,
+ *                       then the packed trunk (only with the sidecar: a pack
+ *                       is only as good as the check of what it decodes to);
  *   4. plan_budget      the store's share of --ram once the sessions and the
  *                       process are counted, and the automatic prompt chunk;
  *   5. open_store       the I/O options, the store, the model bound to it
@@ -132,11 +133,14 @@ static ms_status open_checkpoint(ms_engine *e, ms_err *err) {
     return st;
 }
 
-/* 3a. The checksum sidecar (p.sums_path, or MS_SUMS_FILE beside the
- * checkpoint when there is one); none with no_verify. */
+/* 3a. The sampled fingerprint of the weights; the checksum sidecar
+ * (p.sums_path, or MS_SUMS_FILE beside the checkpoint when there is one;
+ * none with no_verify), the metadata files it covers checked against it, and
+ * its digest as the weights' identity. */
 static ms_status open_sums(ms_engine *e, ms_err *err) {
     const ms_engine_params *p = &e->p;
-    if (p->no_verify) return MS_OK;
+    ms_status st = ms_weights_fingerprint(e->ckpt, &e->weights_id.sample, err);
+    if (st != MS_OK || p->no_verify) return st;
     char sums_path[4200];
     snprintf(sums_path, sizeof sums_path, "%s/%s", p->model_dir, MS_SUMS_FILE);
     const char *sp_path = p->sums_path ? p->sums_path : sums_path;
@@ -145,8 +149,9 @@ static ms_status open_sums(ms_engine *e, ms_err *err) {
                " (run 'moestream verify %s' once to write it)", MS_SUMS_FILE, p->model_dir);
         return MS_OK;
     }
-    const ms_status st = ms_sums_load(sp_path, e->ckpt, &e->sums, err);
-    if (st != MS_OK) return st;
+    if ((st = ms_sums_load(sp_path, e->ckpt, &e->sums, err)) != MS_OK) return st;
+    if ((st = ms_sums_check_meta(e->sums, p->model_dir, &e->log, NULL, err)) != MS_OK) return st;
+    e->weights_id.sums = ms_sums_content_hash(e->sums);
     ms_log(&e->log, MS_LOG_INFO, "checksums: %s (%lld blocks): every weight read is verified",
            sp_path, (long long)ms_sums_n_blocks(e->sums));
     return MS_OK;

@@ -53,6 +53,7 @@ ms_status ms_pack_checkpoint(const char *model_dir, const char *pack_path, const
         goto done;
     }
     if ((st = ms_sums_load(sums_path ? sums_path : sp, ck, &sums, &err)) != MS_OK) goto done;
+    if ((st = ms_sums_check_meta(sums, model_dir, &lg, NULL, &err)) != MS_OK) goto done;
     ms_store_params p = ms_store_default_params();
     p.log = &lg;
     p.sums = sums;

@@ -31,6 +31,19 @@ static void trunk_sizes(const ms_store *s, int64_t *cap, int64_t *total) {
     }
 }
 
+/* A failure of the pack writer (st, in err) as the command reports it: the
+ * output cannot be written where it was asked (a full disk, a read-only
+ * directory): MS_E_USAGE, as `verify` reports a sidecar it cannot write
+ * (docs/SECURITY.md, "Exit codes"), with the way out. */
+static ms_status writer_failed(ms_status st, ms_err *err) {
+    if (st != MS_E_IO) return st;
+    ms_err e2;
+    ms_err_clear(&e2);
+    ms_err_set(&e2, MS_E_USAGE, "%s; write the pack elsewhere with --out PATH (and pass --pack PATH to run)", err->msg);
+    *err = e2;
+    return MS_E_USAGE;
+}
+
 /* Read TRUNK region i into buf and add it to w (counted in out). */
 static ms_status pack_region(ms_store *s, int i, ms_pack_writer *w, uint8_t *buf, ms_pack_range *q,
                              ms_pack_result *out, int64_t *data, ms_err *err) {
@@ -46,7 +59,7 @@ static ms_status pack_region(ms_store *s, int i, ms_pack_writer *w, uint8_t *buf
     }
     int64_t img = 0;
     st = ms_pack_writer_add(w, q, n, pos, buf, ms_store_region_bytes(s, i), &img, err);
-    if (st != MS_OK) return st;
+    if (st != MS_OK) return writer_failed(st, err);
     out->n_regions++;
     out->raw_bytes += *data;
     if (img > 0) {
@@ -75,7 +88,7 @@ ms_status ms_pack_write_trunk(ms_store *s, const char *path, uint64_t table_hash
     ms_pack_range *q = malloc(((size_t)max_ranges + 1) * sizeof *q);
     ms_pack_writer *w = NULL;
     ms_status st = buf && q ? MS_OK : ms_err_set(err, MS_E_NOMEM, "store: out of memory");
-    if (st == MS_OK) st = ms_pack_writer_open(path, table_hash, ms_sums_content_hash(sums), &w, err);
+    if (st == MS_OK) st = writer_failed(ms_pack_writer_open(path, table_hash, ms_sums_content_hash(sums), &w, err), err);
     int64_t done = 0, t_log = ms_now_ns();
     ms_progress_step ps;
     ms_progress_begin(&ps, "pack", total, 0);
@@ -92,7 +105,7 @@ ms_status ms_pack_write_trunk(ms_store *s, const char *path, uint64_t table_hash
             ms_log(log, MS_LOG_INFO, "pack: %.1f of %.1f GB", (double)done / 1e9, (double)total / 1e9);
         }
     }
-    if (st == MS_OK) st = ms_pack_writer_finish(w, err);
+    if (st == MS_OK) st = writer_failed(ms_pack_writer_finish(w, err), err);
     else ms_pack_writer_abort(w);
     free(q);
     ms_buf_free(buf, cap, cap >= MS_BUF_HUGE_PAGE);

@@ -31,6 +31,7 @@ void ms_pipe_ready_fill(ready *rd, const ms_engine *e, ms_status own, const char
     rd->streamed = ms_pipe_streamed(e);
     rd->hash = e->model_hash;
     rd->sums = ms_pipe_sums_digest(e);
+    rd->sample = e->weights_id.sample;
 }
 
 ms_status ms_pipe_ready_check(const ready *rd, int r, ms_engine *e, uint64_t sums, int64_t *streamed, char *b,
@@ -44,9 +45,12 @@ ms_status ms_pipe_ready_check(const ready *rd, int r, ms_engine *e, uint64_t sum
         snprintf(b, len, "pipeline stage %d opened another checkpoint (config or tensor table differ)", r);
         return MS_E_MODEL;
     }
-    if (sums && rd->sums && rd->sums != sums) {
+    const ms_weights_id theirs = { rd->sums, rd->sample }, ours = { sums, e->weights_id.sample };
+    if (!ms_weights_id_same(theirs, ours)) {
+        char x[96], y[96];
         snprintf(b, len, "pipeline stage %d's checkpoint holds other weights than stage 0's (the same tensor "
-                 "table, but their moestream.sums differ): every machine needs the same checkpoint", r);
+                 "table; stage %d: %s; stage 0: %s): every machine needs the same checkpoint", r, r,
+                 ms_weights_id_str(theirs, x, sizeof x), ms_weights_id_str(ours, y, sizeof y));
         return MS_E_MODEL;
     }
     if (rd->layer0 != e->stage_start[r] || rd->layer1 != e->stage_start[r + 1]) {
@@ -63,8 +67,8 @@ ms_status ms_pipe_ready_check(const ready *rd, int r, ms_engine *e, uint64_t sum
     if (rd->chunk < e->p.prefill_chunk) e->p.prefill_chunk = rd->chunk;    /* every stage's scratch holds the pass */
     *streamed += rd->streamed;
     if (!sums != !rd->sums)
-        ms_log(&e->log, MS_LOG_WARN, "pipeline stage %d has %s checksum sidecar and stage 0 %s: whether "
-               "they hold the same weights is not checked (moestream verify on every machine)", r,
+        ms_log(&e->log, MS_LOG_WARN, "pipeline stage %d has %s checksum sidecar and stage 0 %s: their weights "
+               "were compared by sampled fingerprint only (moestream verify on every machine)", r,
                rd->sums ? "a" : "no", sums ? "has one" : "has none");
     return MS_OK;
 }

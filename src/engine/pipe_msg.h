@@ -46,6 +46,7 @@ typedef struct ready {
     int64_t streamed;           /* trunk bytes the stage streams per pass (0: it holds its trunk) */
     uint64_t hash;
     uint64_t sums;              /* ms_sums_content_hash of its sidecar (0: weights not verified) */
+    uint64_t sample;            /* the sampled fingerprint of its weights (ms_weights_identity) */
     char err[448];
 } ready;
 
@@ -75,7 +76,9 @@ void ms_pipe_ready_fill(ready *rd, const ms_engine *e, ms_status own, const char
  * run (into b). e: stage 0's engine, NULL when its own open failed (only the
  * stage's status counts then). On MS_OK takes the smaller prompt chunk into
  * e, adds the stage's streamed bytes to *streamed, and warns when only one
- * of the two has a checksum sidecar. sums: stage 0's ms_pipe_sums_digest. */
+ * of the two has a checksum sidecar. Refuses other weights: the identities
+ * (ms_weights_id_same: the sums digests when both have a sidecar, else the
+ * sampled fingerprints) must agree. sums: stage 0's ms_pipe_sums_digest. */
 ms_status ms_pipe_ready_check(const ready *rd, int r, ms_engine *e, uint64_t sums, int64_t *streamed, char *b,
                               size_t len);
 /* What a READY says of e's weights and its trunk. */

@@ -5,24 +5,33 @@
  * layer, the latent MLA cache up to n_past per MLA layer, the last logits).
  *
  *   offset  field (little-endian)
- *   0       magic "MSSESS01"
- *   8       u64 model hash (config + tensor table, see engine.c)
+ *   0       magic "MSSESS02"
+ *   8       u64 model hash (config + tensor table, see open.c)
  *   16      i64 n_past, n_vocab, kda_S_floats, kda_conv_floats, n_kda,
  *           mla_pos_floats, n_mla, has_logits            (8 x 8 bytes)
- *   80      payload: i32 ids[n_past]; f32 logits[n_vocab] (if has_logits);
+ *   80      u64 weights' sums digest (0: saved without a sidecar), u64
+ *           weights' sampled fingerprint (ms_weights_identity)
+ *   96      payload: i32 ids[n_past]; f32 logits[n_vocab] (if has_logits);
  *           per KDA layer f32 S[kda_S_floats], conv[kda_conv_floats];
  *           per MLA layer f32 cache[n_past * mla_pos_floats]
  *   end     u64 FNV-1a of the payload
  *
  * Written to PATH.tmp then renamed, so a crash never leaves a torn file.
+ * Refused at load (MS_E_USAGE, exit 2, nothing of the session changed): a
+ * file of format 01 (no identity of the weights), another model, other
+ * weights (docs/SECURITY.md, "Identity of the weights"; the message names
+ * both identities), other state dimensions, more positions than the
+ * session's max_context, a bad checksum, and ids outside the vocabulary.
  */
 #include "engine/engine_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char MAGIC[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '1' };
+static const char MAGIC[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '2' };
+static const char MAGIC_01[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '1' };
 
 typedef struct dims {
     int64_t n_past, n_vocab, kda_S, kda_conv, n_kda, mla_pos, n_mla, has_logits;
@@ -46,12 +55,14 @@ typedef struct io {
     FILE *f;
     uint64_t h;
     int bad;
+    int err;                    /* errno of the first failed write (0: none seen) */
 } io;
 
 static void put(io *w, const void *p, size_t n) {
     if (w->bad || n == 0) return;
     w->h = ms_fnv1a(w->h, p, n);
-    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
+    errno = 0;
+    if (fwrite(p, 1, n, w->f) != n) { w->bad = 1; w->err = errno; }
 }
 
 static void get(io *r, void *p, size_t n) {
@@ -114,47 +125,78 @@ ms_status ms_session_save(const ms_session *cs, const char *path) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) return fail(s, MS_E_IO, "%s: %s", path, "cannot create the file");
+    if (!f) return fail(s, MS_E_IO, "%.200s: cannot create the file: %.200s", path, strerror(errno));
     dims d = session_dims(s);
-    io w = { f, MS_FNV_INIT, 0 };
+    io w = { f, MS_FNV_INIT, 0, 0 };
+    const uint64_t head[2] = { s->e->weights_id.sums, s->e->weights_id.sample };
     uint64_t hash = s->e->model_hash;
-    if (fwrite(MAGIC, 1, 8, f) != 8 || fwrite(&hash, 8, 1, f) != 1 || fwrite(&d, sizeof d, 1, f) != 1) w.bad = 1;
+    errno = 0;
+    if (fwrite(MAGIC, 1, 8, f) != 8 || fwrite(&hash, 8, 1, f) != 1 || fwrite(&d, sizeof d, 1, f) != 1 ||
+        fwrite(head, 8, 2, f) != 2) { w.bad = 1; w.err = errno; }
     put(&w, s->tokens, (size_t)d.n_past * sizeof(int32_t));
     if (d.has_logits) put(&w, s->logits, (size_t)d.n_vocab * sizeof(float));
     char msg[512];
     const ms_status ps = all_states(s, 1, &d, &w, msg, sizeof msg);
-    if (!w.bad && fwrite(&w.h, 8, 1, f) != 1) w.bad = 1;
-    if (fclose(f) != 0) w.bad = 1;
-    if (ps != MS_OK || w.bad || rename(tmp, path) != 0) {
+    errno = 0;
+    if (!w.bad && (fwrite(&w.h, 8, 1, f) != 1 || fflush(f) != 0)) { w.bad = 1; w.err = errno; }
+    errno = 0;
+    if (fclose(f) != 0 && !w.bad) { w.bad = 1; w.err = errno; }
+    errno = 0;
+    if (ps == MS_OK && !w.bad && rename(tmp, path) != 0) { w.bad = 1; w.err = errno; }
+    if (ps != MS_OK || w.bad) {
         remove(tmp);
-        return fail(s, ps != MS_OK ? ps : MS_E_IO, "%.200s: %.300s", path, ps != MS_OK ? msg : "write failed");
+        if (ps != MS_OK) return fail(s, ps, "%.200s: %.300s", path, msg);
+        return fail(s, MS_E_IO, "%.200s: write failed: %.200s", path, w.err ? strerror(w.err) : "unknown error");
+    }
+    return MS_OK;
+}
+
+/* The header of a session file open on f against session s: MS_OK with *d
+ * filled, or the refusal (message in s->error). Reads nothing of the state. */
+static ms_status load_header(ms_session *s, FILE *f, const char *path, dims *d) {
+    char magic[8], m[400];
+    uint64_t hash, head[2];
+    const dims want = session_dims(s);
+    if (fread(magic, 1, 8, f) != 8 || (memcmp(magic, MAGIC, 8) != 0 && memcmp(magic, MAGIC_01, 8) != 0))
+        return fail(s, MS_E_USAGE, "%s: %s", path, "not a moestream session file");
+    if (memcmp(magic, MAGIC_01, 8) == 0)
+        return fail(s, MS_E_USAGE, "%s: %s", path, "a session file of format 01, which does not record the identity of"
+                    " its weights: it cannot be checked against these weights, so it is not loaded (save it again)");
+    if (fread(&hash, 8, 1, f) != 1 || fread(d, sizeof *d, 1, f) != 1 || fread(head, 8, 2, f) != 2)
+        return fail(s, MS_E_USAGE, "%s: %s", path, "truncated header");
+    if (hash != s->e->model_hash)
+        return fail(s, MS_E_USAGE, "%s: %s", path, "saved with a different model (model hash differs)");
+    const ms_weights_id saved = { head[0], head[1] }, here = ms_weights_identity(s->e);
+    if (!ms_weights_id_same(saved, here)) {
+        char a[96], b[96];
+        snprintf(m, sizeof m, "saved with other weights (the session's: %s; these weights: %s)",
+                 ms_weights_id_str(saved, a, sizeof a), ms_weights_id_str(here, b, sizeof b));
+        return fail(s, MS_E_USAGE, "%s: %s", path, m);
+    }
+    if (d->n_vocab != want.n_vocab || d->kda_S != want.kda_S || d->kda_conv != want.kda_conv ||
+        d->n_kda != want.n_kda || d->mla_pos != want.mla_pos || d->n_mla != want.n_mla ||
+        d->has_logits < 0 || d->has_logits > 1 || d->n_past < 0)
+        return fail(s, MS_E_USAGE, "%s: %s", path, "state dimensions differ from this model");
+    if (d->n_past > s->st.max_ctx) {
+        snprintf(m, sizeof m, "holds %lld positions, more than this session's max_context %lld (--context)",
+                 (long long)d->n_past, (long long)s->st.max_ctx);
+        return fail(s, MS_E_USAGE, "%s: %s", path, m);
     }
     return MS_OK;
 }
 
 ms_status ms_session_load(ms_session *s, const char *path) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(s, MS_E_IO, "%s: %s", path, "cannot open");
-    char magic[8];
-    uint64_t hash;
-    dims d, want = session_dims(s);
-    ms_status st = MS_OK;
-    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, MAGIC, 8) != 0) {
-        st = fail(s, MS_E_USAGE, "%s: %s", path, "not a moestream session file");
-    } else if (fread(&hash, 8, 1, f) != 1 || fread(&d, sizeof d, 1, f) != 1) {
-        st = fail(s, MS_E_USAGE, "%s: %s", path, "truncated header");
-    } else if (hash != s->e->model_hash) {
-        st = fail(s, MS_E_USAGE, "%s: %s", path, "saved with a different model (model hash differs)");
-    } else if (d.n_vocab != want.n_vocab || d.kda_S != want.kda_S || d.kda_conv != want.kda_conv ||
-               d.n_kda != want.n_kda || d.mla_pos != want.mla_pos || d.n_mla != want.n_mla ||
-               d.has_logits < 0 || d.has_logits > 1 || d.n_past < 0) {
-        st = fail(s, MS_E_USAGE, "%s: %s", path, "state dimensions differ from this model");
-    } else if (d.n_past > s->st.max_ctx) {
-        st = fail(s, MS_E_CONTEXT, "%s: %s", path, "holds more positions than this session's max_context");
+    if (!f) {
+        char m[256];
+        snprintf(m, sizeof m, "cannot open: %s", strerror(errno));
+        return fail(s, MS_E_IO, "%s: %s", path, m);
     }
+    dims d;
+    ms_status st = load_header(s, f, path, &d);
     if (st != MS_OK) { fclose(f); return st; }
     /* read into the live state; on any failure the session is reset */
-    io r = { f, MS_FNV_INIT, 0 };
+    io r = { f, MS_FNV_INIT, 0, 0 };
     get(&r, s->tokens, (size_t)d.n_past * sizeof(int32_t));
     if (d.has_logits) get(&r, s->logits, (size_t)d.n_vocab * sizeof(float));
     char msg[512];
@@ -173,6 +215,13 @@ ms_status ms_session_load(ms_session *s, const char *path) {
         ms_session_reset(s);
         return fail(s, MS_E_USAGE, "%s: %s", path, r.bad ? "truncated" : "checksum mismatch (corrupted file)");
     }
+    for (int64_t i = 0; i < d.n_past; i++)
+        if (s->tokens[i] < 0 || s->tokens[i] >= d.n_vocab) {
+            snprintf(msg, sizeof msg, "position %lld holds id %d, outside the vocabulary [0, %lld)", (long long)i,
+                     (int)s->tokens[i], (long long)d.n_vocab);
+            ms_session_reset(s);
+            return fail(s, MS_E_USAGE, "%.200s: %.300s", path, msg);
+        }
     if ((st = ms_engine_pipe_op(s->e, MS_PIPE_SET_PAST, s->st.pipe_id, d.n_past, msg, sizeof msg)) != MS_OK) {
         ms_session_reset(s);
         return fail(s, st, "%.200s: %.300s", path, msg);

@@ -326,6 +326,7 @@ ms_status ms_pack_decode_image(uint8_t *buf, int64_t buf_bytes, const ms_pack_en
 
 struct ms_pack_writer {
     char *path, *tmp;
+    int anon;                   /* 1: fd is an unnamed O_TMPFILE file, linked as tmp at finish */
     int fd;
     int dfd;                    /* the same file with O_DIRECT, for the images (4096-aligned
                                    and padded): no copy into the page cache; -1 = none */
@@ -352,13 +353,22 @@ ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t su
     w->xs = XXH3_createState();
     if (!w->path || !w->tmp || !w->scratch || !w->xs) { ms_pack_writer_abort(w); return ms_err_set(err, MS_E_NOMEM, "out of memory"); }
     sprintf(w->tmp, "%s.tmp", path);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    (void)unlink(w->tmp);               /* a leftover of a run killed before this writer kept it unnamed */
+    /* unnamed until it is complete: a killed run leaves nothing behind */
+    char *slash = strrchr(w->path, '/');
+    if (slash) *slash = '\0';
+    w->fd = open(slash ? (slash == w->path ? "/" : w->path) : ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (slash) *slash = '/';
+    w->anon = w->fd >= 0;
+    if (!w->anon) w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);   /* no O_TMPFILE here */
     if (w->fd < 0) {
-        ms_err_set(err, MS_E_IO, "%s: %s", w->tmp, strerror(errno));
+        ms_err_set(err, MS_E_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
         ms_pack_writer_abort(w);
         return MS_E_IO;
     }
-    w->dfd = open(w->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);     /* refused on some filesystems */
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", w->fd);
+    w->dfd = open(w->anon ? self : w->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);     /* refused on some filesystems */
     w->table_hash = table_hash;
     w->sums_hash = sums_hash;
     w->at = MS_PACK_ALIGN;
@@ -370,7 +380,7 @@ static ms_status write_all(int fd, const uint8_t *p, int64_t n, int64_t off, con
     while (n > 0) {
         ssize_t k = pwrite(fd, p, (size_t)(n < ((int64_t)1 << 30) ? n : (int64_t)1 << 30), (off_t)off);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return ms_err_set(err, MS_E_IO, "%s: write: %s", path, k < 0 ? strerror(errno) : "no progress");
+        if (k <= 0) return ms_err_set(err, MS_E_IO, "%s: write failed: %s", path, k < 0 ? strerror(errno) : "no progress");
         p += k; n -= k; off += k;
     }
     return MS_OK;
@@ -503,11 +513,18 @@ ms_status ms_pack_writer_finish(ms_pack_writer *w, ms_err *err) {
     ms_put64(h + 64, XXH3_64bits(h, 64));
     ms_status st = write_all(w->fd, w->index, w->index_len, w->at, w->tmp, err);
     if (st == MS_OK) st = write_all(w->fd, h, HEADER_BYTES, 0, w->tmp, err);
-    if (st == MS_OK && fsync(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: fsync: %s", w->tmp, strerror(errno));
+    if (st == MS_OK && fsync(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: fsync failed: %s", w->tmp, strerror(errno));
+    if (st == MS_OK && w->anon) {
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", w->fd);
+        if (linkat(AT_FDCWD, self, AT_FDCWD, w->tmp, AT_SYMLINK_FOLLOW) != 0)
+            st = ms_err_set(err, MS_E_IO, "%s: cannot link the written file: %s", w->tmp, strerror(errno));
+        w->anon = 0;                    /* named now: abort removes it */
+    }
     /* the engine reads the pack with O_DIRECT: written pages left in the page
      * cache would only make its first reads invalidate them (and hold memory) */
     if (st == MS_OK) (void)posix_fadvise(w->fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (st == MS_OK && close(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: close: %s", w->tmp, strerror(errno));
+    if (st == MS_OK && close(w->fd) != 0) st = ms_err_set(err, MS_E_IO, "%s: close failed: %s", w->tmp, strerror(errno));
     w->fd = -1;
     if (w->dfd >= 0) close(w->dfd);
     w->dfd = -1;
@@ -523,7 +540,7 @@ void ms_pack_writer_abort(ms_pack_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (w->dfd >= 0) close(w->dfd);
-    if (w->tmp) unlink(w->tmp);
+    if (w->tmp && !w->anon) unlink(w->tmp);
     free(w->path); free(w->tmp); free(w->img); if (w->xs) XXH3_freeState(w->xs); free(w->scratch); free(w->index);
     free(w);
 }

@@ -151,7 +151,14 @@ const char *ms_pack_decoder_name(void);
 
 typedef struct ms_pack_writer ms_pack_writer;
 
-/* Create `path`.tmp for the checkpoint whose table and sums hashes are given. */
+/* Start the pack of the checkpoint whose table and sums hashes are given
+ * (sums_hash: ms_sums_content_hash of the sidecar it is built from; a pack
+ * whose sidecar differs is refused at load). The file is written unnamed
+ * (O_TMPFILE in path's directory) and linked as `path`.tmp, then renamed to
+ * `path` only at finish, so a killed run leaves nothing behind; where the
+ * filesystem has no O_TMPFILE it is written as `path`.tmp directly. A
+ * `path`.tmp left by an earlier killed run is removed here. Errors: MS_E_IO
+ * naming the file and the errno text, MS_E_NOMEM. */
 ms_status ms_pack_writer_open(const char *path, uint64_t table_hash, uint64_t sums_hash,
                               ms_pack_writer **out, ms_err *err);
 /* Add one region: its ranges, their positions in the region buffer (as the

@@ -30,7 +30,10 @@
 #define B MS_SUMS_BLOCK_BYTES
 #define WIN_BYTES ((int64_t)64 << 20)    /* one read window (two are in use) */
 #define WIN_PIECES 4096                  /* requests per window, at most */
-#define SUMS_VERSION 1u
+#define SUMS_VERSION 2u
+#define SUMS_V1_HEADER_BYTES 48          /* format 1: no metadata entries */
+#define META_ABSENT UINT64_MAX           /* a metadata entry's size when the file was absent */
+#define META_CHUNK 65536
 #define PROGRESS_NS ((int64_t)5000000000)
 
 static const uint8_t MAGIC[8] = { 'M', 'S', 'S', 'U', 'M', 'S', 0, 1 };
@@ -44,6 +47,18 @@ struct ms_sums {
     int n_shards;
     int64_t **by_off;           /* [shard] non-empty tensor indices sorted by offset */
     int64_t *n_by_off;          /* [shard] */
+    int version;                /* of the file it was loaded from (SUMS_VERSION when built) */
+    uint64_t meta[MS_SUMS_N_META][2];   /* size (META_ABSENT) and XXH3-64 of each metadata file */
+};
+
+const char *const ms_sums_meta_files[MS_SUMS_N_META] = {
+    "config.json", "model.safetensors.index.json", "tiktoken.model", "tokenizer_config.json"
+};
+/* Each file's reader's own limit (docs/SECURITY.md, "Limits on metadata
+ * files"): a larger file is refused here as its reader would, before it is
+ * hashed. */
+static const int64_t META_MAX[MS_SUMS_N_META] = {
+    (int64_t)16 << 20, (int64_t)512 << 20, (int64_t)64 << 20, (int64_t)16 << 20
 };
 
 
@@ -136,6 +151,8 @@ static ms_status skeleton(const ms_ckpt *ck, ms_sums **out, ms_err *err) {
     for (int i = 0; i < s->n_shards; i++)
         qsort_r(s->by_off[i], (size_t)s->n_by_off[i], sizeof **s->by_off, cmp_off, (void *)ck);
     s->table_hash = ms_sums_table_hash(ck);
+    s->version = SUMS_VERSION;
+    for (int k = 0; k < MS_SUMS_N_META; k++) s->meta[k][0] = META_ABSENT, s->meta[k][1] = 0;
     *out = s;
     return MS_OK;
 nomem:
@@ -267,6 +284,10 @@ ms_status ms_sums_write(const ms_sums *s, const char *path, ms_err *err) {
     ms_put64(img + 24, s->table_hash);
     ms_put64(img + 32, (uint64_t)s->n_tensors);
     ms_put64(img + 40, (uint64_t)s->n_blocks);
+    for (int k = 0; k < MS_SUMS_N_META; k++) {
+        ms_put64(img + SUMS_V1_HEADER_BYTES + 16 * k, s->meta[k][0]);
+        ms_put64(img + SUMS_V1_HEADER_BYTES + 16 * k + 8, s->meta[k][1]);
+    }
     for (int64_t i = 0; i < s->n_blocks; i++) ms_put64(img + MS_SUMS_HEADER_BYTES + 8 * i, s->hash[i]);
     ms_put64(img + n - 8, XXH3_64bits(img, n - 8));
     char tmp[4200];
@@ -291,16 +312,23 @@ ms_status ms_sums_write(const ms_sums *s, const char *path, ms_err *err) {
     return st;
 }
 
+/* Header bytes of a sidecar of format `version` (0: a version this build
+ * does not read). */
+static int64_t header_bytes(uint32_t version) {
+    return version == 1 ? SUMS_V1_HEADER_BYTES : version == SUMS_VERSION ? MS_SUMS_HEADER_BYTES : 0;
+}
+
 /* The checks of a sidecar image: img holds the file's first n_img bytes (the
- * whole file when size == want, else just its header, which is enough to say
- * why it does not belong here). */
+ * whole file when size == want, else just its first 48 bytes, which are
+ * enough to say why it does not belong here). */
 static ms_status check_image(const char *path, const ms_sums *s, const uint8_t *img, int64_t size,
                              int64_t want, ms_err *err) {
 #define BAD(...) return ms_err_set(err, MS_E_MODEL, __VA_ARGS__)
     if (memcmp(img, MAGIC, 8) != 0) BAD("%s: not a moestream.sums file (bad magic)", path);
-    if (ms_get32(img + 8) != SUMS_VERSION) BAD("%s: version %u, expected %u", path, ms_get32(img + 8), SUMS_VERSION);
+    const int64_t hb = header_bytes(ms_get32(img + 8));
+    if (!hb) BAD("%s: version %u, expected 1 or %u", path, ms_get32(img + 8), SUMS_VERSION);
     const uint64_t n_blocks = ms_get64(img + 40);
-    const int64_t size_says = n_blocks > ((uint64_t)1 << 37) ? -1 : MS_SUMS_HEADER_BYTES + 8 * (int64_t)n_blocks + 8;
+    const int64_t size_says = n_blocks > ((uint64_t)1 << 37) ? -1 : hb + 8 * (int64_t)n_blocks + 8;
     if (size_says != size)
         BAD("%s: truncated or damaged: %lld bytes, its header says %lld; rebuild it with 'moestream verify MODEL_DIR --write'",
             path, (long long)size, (long long)size_says);
@@ -323,34 +351,114 @@ static ms_status check_image(const char *path, const ms_sums *s, const uint8_t *
 
 /* Reads at most the size this checkpoint's sidecar has (`want`): a file of
  * another size is judged by its header alone, so a huge or endless file costs
- * nothing (docs/SECURITY.md, "Limits on metadata files"). */
+ * nothing (docs/SECURITY.md, "Limits on metadata files"). Format 1 (no
+ * metadata entries) loads; ms_sums_check_meta then warns. */
 ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_err *err) {
     *out = NULL;
     ms_sums *s = NULL;
     ms_status st = skeleton(ck, &s, err);
     if (st != MS_OK) return st;
-    const int64_t want = MS_SUMS_HEADER_BYTES + 8 * s->n_blocks + 8;
     int fd;
-    int64_t size;
-    uint8_t *img = NULL;
+    int64_t size, hb = 0;
+    uint8_t *img = NULL, head[SUMS_V1_HEADER_BYTES];
     if ((st = ms_file_open(path, INT64_MAX, &fd, &size, err)) != MS_OK) goto done;
-    if (size < MS_SUMS_HEADER_BYTES + 8) {
+    if (size < SUMS_V1_HEADER_BYTES + 8) {
         st = ms_err_set(err, MS_E_MODEL, "%s: truncated: %lld bytes, a sidecar has at least %d; rebuild it with 'moestream verify MODEL_DIR --write'",
-                        path, (long long)size, MS_SUMS_HEADER_BYTES + 8);
-    } else {
-        const int64_t n_img = size == want ? size : MS_SUMS_HEADER_BYTES;
+                        path, (long long)size, SUMS_V1_HEADER_BYTES + 8);
+    } else if ((st = ms_file_pread_full(fd, head, sizeof head, 0, path, err)) == MS_OK) {
+        hb = header_bytes(ms_get32(head + 8));
+        const int64_t want = (hb ? hb : MS_SUMS_HEADER_BYTES) + 8 * s->n_blocks + 8;
+        const int64_t n_img = size == want ? size : SUMS_V1_HEADER_BYTES;
         img = malloc((size_t)n_img);
         if (!img) st = ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
         else st = ms_file_pread_full(fd, img, (size_t)n_img, 0, path, err);
         if (st == MS_OK) st = check_image(path, s, img, size, want, err);
     }
     close(fd);
-    if (st == MS_OK)
-        for (int64_t i = 0; i < s->n_blocks; i++) s->hash[i] = ms_get64(img + MS_SUMS_HEADER_BYTES + 8 * i);
+    if (st == MS_OK) {
+        s->version = (int)ms_get32(img + 8);
+        for (int k = 0; k < MS_SUMS_N_META && hb > SUMS_V1_HEADER_BYTES; k++) {
+            s->meta[k][0] = ms_get64(img + SUMS_V1_HEADER_BYTES + 16 * k);
+            s->meta[k][1] = ms_get64(img + SUMS_V1_HEADER_BYTES + 16 * k + 8);
+        }
+        for (int64_t i = 0; i < s->n_blocks; i++) s->hash[i] = ms_get64(img + hb + 8 * i);
+    }
 done:
     free(img);
     if (st != MS_OK) { ms_sums_free(s); return st; }
     *out = s;
+    return MS_OK;
+}
+
+/* Size and XXH3-64 of model_dir/name, read in 64 KiB pieces (nothing is
+ * kept): *size = META_ABSENT when there is no such file. */
+static ms_status hash_meta(const char *model_dir, int k, uint64_t *size, uint64_t *hash, ms_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", model_dir, ms_sums_meta_files[k]);
+    *size = META_ABSENT;
+    *hash = 0;
+    struct stat sb;
+    if (lstat(path, &sb) != 0 && errno == ENOENT) return MS_OK;
+    int fd;
+    int64_t n;
+    ms_status st = ms_file_open(path, META_MAX[k], &fd, &n, err);
+    if (st != MS_OK) return st;
+    XXH3_state_t *x = XXH3_createState();
+    uint8_t *buf = malloc(META_CHUNK);
+    if (!x || !buf) st = ms_err_set(err, MS_E_NOMEM, "sums: out of memory");
+    if (x) XXH3_64bits_reset(x);
+    for (int64_t at = 0; at < n && st == MS_OK; at += META_CHUNK) {
+        const size_t k = (size_t)(n - at < META_CHUNK ? n - at : META_CHUNK);
+        if ((st = ms_file_pread_full(fd, buf, k, at, path, err)) == MS_OK) XXH3_64bits_update(x, buf, k);
+    }
+    close(fd);
+    if (st == MS_OK) { *size = (uint64_t)n; *hash = XXH3_64bits_digest(x); }
+    if (x) XXH3_freeState(x);
+    free(buf);
+    return st;
+}
+
+ms_status ms_sums_hash_meta(ms_sums *s, const char *model_dir, ms_err *err) {
+    for (int k = 0; k < MS_SUMS_N_META; k++) {
+        const ms_status st = hash_meta(model_dir, k, &s->meta[k][0], &s->meta[k][1], err);
+        if (st != MS_OK) return st;
+    }
+    return MS_OK;
+}
+
+/* Why model_dir/name (index k) differs from the sidecar, into m. */
+static void meta_why(const ms_sums *s, int k, const char *model_dir, uint64_t size, uint64_t hash, char *m, size_t len) {
+    const char *f = ms_sums_meta_files[k];
+    if (s->meta[k][0] == META_ABSENT)
+        snprintf(m, len, "%s/%s: not covered by %s (the file was absent when it was written); "
+                 "rebuild it with 'moestream verify %s --write'", model_dir, f, MS_SUMS_FILE, model_dir);
+    else if (size == META_ABSENT)
+        snprintf(m, len, "%s/%s: missing, but %s holds its checksum", model_dir, f, MS_SUMS_FILE);
+    else
+        snprintf(m, len, "%s/%s: checksum mismatch (%s): %llu bytes hashing to %016llx, the sidecar says %llu"
+                 " bytes hashing to %016llx", model_dir, f, MS_SUMS_FILE, (unsigned long long)size,
+                 (unsigned long long)hash, (unsigned long long)s->meta[k][0], (unsigned long long)s->meta[k][1]);
+}
+
+ms_status ms_sums_check_meta(const ms_sums *s, const char *model_dir, const ms_logger *log, int *n_bad, ms_err *err) {
+    if (n_bad) *n_bad = 0;
+    if (s->version == 1) {
+        ms_log(log, MS_LOG_WARN, "checksums: the sidecar has format 1, which does not cover config.json,"
+               " the index or the tokenizer files: they are not verified (rebuild it with 'moestream verify %s --write')",
+               model_dir);
+        return MS_OK;
+    }
+    for (int k = 0; k < MS_SUMS_N_META; k++) {
+        uint64_t size, hash;
+        const ms_status st = hash_meta(model_dir, k, &size, &hash, err);
+        if (st != MS_OK) return st;
+        if (size == s->meta[k][0] && hash == s->meta[k][1]) continue;
+        char m[sizeof err->msg];
+        meta_why(s, k, model_dir, size, hash, m, sizeof m);
+        if (!n_bad) return ms_err_set(err, MS_E_MODEL, "%s", m);
+        ms_log(log, MS_LOG_ERROR, "%s", m);
+        (*n_bad)++;
+    }
     return MS_OK;
 }
 

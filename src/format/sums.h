@@ -15,11 +15,15 @@
  *
  *   file (little-endian):
  *     0    8  magic "MSSUMS\0\1"
- *     8    4  version (1)            12   4  reserved (0)
+ *     8    4  version (2)            12   4  reserved (0)
  *     16   8  block bytes B (2^20)   24   8  table hash (ms_sums_table_hash)
  *     32   8  n_tensors              40   8  n_blocks
- *     48   8 x n_blocks  block hashes, tensor by tensor in table order
+ *     48   16 x 4  metadata files, in ms_sums_meta_files' order: u64 size
+ *                  (2^64 - 1: absent when written), u64 XXH3-64 of its bytes
+ *     112  8 x n_blocks  block hashes, tensor by tensor in table order
  *     end  8  XXH3-64 of every byte before it
+ *   Format 1 (no metadata entries, block hashes at 48) still loads; its
+ *   metadata files are then unverified (ms_sums_check_meta warns).
  *
  *   The table hash covers the shard file names and, per tensor, its name,
  *   dtype, shape, shard, offset and byte count: a sidecar of another
@@ -28,7 +32,8 @@
  *   8 bytes per MiB of checkpoint (~12 MB for the 1.56 TB of Kimi K3).
  * Invariants (of a loaded or built sidecar):
  *   1. n_tensors == the checkpoint's tensor count, n_blocks == sum over the
- *      tensors of ceil(n_bytes / B), the file is exactly 56 + 8 n_blocks bytes;
+ *      tensors of ceil(n_bytes / B), the file is exactly 120 + 8 n_blocks
+ *      bytes (56 + 8 n_blocks for format 1);
  *   2. the checkpoint it was loaded against outlives it (names and shard
  *      paths are borrowed from it).
  * Thread safety: a loaded sidecar is read-only; check / cover may be called
@@ -49,7 +54,13 @@
 
 #define MS_SUMS_BLOCK_BYTES ((int64_t)1 << 20)
 #define MS_SUMS_FILE "moestream.sums"
-#define MS_SUMS_HEADER_BYTES 48
+#define MS_SUMS_HEADER_BYTES 112
+#define MS_SUMS_N_META 4
+
+/* The metadata files of a model directory the sidecar covers, by name:
+ * config.json, model.safetensors.index.json, tiktoken.model,
+ * tokenizer_config.json (each may be absent; absence is recorded). */
+extern const char *const ms_sums_meta_files[MS_SUMS_N_META];
 
 typedef struct ms_sums ms_sums;
 
@@ -78,6 +89,21 @@ ms_status ms_sums_write(const ms_sums *s, const char *path, ms_err *err);
  * message names the path and says which, and how to rebuild it), MS_E_NOMEM.
  * Allocates. */
 ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_err *err);
+
+/* Hash the metadata files of model_dir (ms_sums_meta_files) into s, to be
+ * written with it. A built sidecar records them absent until this is called.
+ * Each is read in 64 KiB pieces (a regular file within its reader's limit,
+ * docs/SECURITY.md "Limits on metadata files"). Errors:
+ * those of ms_file_open / ms_file_pread_full naming the file. */
+ms_status ms_sums_hash_meta(ms_sums *s, const char *model_dir, ms_err *err);
+
+/* Hash the metadata files of model_dir again and compare with what the
+ * loaded sidecar records. n_bad NULL: MS_E_MODEL naming the first file that
+ * differs (or appeared, or went missing) and how. n_bad given: one
+ * MS_LOG_ERROR line per such file, counted in *n_bad, MS_OK. A sidecar of
+ * format 1 records none: a warning to log, MS_OK. Errors otherwise: those of
+ * reading a file (MS_E_IO / MS_E_MODEL naming it). */
+ms_status ms_sums_check_meta(const ms_sums *s, const char *model_dir, const ms_logger *log, int *n_bad, ms_err *err);
 
 void ms_sums_free(ms_sums *s);
 
