@@ -17,6 +17,9 @@
  * the company; each request has its own sampler): text prompts stop at EOS
  * (unless --ignore-eos), id prompts only at the limit, as in `run`; a chat's
  * answer is that of `moestream chat` (one user turn, same options).
+ * Prompts sharing a prefix share its compute: a request starts from the
+ * longest prefix its session or the prompt cache holds ("cached_tokens"),
+ * and its pieces stop at the prompt cache's marks for a snapshot.
  */
 #include "moestream.h"
 
@@ -40,6 +43,7 @@ typedef struct req {
     int64_t n_gen;
     const char *finish;
     int done;
+    int64_t n_cached;           /* prompt ids restored from the prompt cache (or the session) */
 } req;
 
 typedef struct slot {
@@ -48,6 +52,7 @@ typedef struct slot {
     ms_sampler *smp;
     int64_t at;                 /* prompt ids read */
     int32_t pending;            /* picked, not fed (-1: none) */
+    int64_t mark;               /* where the prompt piece being fed ends (ms_session_prompt_mark) */
 } slot;
 
 /* A chat line's messages rendered into r->prompt; msg set when they cannot be. */
@@ -124,7 +129,8 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
         printf("}\n");
         return;
     }
-    printf(", \"prompt_tokens\": %lld, \"generated_ids\": [", (long long)r->n_prompt);
+    printf(", \"prompt_tokens\": %lld, \"cached_tokens\": %lld, \"generated_ids\": [", (long long)r->n_prompt,
+           (long long)r->n_cached);
     for (int64_t i = 0; i < r->n_gen; i++) printf("%s%d", i ? ", " : "", r->gen[i]);
     printf("]");
     if (r->chat) {
@@ -271,8 +277,11 @@ int cmd_batch(int argc, char **argv) {
                     st = MS_E_USAGE;
                     break;
                 }
-                ms_session_reset(sl[i].ses);
-                sl[i] = (slot){ sl[i].ses, r, sl[i].smp, 0, -1 };
+                /* the longest prefix held (the prompt cache); a prompt held whole picks at once */
+                ms_session_reuse(sl[i].ses, r->prompt, r->n_prompt, &r->n_cached);
+                sl[i] = (slot){ sl[i].ses, r, sl[i].smp, r->n_cached, -1, 0 };
+                if (sl[i].at == r->n_prompt) pick(&sl[i], (int32_t)info.eos_id, ignore_eos);
+                if (r->finish) release(&sl[i]);
             }
         }
         /* print what is finished, in order */
@@ -287,7 +296,9 @@ int cmd_batch(int argc, char **argv) {
             if (!s->r) continue;
             const int64_t left = s->r->n_prompt - s->at;
             if (left > 0 && room > 0) {
+                s->mark = ms_session_prompt_mark(s->ses, s->r->prompt, s->r->n_prompt, s->at);
                 n[k] = left < room ? left : room;
+                if (n[k] > s->mark - s->at) n[k] = s->mark - s->at;
                 room -= n[k];
                 ids[k] = s->r->prompt + s->at;
             } else if (s->pending >= 0) {
@@ -310,6 +321,7 @@ int cmd_batch(int argc, char **argv) {
             slot *s = &sl[who[q]];
             if (s->pending < 0) {               /* a prompt piece */
                 s->at += n[q];
+                ms_session_remember(s->ses, s->at != s->mark);     /* a piece's end: if there is room */
                 if (s->at < s->r->n_prompt) continue;
             }
             pick(s, (int32_t)info.eos_id, ignore_eos);

@@ -67,6 +67,9 @@ static void usage(FILE *f) {
         "  --io pread|direct|uring  I/O backend (default direct)  --queue-depth N  reads in flight (32)\n"
         "  --cache s3fifo|lru   expert cache policy (s3fifo)     --no-readahead     synchronous trunk reads\n"
         "  --trace PATH         append every expert request to PATH\n"
+        "  --prompt-cache-ram SIZE  RAM for snapshots of prompts' state reused by later prompts\n"
+        "                       sharing a prefix (0 = none; default: what the plan leaves of --ram,\n"
+        "                       none at --ram min, 2G without --ram; same output bits)\n"
         "  --no-predict-experts do not prefetch the next layer's experts predicted by its\n"
         "                       router (they are by default, while decoding)\n"
         "  --speculate K        decode: verify up to K tokens drafted by prompt lookup in one\n"
@@ -115,7 +118,8 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
         return 1;
     }
     if (!strcmp(a, "--io") || !strcmp(a, "--cache") || !strcmp(a, "--trace") || !strcmp(a, "--fault") ||
-        !strcmp(a, "--trunk-ram") || !strcmp(a, "--expert-ram") || !strcmp(a, "--queue-depth")) {
+        !strcmp(a, "--trunk-ram") || !strcmp(a, "--expert-ram") || !strcmp(a, "--queue-depth") ||
+        !strcmp(a, "--prompt-cache-ram")) {
         if (!v) { fprintf(stderr, "moestream: %s needs a value\n", a); return -1; }
         (*i)++;
         if (!strcmp(a, "--io")) o->io_backend = v;
@@ -133,6 +137,7 @@ int cli_parse_common(cli_opts *o, int argc, char **argv, int *i) {
             o->fault_at_read = strtoll(colon + 1, NULL, 10);
         } else {
             int64_t b = cli_parse_size(v);
+            if (!strcmp(a, "--prompt-cache-ram") && b >= 0) { o->prompt_cache = b ? b : MS_PROMPT_CACHE_OFF; return 1; }
             if (b <= 0) { fprintf(stderr, "moestream: bad %s '%s'\n", a, v); return -1; }
             if (!strcmp(a, "--trunk-ram")) o->trunk_bytes = b; else o->expert_bytes = b;
         }
@@ -195,6 +200,7 @@ ms_status cli_open(const cli_opts *o, ms_engine **e) {
     ep.ram_bytes = o->ram;
     ep.max_context = o->max_context;
     ep.trunk_bytes = o->trunk_bytes;
+    ep.prompt_cache_bytes = o->prompt_cache;
     ep.expert_bytes = o->expert_bytes;
     ep.io_backend = o->io_backend;
     ep.io_queue_depth = o->io_queue_depth;
@@ -282,7 +288,9 @@ static void print_ids(FILE *f, const int32_t *ids, int64_t n) {
 void cli_print_stats_json(FILE *f, const ms_stats *st) {
     int64_t n_tok = st->n_tokens_decode + st->n_tokens_prefill;
     double s_per_tok = st->n_tokens_decode ? st->decode_s / (double)st->n_tokens_decode : 0.0;
-    fprintf(f, "{\"prefill_tokens\": %lld, \"prefill_s\": %.6f, \"decode_tokens\": %lld, "
+    fprintf(f, "{\"cached_tokens\": %lld, \"prompt_cache_hits\": %lld, \"prompt_cache_bytes\": %lld, ",
+            (long long)st->prompt_tokens_reused, (long long)st->prompt_cache_hits, (long long)st->prompt_cache_bytes);
+    fprintf(f, "\"prefill_tokens\": %lld, \"prefill_s\": %.6f, \"decode_tokens\": %lld, "
             "\"decode_s\": %.6f, \"s_per_token\": %.6f, \"bytes_read\": %lld, \"trunk_bytes_read\": %lld, "
             "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
             "\"expert_requests\": %lld, \"expert_hits\": %lld, \"io_wait_s\": %.6f, "
@@ -458,7 +466,8 @@ static int cmd_run(int argc, char **argv) {
     cli_text_init(&out);
     FILE *stream = (text_mode && !o.json) ? stdout : NULL;
     ms_engine_stats_reset(e);
-    if (n_prompt > 0) st = ms_session_feed(s, prompt, n_prompt, NULL);
+    /* a prompt of its own goes through the prompt cache; after --load it continues the session */
+    if (n_prompt > 0) st = o.load ? ms_session_feed(s, prompt, n_prompt, NULL) : ms_session_feed_prompt(s, prompt, n_prompt, NULL);
     /* the stop rules: the EOS of a text prompt, the --max-tokens limit */
     cli_pick rp = { smp, gen, 0, o.n_gen, eos, text_mode && !o.ignore_eos, 0 };
     int32_t pending = -1;                   /* chosen, not fed yet */

@@ -313,10 +313,12 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
             at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                                    "DOES NOT FIT: the smallest plan needs %s in all, the budget is %s\n", d, c);
         } else {
-            const int64_t left = ram_bytes > 0 ? store_ram - plan.total_bytes : MS_PROMPT_CACHE_DEFAULT;
+            const int64_t left = ram_bytes > 0 ? store_ram - plan.total_bytes
+                                 : ram_bytes == MS_RAM_MIN ? 0 : MS_PROMPT_CACHE_DEFAULT;
             human(left > 0 ? left : 0, d, sizeof d);
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "prompt cache: %s (%s; --prompt-cache-ram sets it)\n", d,
-                                   ram_bytes > 0 ? "what the store's plan leaves" : "no budget: the default cap");
+                                   ram_bytes > 0 ? "what the store's plan leaves"
+                                   : ram_bytes == MS_RAM_MIN ? "none at the floor" : "no budget: the default cap");
             human(plan.total_bytes + session + overhead + MS_SLACK_BYTES + (ram_bytes > 0 && left > 0 ? left : 0), d, sizeof d);
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "total planned: %s\n", d);
         }

@@ -65,6 +65,8 @@ static void usage(FILE *f) {
         "  --parallel N           requests served together (default 1): each has its own session\n"
         "                         (the plan counts N), and every pass over the weights serves all\n"
         "                         of them (their decode tokens and up to one prompt chunk)\n"
+        "  --prompt-cache-ram SIZE  RAM for snapshots of prompts' state that later requests sharing\n"
+        "                         a prefix restore (0 = none; default: what the plan leaves of --ram)\n"
         "  --shutdown-timeout S   on SIGTERM wait this long for in-flight requests (default 30)\n"
         "  --idle-timeout S       close idle keep-alive connections after S seconds (default 60)\n"
         "  --sums PATH            checksum sidecar (default MODEL_DIR/moestream.sums when present):\n"
@@ -182,6 +184,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
         else if (!strcmp(a, "--speculate")) { bad = parse_int(v, 0, 31, &x); o->speculate = (int)x; }
         else if (!strcmp(a, "--parallel")) { bad = parse_int(v, 1, SRV_MAX_PARALLEL, &x); o->parallel = (int)x; }
         else if (!strcmp(a, "--chunk")) bad = parse_int(v, 1, 65536, &o->chunk);
+        else if (!strcmp(a, "--prompt-cache-ram")) { x = parse_size(v); bad = x < 0; o->prompt_cache = x ? x : MS_PROMPT_CACHE_OFF; }
         else if (!strcmp(a, "--shutdown-timeout")) { bad = parse_int(v, 0, 86400, &x); o->shutdown_s = (double)x; }
         else if (!strcmp(a, "--idle-timeout")) { bad = parse_int(v, 1, 86400, &x); o->idle_timeout_s = (int)x; }
         else { fprintf(stderr, "moestream serve: unknown option '%s' (see --help)\n", a); return -1; }
@@ -274,6 +277,7 @@ int ms_serve_main(int argc, char **argv) {
     ep.max_draft = s->o.speculate;
     ep.n_seq = s->o.parallel;
     ep.prefill_chunk = s->o.chunk;
+    ep.prompt_cache_bytes = s->o.prompt_cache;
     ep.sums_path = s->o.sums_path;
     ep.no_verify = s->o.no_verify;
     ep.pack_path = s->o.pack_path;

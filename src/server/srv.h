@@ -66,6 +66,7 @@ typedef struct srv_opts {
     int speculate;              /* draft up to this many tokens per decode pass (0 = off) */
     int parallel;               /* requests decoded together, one pass over the weights for all */
     int64_t chunk;              /* prompt tokens per pass over the weights (0 = the engine's 32) */
+    int64_t prompt_cache;       /* engine prompt_cache_bytes (--prompt-cache-ram) */
     int thinking;               /* default of "thinking" when a request does not say */
     double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
     int idle_timeout_s;         /* close idle keep-alive connections after this */
