@@ -252,7 +252,53 @@ static void model(const char *dir, const char *name) {
     free(ref);
 }
 
+/* MS_PREFIX_MEASURE=MODEL_DIR (not part of the suite): at the budget floor
+ * with a 256 MiB cache and 256-token chunks, the bytes read before the first token of a prompt of
+ * 1,000 ids, then of a second one sharing its first 976, then of the second
+ * fed cold; docs/PERFORMANCE.md quotes them. */
+static void measure(const char *dir) {
+    ms_engine_params p = ms_engine_default_params();
+    p.model_dir = dir;
+    p.ram_bytes = MS_RAM_MIN;
+    p.prompt_cache_bytes = (int64_t)256 << 20;
+    p.prefill_chunk = 256;
+    p.max_context = 2048;
+    ms_engine *e;
+    ms_session *s;
+    char msg[512];
+    if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK || ms_session_open(e, &s) != MS_OK) {
+        fprintf(stderr, "measure: %s\n", msg);
+        return;
+    }
+    ms_model_info info;
+    ms_engine_info(e, &info);
+    enum { N = 1000, TAIL = 24 };
+    static int32_t a[N], b[N];
+    for (int i = 0; i < N; i++) a[i] = b[i] = (int32_t)((i * 7919 + 13) % (info.n_vocab - 8));
+    for (int i = N - TAIL; i < N; i++) b[i] = (int32_t)((i * 104729 + 5) % (info.n_vocab - 8));
+    const int32_t *prompts[3] = { a, b, b };
+    const char *what[3] = { "first", "second, sharing 976", "second, cold" };
+    for (int k = 0; k < 3; k++) {
+        int64_t nc = 0;
+        ms_engine_stats_reset(e);
+        ms_status st = k < 2 ? ms_session_feed_prompt(s, prompts[k], N, &nc)
+                             : (ms_session_reset(s), ms_session_feed(s, prompts[k], N, NULL));
+        ms_stats stt;
+        ms_engine_stats(e, &stt);
+        printf("measure %s: %s: status %d, chunk %lld, reused %lld, fed %lld, bytes read %lld, cache %lld bytes in %d\n", dir,
+               what[k], st, (long long)info.prefill_chunk, (long long)nc, (long long)stt.n_tokens_prefill,
+               (long long)(stt.trunk_bytes_read + stt.expert_bytes_read), (long long)stt.prompt_cache_bytes,
+               stt.prompt_cache_entries);
+    }
+    ms_session_close(s);
+    ms_engine_close(e);
+}
+
 int main(void) {
+    if (getenv("MS_PREFIX_MEASURE")) {
+        measure(getenv("MS_PREFIX_MEASURE"));
+        return 0;
+    }
     const char *td = getenv("MS_TESTDATA");
     if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_prefix"); }
     const char *models[] = { "a", "c" };
