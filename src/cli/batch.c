@@ -183,6 +183,22 @@ static void release(slot *sl) {
     sl->r = NULL;
 }
 
+/* sl (its sampler open) takes r from the longest prefix of r's prompt its
+ * session or the prompt cache holds; a prompt held whole picks at once. */
+static void start(slot *sl, req *r, int32_t eos, int ignore_eos) {
+    ms_session_reuse(sl->ses, r->prompt, r->n_prompt, &r->n_cached);
+    *sl = (slot){ sl->ses, r, sl->smp, r->n_cached, -1, 0 };
+    if (sl->at == r->n_prompt) pick(sl, eos, ignore_eos);
+    if (r->finish) release(sl);
+}
+
+/* The prompt ids sl reads next, at most room: up to the prompt cache's next
+ * mark (sl->mark), where a snapshot is kept. */
+static int64_t piece(slot *sl, int64_t room) {
+    sl->mark = ms_session_prompt_mark(sl->ses, sl->r->prompt, sl->r->n_prompt, sl->at);
+    return sl->mark - sl->at < room ? sl->mark - sl->at : room;
+}
+
 int cmd_batch(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
@@ -277,11 +293,7 @@ int cmd_batch(int argc, char **argv) {
                     st = MS_E_USAGE;
                     break;
                 }
-                /* the longest prefix held (the prompt cache); a prompt held whole picks at once */
-                ms_session_reuse(sl[i].ses, r->prompt, r->n_prompt, &r->n_cached);
-                sl[i] = (slot){ sl[i].ses, r, sl[i].smp, r->n_cached, -1, 0 };
-                if (sl[i].at == r->n_prompt) pick(&sl[i], (int32_t)info.eos_id, ignore_eos);
-                if (r->finish) release(&sl[i]);
+                start(&sl[i], r, (int32_t)info.eos_id, ignore_eos);
             }
         }
         /* print what is finished, in order */
@@ -296,9 +308,7 @@ int cmd_batch(int argc, char **argv) {
             if (!s->r) continue;
             const int64_t left = s->r->n_prompt - s->at;
             if (left > 0 && room > 0) {
-                s->mark = ms_session_prompt_mark(s->ses, s->r->prompt, s->r->n_prompt, s->at);
-                n[k] = left < room ? left : room;
-                if (n[k] > s->mark - s->at) n[k] = s->mark - s->at;
+                n[k] = piece(s, room);
                 room -= n[k];
                 ids[k] = s->r->prompt + s->at;
             } else if (s->pending >= 0) {

@@ -643,6 +643,26 @@ static int64_t prompt_cut(const slot *sl, int P, int ib) {
     return cut;
 }
 
+/* The prompt ids slot i reads this step (at most room; its piece ends at
+ * a->cut): none while it waits for an earlier slot's shared prefix; after
+ * waiting, it first restores what that slot left in the prompt cache (a
+ * prompt restored whole picks in step). After the feed, step keeps a
+ * snapshot at the piece's end: always at a->cut, elsewhere if there is room. */
+static int64_t prompt_piece(slot *sl, int P, int i, int64_t room) {
+    slot *a = &sl[i];
+    if (waits(sl, P, i)) { a->waited = 1; return 0; }
+    if (a->waited) {
+        int64_t have = 0;
+        a->waited = 0;
+        ms_session_reuse(a->ses, a->full, a->n_full, &have);
+        a->at = have;
+        a->res.n_cached = have < a->j->n_prompt ? have : a->j->n_prompt;
+        if (a->at == a->n_full) return 0;
+    }
+    a->cut = prompt_cut(sl, P, i);
+    return a->cut - a->at < room ? a->cut - a->at : room;
+}
+
 /* One step of every active slot: one ms_sessions_feed call (one pass over
  * the weights) that reads each decoding slot's pending token and up to
  * prefill_chunk prompt tokens of the slots still reading their prompts (in
@@ -703,18 +723,7 @@ static void step(srv *s, slot *sl, int P) {
             continue;
         }
         if (!a->decoding && room > 0 && a->at < a->n_full) {
-            if (waits(sl, P, i)) { a->waited = 1; continue; }
-            if (a->waited) {
-                /* what the slot it waited for left in the prompt cache */
-                int64_t have = 0;
-                a->waited = 0;
-                ms_session_reuse(a->ses, a->full, a->n_full, &have);
-                a->at = have;
-                a->res.n_cached = have < a->j->n_prompt ? have : a->j->n_prompt;
-                if (a->at == a->n_full) continue;       /* its first pick: below */
-            }
-            a->cut = prompt_cut(sl, P, i);
-            take = a->cut - a->at < room ? a->cut - a->at : room;
+            if ((take = prompt_piece(sl, P, i, room)) == 0) continue;
             room -= take;
             from = a->full + a->at;
         } else if (a->decoding && a->pending >= 0) {
@@ -753,8 +762,7 @@ static void step(srv *s, slot *sl, int P) {
             continue;
         }
         const int was_prompt = !a->decoding;
-        if (was_prompt) atomic_fetch_add(&s->n_prompt_fed, n[q]);
-        if (was_prompt) ms_session_remember(a->ses, a->at + n[q] != a->cut);   /* a piece's end: if there is room */
+        if (was_prompt) { atomic_fetch_add(&s->n_prompt_fed, n[q]); ms_session_remember(a->ses, a->at + n[q] != a->cut); }
         if (was_prompt && (a->at += n[q]) < a->n_full) continue;
         slot_pick(s, sl, P, a, was_prompt);
     }
