@@ -129,7 +129,17 @@ typedef struct ms_engine_params {
        piece). N > 0: up to N groups for any pass of several sessions. The bits do not
        change. */
     int stage_groups;
+    /* the prompt cache (ms_session_reuse, ms_session_remember): snapshots of sessions'
+       state kept in RAM so that a prompt sharing a prefix with an earlier one feeds only
+       the rest. Bytes it may hold: 0 = automatic (with ram_bytes: what the store's plan
+       leaves of the budget, possibly nothing; with MS_RAM_MIN: none; without a budget:
+       MS_PROMPT_CACHE_DEFAULT); > 0: that much, taken from the store's share of ram_bytes
+       (MS_E_BUDGET when the store's floor no longer fits); MS_PROMPT_CACHE_OFF: none.
+       Off in a pipeline. The bits do not change (docs/ARCHITECTURE.md, "Prompt cache"). */
+    int64_t prompt_cache_bytes;
 } ms_engine_params;
+#define MS_PROMPT_CACHE_OFF ((int64_t)-1)
+#define MS_PROMPT_CACHE_DEFAULT ((int64_t)2 << 30)
 
 ms_engine_params ms_engine_default_params(void);
 
@@ -237,6 +247,11 @@ typedef struct ms_stats {
                                    them: the next chunk starts while the later stages work */
     int64_t stage_trunk_bytes[MS_MAX_STAGES], stage_expert_bytes[MS_MAX_STAGES];
     int64_t stage_peak_rss[MS_MAX_STAGES];  /* each stage's process (peak_rss_bytes: stage 0's) */
+    /* the prompt cache: prompt tokens restored instead of fed, restores, and what it holds
+       now (bytes and entries; not reset) out of prompt_cache_cap */
+    int64_t prompt_tokens_reused, prompt_cache_hits;
+    int64_t prompt_cache_bytes, prompt_cache_cap;
+    int prompt_cache_entries;
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);
@@ -337,6 +352,33 @@ void ms_session_reset(ms_session *s);
  * weights. MS_E_USAGE for sessions of different engines or dst == src; src's
  * sticky error is copied too. */
 ms_status ms_session_copy(ms_session *dst, const ms_session *src);
+
+/* ---- the prompt cache (ms_engine_params.prompt_cache_bytes) ----
+ * Snapshots of a session's whole state (ids, KDA state and conv history, the
+ * latent MLA cache, the logits) at chosen positions. A prompt enters as:
+ * ms_session_reuse, then feeds cut at ms_session_prompt_mark with
+ * ms_session_remember after each (ms_session_feed_prompt does all of it).
+ * Restoring reads no weights; what follows gives the bits a cold feed gives. */
+/* Make s hold the longest prefix of ids[0, n) it can get without computing:
+ * its own state when its ids are a prefix of ids (and it has logits), or the
+ * longest cached snapshot that is, whichever is longer; otherwise s is reset.
+ * *n_have: the positions s holds now (feed ids[*n_have, n) next). */
+ms_status ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t *n_have);
+/* Where a feed of ids, now at position `from`, should stop next to take a
+ * snapshot worth keeping: after the first chat message (<|end_of_msg|>; a
+ * shared system prompt), after the last message before the end (an edited or
+ * regenerated last message), where ids part from the longest prefix they share
+ * with a cached snapshot; else n. Each cut can cost one more pass over the
+ * weights, so only these. A value in (from, n]. */
+int64_t ms_session_prompt_mark(const ms_session *s, const int32_t *ids, int64_t n, int64_t from);
+/* Keep a snapshot of s at its position in the prompt cache (if_room: only
+ * when nothing must be evicted for it, as at the end of a prompt chunk). A
+ * no-op without a cache, or for an unsound session. */
+void ms_session_remember(ms_session *s, int if_room);
+/* ms_session_reuse, then ids[*n_cached, n) fed with ms_session_feed, cut at
+ * ms_session_prompt_mark with a snapshot after each piece. At least one token
+ * is fed unless the whole of ids was restored (the logits come with it). */
+ms_status ms_session_feed_prompt(ms_session *s, const int32_t *ids, int64_t n, int64_t *n_cached);
 
 /* Index of the largest logit; ties go to the lower index. */
 int32_t ms_argmax(const float *logits, int64_t n);

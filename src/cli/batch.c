@@ -24,6 +24,9 @@
  * the company; each request has its own sampler): text prompts stop at EOS
  * (unless --ignore-eos), id prompts only at the limit, as in `run`; a chat's
  * answer is that of `moestream chat` (one user turn, same options).
+ * Prompts sharing a prefix share its compute: a request starts from the
+ * longest prefix its session or the prompt cache holds ("cached_tokens"),
+ * and its pieces stop at the prompt cache's marks for a snapshot.
  */
 #include "moestream.h"
 
@@ -53,6 +56,7 @@ typedef struct req {
     int64_t n_gen;
     const char *finish;
     int done;
+    int64_t n_cached;           /* prompt ids restored from the prompt cache (or the session) */
 } req;
 
 typedef struct slot {
@@ -61,6 +65,7 @@ typedef struct slot {
     ms_sampler *smp;
     int64_t at;                 /* prompt ids read */
     int32_t pending;            /* picked, not fed (-1: none) */
+    int64_t mark;               /* where the prompt piece being fed ends (ms_session_prompt_mark) */
 } slot;
 
 /* The command's options: what a line does not say. */
@@ -207,7 +212,8 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
         printf("}\n");
         return;
     }
-    printf(", \"prompt_tokens\": %lld, \"generated_ids\": [", (long long)r->n_prompt);
+    printf(", \"prompt_tokens\": %lld, \"cached_tokens\": %lld, \"generated_ids\": [", (long long)r->n_prompt,
+           (long long)r->n_cached);
     for (int64_t i = 0; i < r->n_gen; i++) printf("%s%d", i ? ", " : "", r->gen[i]);
     printf("]");
     if (r->chat) {
@@ -322,21 +328,27 @@ typedef struct batch_run {
     int64_t n_req, next_req, printed;
 } batch_run;
 
-/* Free slots take the next requests. */
-static ms_status fill_slots(batch_run *b, int64_t n_vocab) {
+/* Free slots take the next requests, each from the longest prefix of its
+ * prompt its session or the prompt cache holds; a prompt held whole picks at
+ * once. */
+static ms_status fill_slots(batch_run *b, const ms_engine *e, const ms_model_info *info) {
     for (int i = 0; i < b->P; i++) {
         slot *sl = &b->sl[i];
         while (!sl->r && b->next_req < b->n_req) {
             req *r = &b->reqs[b->next_req++];
             if (r->done) continue;
             char msg[256];
-            if (!(sl->smp = ms_sampler_open(&r->sp, n_vocab, msg, sizeof msg))) {
+            if (!(sl->smp = ms_sampler_open(&r->sp, info->n_vocab, msg, sizeof msg))) {
                 fprintf(stderr, "moestream: %s\n", msg);
                 return MS_E_USAGE;
             }
-            ms_session_reset(sl->ses);
-            *sl = (slot){ sl->ses, r, sl->smp, 0, -1 };
             r->seen.stop = &r->stop;        /* the requests do not move any more */
+            ms_session_reuse(sl->ses, r->prompt, r->n_prompt, &r->n_cached);
+            *sl = (slot){ sl->ses, r, sl->smp, r->n_cached, -1, 0 };
+            if (sl->at == r->n_prompt) {
+                pick(e, sl, (int32_t)info->eos_id);
+                if (r->finish) release(sl);
+            }
         }
     }
     return MS_OK;
@@ -354,7 +366,9 @@ static int step(batch_run *b, const ms_engine *e, const ms_model_info *info, ms_
         if (!s->r) continue;
         const int64_t left = s->r->n_prompt - s->at;
         if (left > 0 && room > 0) {
-            b->n[k] = left < room ? left : room;
+            /* up to the prompt cache's next mark, where a snapshot is kept */
+            s->mark = ms_session_prompt_mark(s->ses, s->r->prompt, s->r->n_prompt, s->at);
+            b->n[k] = s->mark - s->at < room ? s->mark - s->at : room;
             room -= b->n[k];
             b->ids[k] = s->r->prompt + s->at;
         } else if (s->pending >= 0) {
@@ -375,6 +389,7 @@ static int step(batch_run *b, const ms_engine *e, const ms_model_info *info, ms_
         slot *s = &b->sl[b->who[q]];
         if (s->pending < 0) {               /* a prompt piece */
             s->at += b->n[q];
+            ms_session_remember(s->ses, s->at != s->mark);     /* a piece's end: if there is room */
             if (s->at < s->r->n_prompt) continue;
         }
         pick(e, s, (int32_t)info->eos_id);
@@ -453,7 +468,7 @@ int cmd_batch(int argc, char **argv) {
     if (st == MS_OK) st = batch_open(&b, e, o.c.parallel);
     rc = st == MS_OK ? EXIT_OK : cli_exit_code(st);
     while (st == MS_OK) {
-        st = fill_slots(&b, info.n_vocab);
+        st = fill_slots(&b, e, &info);
         /* print what is finished, in order */
         while (b.printed < b.n_req && b.reqs[b.printed].done) print_result(e, b.printed, &b.reqs[b.printed]), b.printed++;
         fflush(stdout);

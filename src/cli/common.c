@@ -40,6 +40,7 @@ void cli_engine_params(const cli_opts *o, ms_engine_params *ep_out) {
     ep.max_draft = o->speculate;
     ep.n_seq = o->parallel;
     ep.prefill_chunk = o->chunk;
+    ep.prompt_cache_bytes = o->prompt_cache;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = o->verbose ? MS_LOG_INFO : MS_LOG_WARN;
     ep.stages = o->stages;
@@ -67,7 +68,9 @@ void cli_print_ids(FILE *f, const int32_t *ids, int64_t n) {
 void cli_print_stats_json(FILE *f, const ms_stats *st) {
     int64_t n_tok = st->n_tokens_decode + st->n_tokens_prefill;
     double s_per_tok = st->n_tokens_decode ? st->decode_s / (double)st->n_tokens_decode : 0.0;
-    fprintf(f, "{\"prefill_tokens\": %lld, \"prefill_s\": %.6f, \"decode_tokens\": %lld, "
+    fprintf(f, "{\"cached_tokens\": %lld, \"prompt_cache_hits\": %lld, \"prompt_cache_bytes\": %lld, ",
+            (long long)st->prompt_tokens_reused, (long long)st->prompt_cache_hits, (long long)st->prompt_cache_bytes);
+    fprintf(f, "\"prefill_tokens\": %lld, \"prefill_s\": %.6f, \"decode_tokens\": %lld, "
             "\"decode_s\": %.6f, \"s_per_token\": %.6f, \"bytes_read\": %lld, \"trunk_bytes_read\": %lld, "
             "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
             "\"expert_requests\": %lld, \"expert_hits\": %lld, \"io_wait_s\": %.6f, "

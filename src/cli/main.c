@@ -231,7 +231,9 @@ static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x
                               FILE *stream, int *rc) {
     cli_pick *rp = &pk->base;
     ms_status st = MS_OK;
-    if (p->n > 0) st = ms_session_feed(x->s, p->ids, p->n, NULL);
+    /* a prompt of its own goes through the prompt cache; after --load-session it continues the session */
+    if (p->n > 0)
+        st = o->load ? ms_session_feed(x->s, p->ids, p->n, NULL) : ms_session_feed_prompt(x->s, p->ids, p->n, NULL);
     int32_t pending = -1;                   /* chosen, not fed yet */
     int32_t *step = malloc((size_t)(o->c.speculate + 1) * sizeof *step);
     if (!rp->gen || !step) st = MS_E_NOMEM;

@@ -32,6 +32,14 @@ static int parse_fault(void *dst, const char *v, char *why, size_t why_len) {
 }
 
 #define C(f) offsetof(cli_opts, f)
+/* --prompt-cache-ram: a size; 0 = no prompt cache (MS_PROMPT_CACHE_OFF). */
+static int parse_prompt_cache(void *dst, const char *v, char *why, size_t why_len) {
+    const int64_t b = v ? cli_parse_size(v) : -1;
+    if (b < 0) { snprintf(why, why_len, SIZE_UNITS ", or 0 for none"); return -1; }
+    *(int64_t *)dst = b ? b : MS_PROMPT_CACHE_OFF;
+    return 0;
+}
+
 const cli_opt cli_common_opts[] = {
     { "--threads", CLI_INT, C(threads), "N", 1, 1024, "all cores", "compute threads (the output bits do not change)", 0, NULL, NULL },
     { "--kernels", CLI_CHOICE, C(kernels), "auto|ref|avx2|avx512|avx512-l2", 0, 0, "auto",
@@ -46,6 +54,9 @@ const cli_opt cli_common_opts[] = {
       "progress of every step at once (else steps over 0.5 s), generation live; stderr a terminal only", 1, NULL, NULL },
     { "--trunk-ram", CLI_SIZE, C(trunk_bytes), "SIZE", 1, 9e18, NULL, "ceiling on pinned trunk + ring", 0, NULL, NULL },
     { "--expert-ram", CLI_SIZE, C(expert_bytes), "SIZE", 1, 9e18, NULL, "ceiling on the expert cache", 0, NULL, NULL },
+    { "--prompt-cache-ram", CLI_CUSTOM, C(prompt_cache), "SIZE", 0, 0, "what the plan leaves of --ram",
+      "RAM for snapshots of prompts' state reused by later prompts sharing a prefix (0 = none)", 0,
+      parse_prompt_cache, NULL },
     { "--io", CLI_CHOICE, C(io_backend), "pread|direct|uring", 0, 0, "direct", "I/O backend", 0, NULL, NULL },
     { "--queue-depth", CLI_INT, C(io_queue_depth), "N", 1, 4096, "32", "reads in flight", 0, NULL, NULL },
     { "--cache", CLI_CHOICE, C(cache_policy), "s3fifo|lru", 0, 0, "s3fifo", "expert cache policy", 0, NULL, NULL },

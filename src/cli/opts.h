@@ -100,6 +100,7 @@ typedef struct cli_opts {
     const char *stages;         /* --stages L1,L2,...: a pipeline's split (under mpirun) */
     const char *kernels;        /* --kernels NAME: the kernel table (auto, ref, avx2, avx512, avx512-l2) */
     int stage_groups;           /* --stage-groups N (0 = automatic) */
+    int64_t prompt_cache;       /* --prompt-cache-ram SIZE (0 = the engine's choice; MS_PROMPT_CACHE_OFF = none) */
     int verbose;                /* --verbose: the engine's info lines (the plan, the model) */
 } cli_opts;
 

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/pool.h"
 #include "engine/engine_int.h"
+#include "engine/prefix_cache.h"
 #include "format/config.h"
 #include "model/model.h"
 #include "store/store.h"
@@ -113,6 +114,9 @@ void ms_engine_stats(const ms_engine *e, ms_stats *st) {
     st->verify_failures = ss.verify_failures;
     st->verify_s = 1e-9 * (double)ss.verify_ns;
     st->verify_sync_s = 1e-9 * (double)ss.verify_sync_ns;
+    st->prompt_cache_bytes = ms_pcache_used(e->pcache);
+    st->prompt_cache_cap = ms_pcache_cap(e->pcache);
+    st->prompt_cache_entries = ms_pcache_count(e->pcache);
 }
 
 void ms_engine_stats_reset(ms_engine *e) {

@@ -51,6 +51,12 @@
  * ms_session_decode needs to verify up to max_draft drafted tokens per pass
  * (the rollback record, the verify pass's logits rows, the draft). */
 int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, int64_t chunk, int n_seq);
+/* The prompt cache's share of the store's budget *store_ram (0: none) for
+ * parameters p, the store's plan of the rest under the same ceilings: p's
+ * size taken out of *store_ram, or the automatic one (what the plan leaves).
+ * MS_E_BUDGET when the store's floor no longer fits (engine/plan.c). */
+ms_status ms_prompt_cache_plan(const ms_model *dry, const ms_engine_params *p, int64_t *store_ram,
+                               int64_t *cache, ms_err *err);
 /* The largest ms_engine_params.n_seq. */
 #define MS_MAX_SEQ 64
 /* The largest ms_engine_params.max_draft (a verify pass is one chunk, so the
@@ -144,6 +150,9 @@ struct ms_engine {
     int pipe_up;                /* stage 0: every stage opened, sessions are named to them */
     int pipe_groups;            /* stage 0: groups a batched pass is sent in (ms_next_stage.max_groups) */
     int64_t next_pipe_id;
+    struct ms_pcache *pcache;   /* the prompt cache (engine/prefix_cache.c); NULL: none */
+    int64_t pcache_bytes;       /* its size, from the budget (ms_prompt_cache_plan) */
+    int32_t eom_id;             /* <|end_of_msg|>, where prompt marks fall; -1: none */
     char error[512];
 };
 

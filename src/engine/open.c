@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/pool.h"
 #include "engine/engine_int.h"
+#include "engine/prefix_cache.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
@@ -195,11 +196,10 @@ static ms_status plan_budget(ms_engine *e, const ms_engine_params *p, int64_t *s
     *store_ram = 0;
     if (p->ram_bytes < 0 && p->ram_bytes != MS_RAM_MIN)
         return ms_err_set(err, MS_E_USAGE, "bad ram budget %lld", (long long)p->ram_bytes);
-    if (p->ram_bytes == MS_RAM_MIN) {
-        *store_ram = 1;                     /* below any plan: the store takes its floor */
-        return MS_OK;
+    if (p->ram_bytes == MS_RAM_MIN || p->ram_bytes == 0) {
+        if (p->ram_bytes == MS_RAM_MIN) *store_ram = 1;     /* below any plan: the store takes its floor */
+        return ms_prompt_cache_plan(NULL, p, store_ram, &e->pcache_bytes, err);
     }
-    if (p->ram_bytes == 0) return MS_OK;
     const int layer0 = e->stage_start[e->stage], layer1 = e->stage_start[e->stage + 1];
     ms_model dry;
     ms_status st = ms_model_bind_part(&dry, &e->cfg, NULL, NULL, layer0, layer1, e->stage == 0, err);
@@ -214,8 +214,10 @@ static ms_status plan_budget(ms_engine *e, const ms_engine_params *p, int64_t *s
         e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
     }
     const int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk, e->p.n_seq);
-    ms_model_free(&dry);
     *store_ram = ms_store_budget(p->ram_bytes, session, rss);
+    if (*store_ram >= 0) st = ms_prompt_cache_plan(&dry, p, store_ram, &e->pcache_bytes, err);
+    ms_model_free(&dry);
+    if (st != MS_OK) return st;
     if (*store_ram < 0)
         return ms_err_set(err, MS_E_BUDGET, "budget %lld bytes is below what %d session%s (%lld bytes) and the process (%lld bytes + %lld slack) need",
                           (long long)p->ram_bytes, e->p.n_seq, e->p.n_seq > 1 ? "s" : "", (long long)session,
@@ -296,6 +298,9 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
     if (access(path, F_OK) == 0 && (st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err)) != MS_OK)
         return st;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
+    /* the prompt cache: its share of the budget (plan_budget); none in a pipeline */
+    e->eom_id = e->tok ? ms_tok_special_id(e->tok, "<|end_of_msg|>") : -1;
+    if (e->n_stages == 1) e->pcache = ms_pcache_init(&e->model, e->cfg.vocab_size, e->pcache_bytes);
     ms_engine_stats_reset(e);               /* counters describe feeds, not loading */
     return MS_OK;
 }
@@ -357,6 +362,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
     if (e->pipe_up) e->pipe->close(e);
+    ms_pcache_free(e->pcache);
     ms_fwd_free(e->fwd);
     free(e->batch_ids);
     free(e->batch_seg);

@@ -126,6 +126,39 @@ int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
 
 static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
 
+ms_status ms_prompt_cache_plan(const ms_model *dry, const ms_engine_params *p, int64_t *store_ram,
+                               int64_t *cache, ms_err *err) {
+    *cache = 0;
+    const int64_t want = p->prompt_cache_bytes;
+    if (want < 0 && want != MS_PROMPT_CACHE_OFF)
+        return ms_err_set(err, MS_E_USAGE, "bad prompt cache size %lld", (long long)want);
+    if (want == MS_PROMPT_CACHE_OFF) return MS_OK;
+    if (p->ram_bytes == MS_RAM_MIN || p->ram_bytes == 0) {
+        /* no budget to take it from: what was asked (at the floor, none by default) */
+        *cache = want > 0 ? want : p->ram_bytes == 0 ? MS_PROMPT_CACHE_DEFAULT : 0;
+        return MS_OK;
+    }
+    ms_plan pl;
+    ms_err pe;
+    ms_err_clear(&pe);
+    if (want > 0) {
+        /* asked for: out of the store's share, which must still hold its floor */
+        if (*store_ram - want <= 0 ||
+            store_plan(dry, *store_ram - want, p->trunk_bytes, p->expert_bytes, &pl, &pe) != MS_OK)
+            return ms_err_set(err, MS_E_BUDGET, "a prompt cache of %lld bytes leaves the store %lld of its %lld bytes: "
+                              "below its smallest plan", (long long)want, (long long)(*store_ram - want),
+                              (long long)*store_ram);
+        *store_ram -= want;
+        *cache = want;
+        return MS_OK;
+    }
+    /* automatic: what the store's plan leaves (the store keeps its share, so its
+       plan is the one it makes without a cache; the cache gives way first) */
+    if (store_plan(dry, *store_ram, p->trunk_bytes, p->expert_bytes, &pl, &pe) == MS_OK && pl.total_bytes < *store_ram)
+        *cache = *store_ram - pl.total_bytes;
+    return MS_OK;
+}
+
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
                            int max_draft, int64_t prefill_chunk, int n_seq, char *out, size_t n) {
     return ms_plan_describe_stages(path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, 0, NULL, out, n);
@@ -289,7 +322,13 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
             at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                                    "DOES NOT FIT: the smallest plan needs %s in all, the budget is %s\n", d, c);
         } else {
-            human(plan.total_bytes + session + overhead + MS_SLACK_BYTES, d, sizeof d);
+            const int64_t left = ram_bytes > 0 ? store_ram - plan.total_bytes
+                                 : ram_bytes == MS_RAM_MIN ? 0 : MS_PROMPT_CACHE_DEFAULT;
+            human(left > 0 ? left : 0, d, sizeof d);
+            at += (size_t)snprintf(out + at, n > at ? n - at : 0, "prompt cache: %s (%s; --prompt-cache-ram sets it)\n", d,
+                                   ram_bytes > 0 ? "what the store's plan leaves"
+                                   : ram_bytes == MS_RAM_MIN ? "none at the floor" : "no budget: the default cap");
+            human(plan.total_bytes + session + overhead + MS_SLACK_BYTES + (ram_bytes > 0 && left > 0 ? left : 0), d, sizeof d);
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "total planned: %s\n", d);
         }
     } else {

@@ -14,9 +14,12 @@
  *
  * Session reuse: a slot's session holds the ids fed so far, S. A job's input
  *   is P = prompt ids + forced output ids. It goes to the free slot whose S
- *   is the longest prefix of P (else the least recently used); only P[|S|..)
- *   is fed and |S| prompt tokens are reported as cached; otherwise the
- *   session is reset and P is fed whole. Because the engine gives identical
+ *   is the longest prefix of P (else the least recently used); the slot
+ *   starts from S or from the longest prefix of P the prompt cache holds,
+ *   whichever is longer (ms_session_reuse), feeds only the rest, and reports
+ *   what it skipped as cached. Prompt pieces stop at the cache's marks for a
+ *   snapshot; slots reading prompts with a long shared prefix read it once
+ *   (the later ones wait, then restore it: prompt_cut, waits). Because the engine gives identical
  *   bits however a sequence is split into feeds, a reused answer equals a
  *   fresh one (t_server tests that). The token the generation stops on (the
  *   stop token, the max_tokens-th token, the one that completes a stop
@@ -374,6 +377,8 @@ typedef struct slot {
     int32_t *full;              /* prompt + forced output */
     int64_t n_full, at;         /* ids read so far */
     int decoding;               /* the prompt is read */
+    int64_t cut;                /* where the prompt piece being fed ends (a snapshot is taken there) */
+    int waited;                 /* held back for another slot's shared prefix: look in the cache again */
     int32_t pending;            /* the last token picked and not fed (-1: none) */
     srv_pick pk;
     ms_status st;
@@ -426,10 +431,11 @@ static int slot_start(srv *s, slot *sl) {
     if (n_forced_feed > 0) memcpy(sl->full + j->n_prompt, j->forced, (size_t)n_forced_feed * sizeof *sl->full);
     for (int64_t i = 0; i < j->n_forced; i++)
         if (gen_push(&sl->g, j->forced[i]) != 0) { sl->fail = "out of memory"; return -1; }
-    /* reuse the session when it holds a prefix of the input */
-    const int64_t have = reusable(sl->ses, j);
-    sl->at = have > 0 ? have : 0;
-    if (have < 0 && ms_session_n_past(sl->ses) > 0) ms_session_reset(sl->ses);
+    /* the longest prefix of the input the session or the prompt cache holds */
+    int64_t have = 0;
+    if (scores_prompt(j)) ms_session_reset(sl->ses);
+    else ms_session_reuse(sl->ses, sl->full, sl->n_full, &have);
+    sl->at = have;
     sl->res.n_cached = sl->at < j->n_prompt ? sl->at : j->n_prompt;
     sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, NULL, 0 };
     if (j->forced_done) sl->pk.finish = "tool_calls";
@@ -591,6 +597,72 @@ static void slot_pick(srv *s, slot *all, int P, slot *sl, int prompt_done) {
     if (sl->pk.finish || sl->fail) slot_end(s, sl);
 }
 
+/* ---- prompts sharing a prefix ------------------------------------------------------ */
+
+/* Slots reading their prompts share what their inputs have in common: the
+ * one that started first reads it and stops there for a snapshot (the
+ * prompt cache), the later ones wait, then restore it. A prefix shorter than
+ * SHARE_MIN tokens is not waited for (a chat's opening markup). */
+enum { SHARE_MIN = 16 };
+
+static int reads_prompt(const slot *a) { return a->j && !a->decoding && a->choice == 0 && !scores_prompt(a->j) && a->full; }
+
+static int64_t shared(const slot *a, const slot *b) {
+    const int64_t n = a->n_full < b->n_full ? a->n_full : b->n_full;
+    int64_t i = 0;
+    while (i < n && a->full[i] == b->full[i]) i++;
+    return i;
+}
+
+/* b started before a (a waits for b, never the other way round). */
+static int earlier(const slot *sl, int ib, int ia) {
+    return sl[ib].t0 < sl[ia].t0 || (sl[ib].t0 == sl[ia].t0 && ib < ia);
+}
+
+/* Whether slot ia waits for an earlier slot still reading a long prefix they share. */
+static int waits(const slot *sl, int P, int ia) {
+    const slot *a = &sl[ia];
+    for (int ib = 0; ib < P; ib++) {
+        if (ib == ia || !reads_prompt(&sl[ib]) || !earlier(sl, ib, ia)) continue;
+        const int64_t L = shared(a, &sl[ib]);
+        if (L >= a->at + SHARE_MIN && sl[ib].at < L) return 1;
+    }
+    return 0;
+}
+
+/* Where slot ib's next prompt piece ends: the prompt cache's mark, or sooner
+ * where a later slot waiting for it parts from its input. */
+static int64_t prompt_cut(const slot *sl, int P, int ib) {
+    const slot *b = &sl[ib];
+    int64_t cut = ms_session_prompt_mark(b->ses, b->full, b->n_full, b->at);
+    for (int ia = 0; ia < P; ia++) {
+        if (ia == ib || !reads_prompt(&sl[ia]) || earlier(sl, ia, ib)) continue;
+        const int64_t L = shared(&sl[ia], b);
+        if (L >= sl[ia].at + SHARE_MIN && L > b->at && L < cut) cut = L;
+    }
+    return cut;
+}
+
+/* The prompt ids slot i reads this step (at most room; its piece ends at
+ * a->cut): none while it waits for an earlier slot's shared prefix; after
+ * waiting, it first restores what that slot left in the prompt cache (a
+ * prompt restored whole picks in step). After the feed, step keeps a
+ * snapshot at the piece's end: always at a->cut, elsewhere if there is room. */
+static int64_t prompt_piece(slot *sl, int P, int i, int64_t room) {
+    slot *a = &sl[i];
+    if (waits(sl, P, i)) { a->waited = 1; return 0; }
+    if (a->waited) {
+        int64_t have = 0;
+        a->waited = 0;
+        ms_session_reuse(a->ses, a->full, a->n_full, &have);
+        a->at = have;
+        a->res.n_cached = have < a->j->n_prompt ? have : a->j->n_prompt;
+        if (a->at == a->n_full) return 0;
+    }
+    a->cut = prompt_cut(sl, P, i);
+    return a->cut - a->at < room ? a->cut - a->at : room;
+}
+
 /* One step of every active slot: one ms_sessions_feed call (one pass over
  * the weights) that reads each decoding slot's pending token and up to
  * prefill_chunk prompt tokens of the slots still reading their prompts (in
@@ -651,7 +723,7 @@ static void step(srv *s, slot *sl, int P) {
             continue;
         }
         if (!a->decoding && room > 0 && a->at < a->n_full) {
-            take = a->n_full - a->at < room ? a->n_full - a->at : room;
+            if ((take = prompt_piece(sl, P, i, room)) == 0) continue;
             room -= take;
             from = a->full + a->at;
         } else if (a->decoding && a->pending >= 0) {
@@ -690,7 +762,7 @@ static void step(srv *s, slot *sl, int P) {
             continue;
         }
         const int was_prompt = !a->decoding;
-        if (was_prompt) atomic_fetch_add(&s->n_prompt_fed, n[q]);
+        if (was_prompt) { atomic_fetch_add(&s->n_prompt_fed, n[q]); ms_session_remember(a->ses, a->at + n[q] != a->cut); }
         if (was_prompt && (a->at += n[q]) < a->n_full) continue;
         slot_pick(s, sl, P, a, was_prompt);
     }

@@ -1,0 +1,49 @@
+/* engine/prefix_cache.h - the prompt cache: snapshots of a session's whole
+ * state at chosen positions, kept in RAM within the budget, so that a later
+ * prompt sharing a prefix restores the longest one it matches and feeds only
+ * the rest (ms_session_reuse, ms_session_remember in the public header).
+ *
+ * Owns: the entries (ids[0, n), the logits row after position n - 1, and
+ *   every layer's state at n as ms_state_layer lays it out: a KDA layer's S and
+ *   conv history, an MLA layer's latent cache for positions [0, n)).
+ * Invariants:
+ *   1. An entry holds exactly the state a session has after feeding ids[0, n)
+ *      from a reset (it is a copy of one), so restoring it and feeding the rest
+ *      gives the bits a cold feed gives (feeds split anywhere give the same
+ *      bits: docs/DETERMINISM.md, items 3 and 11).
+ *   2. used_bytes <= cap_bytes; an entry larger than the cap is not kept.
+ *   3. Eviction is GreedyDual-Size: an entry's priority is the clock at its
+ *      last use plus the tokens a hit saves per byte it holds; the lowest goes
+ *      first and sets the clock.
+ * Does not: hold state of a pipeline's other stages (the cache is off with a
+ *   pipeline), write to disk.
+ */
+#ifndef MS_ENGINE_PREFIX_CACHE_H
+#define MS_ENGINE_PREFIX_CACHE_H
+
+#include <stdint.h>
+
+typedef struct ms_pcache ms_pcache;
+struct ms_session;
+struct ms_model;
+
+/* A cache of at most cap_bytes for sessions of model m with n_vocab logits
+ * (NULL with cap_bytes <= 0 or out of memory: no cache). */
+ms_pcache *ms_pcache_init(const struct ms_model *m, int64_t n_vocab, int64_t cap_bytes);
+void ms_pcache_free(ms_pcache *pc);
+/* The bytes an entry of n positions takes. */
+int64_t ms_pcache_entry_bytes(const struct ms_model *m, int64_t n_vocab, int64_t n);
+/* The longest entry whose ids are a prefix of ids[0, n): its length (0: none),
+ * and in *lcp the longest prefix ids[0, n) shares with any entry's ids. */
+int64_t ms_pcache_lookup(ms_pcache *pc, const int32_t *ids, int64_t n, int64_t *lcp);
+/* Copy the entry of length len found by lookup into s (state, ids, logits);
+ * it counts as a hit. */
+void ms_pcache_restore(ms_pcache *pc, const int32_t *ids, int64_t len, struct ms_session *s);
+/* Keep a copy of s's state at its n_past (a no-op when an entry of the same
+ * ids is already held; it is touched). */
+void ms_pcache_store(ms_pcache *pc, const struct ms_session *s);
+int64_t ms_pcache_used(const ms_pcache *pc);
+int64_t ms_pcache_cap(const ms_pcache *pc);
+int ms_pcache_count(const ms_pcache *pc);
+
+#endif

@@ -1,0 +1,311 @@
+/* tests/test_prefix.c - the prompt cache (ms_session_reuse,
+ * ms_session_feed_prompt): a prompt restored from a snapshot and fed the rest
+ * gets the bits a cold feed gives.
+ *
+ * For tiny models a and c of $MS_TESTDATA, the reference is each sequence
+ * (a prompt, then four continuation tokens fed one at a time) fed cold in one
+ * session with chunks of 32, everything resident. Then, in one engine per
+ * configuration (chunks of 3, 5 and 32; 1 and 2 threads; resident, and at
+ * the budget floor with an explicit cache), prompts go through
+ * ms_session_feed_prompt in this order, and after each the logits of the
+ * prompt's last position and of every continuation token are memcmp-equal to
+ * the reference:
+ *   - P1 = S + Q1 (cold: nothing reused);
+ *   - P2 = S + Q2, a shared system prompt: the match ends inside a chunk
+ *     (restored from a snapshot below it, or nothing), and the feed stops
+ *     where P2 leaves P1, so that point is kept;
+ *   - P3 = S + Q3: the match ends exactly at that snapshot (|S| reused);
+ *   - P1 again: an identical prompt (all of it reused, nothing fed);
+ *   - P1 with its last tokens edited (an edited last message);
+ *   - P4, sharing nothing (nothing reused);
+ * and with a cache the size of one prompt's snapshots, twenty prompts over three system
+ * prompts: eviction keeps used <= cap, drops entries, and the bits hold.
+ * The plan: --ram with the automatic size gives the cache what the store's
+ * plan leaves; an explicit size the store's floor cannot spare is refused;
+ * MS_PROMPT_CACHE_OFF keeps none.
+ */
+#include "moestream.h"
+
+#include "check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAXN = 40, NCONT = 4, NSYS = 13 };
+
+static const int32_t SYS[NSYS] = { 3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43 };
+static const int32_t CONT[NCONT] = { 17, 4, 250, 9 };
+
+typedef struct seq {
+    int32_t ids[MAXN + NCONT];
+    int64_t n;                  /* prompt length; CONT follows */
+} seq;
+
+static seq make(const int32_t *sys, int64_t n_sys, const int32_t *tail, int64_t n_tail) {
+    seq s;
+    memcpy(s.ids, sys, (size_t)n_sys * sizeof *sys);
+    memcpy(s.ids + n_sys, tail, (size_t)n_tail * sizeof *tail);
+    s.n = n_sys + n_tail;
+    memcpy(s.ids + s.n, CONT, sizeof CONT);
+    return s;
+}
+
+typedef struct cfg {
+    int64_t chunk, ram, cache;
+    int threads;
+} cfg;
+
+static ms_status open_engine(const char *dir, const cfg *c, ms_engine **e) {
+    ms_engine_params p = ms_engine_default_params();
+    p.model_dir = dir;
+    p.n_threads = c->threads;
+    p.prefill_chunk = c->chunk;
+    p.ram_bytes = c->ram;
+    p.prompt_cache_bytes = c->cache;
+    p.max_context = 64;
+    char msg[512];
+    ms_status st = ms_engine_open(&p, e, msg, sizeof msg);
+    if (st != MS_OK) fprintf(stderr, "open %s: %s\n", dir, msg);
+    return st;
+}
+
+/* rows [NCONT + 1][V]: the logits after the prompt's last token and after each continuation token */
+static int run_seq(ms_session *s, const seq *q, int cached, int64_t V, float *rows, int64_t *n_cached) {
+    *n_cached = 0;
+    ms_status st = cached ? ms_session_feed_prompt(s, q->ids, q->n, n_cached)
+                          : (ms_session_reset(s), ms_session_feed(s, q->ids, q->n, NULL));
+    if (st != MS_OK || !ms_session_logits(s)) return -1;
+    memcpy(rows, ms_session_logits(s), (size_t)V * sizeof *rows);
+    for (int i = 0; i < NCONT; i++) {
+        if (ms_session_feed(s, &q->ids[q->n + i], 1, NULL) != MS_OK) return -1;
+        memcpy(rows + (i + 1) * V, ms_session_logits(s), (size_t)V * sizeof *rows);
+    }
+    return 0;
+}
+
+static float *reference(const char *dir, const seq *qs, int nq, int64_t *V) {
+    const cfg c = { 32, 0, MS_PROMPT_CACHE_OFF, 2 };
+    ms_engine *e;
+    ms_session *s;
+    if (open_engine(dir, &c, &e) != MS_OK) return NULL;
+    ms_model_info info;
+    ms_engine_info(e, &info);
+    *V = info.n_vocab;
+    float *ref = malloc((size_t)(nq * (NCONT + 1) * *V) * sizeof *ref);
+    int ok = ref && ms_session_open(e, &s) == MS_OK;
+    for (int i = 0; ok && i < nq; i++) {
+        int64_t nc;
+        ok = run_seq(s, &qs[i], 0, *V, ref + i * (NCONT + 1) * *V, &nc) == 0;
+    }
+    if (ok) ms_session_close(s);
+    ms_engine_close(e);
+    if (!ok) { free(ref); return NULL; }
+    return ref;
+}
+
+static const int32_t Q1[] = { 7, 1, 200, 45, 45 }, Q2[] = { 99, 120, 5, 64, 33, 2, 18 }, Q3[] = { 13, 8 },
+                     Q1E[] = { 7, 1, 200, 46, 11 }, P4[] = { 250, 11, 0, 77, 31, 31, 8, 140, 66, 9, 101 };
+enum { NQ = 6 };
+
+static void sequences(seq *qs) {
+    qs[0] = make(SYS, NSYS, Q1, 5);
+    qs[1] = make(SYS, NSYS, Q2, 7);
+    qs[2] = make(SYS, NSYS, Q3, 2);
+    qs[3] = qs[0];
+    qs[4] = make(SYS, NSYS, Q1E, 5);
+    qs[5] = make(P4, 11, Q3, 2);
+}
+
+/* The cases of the header in one configuration. */
+static void cases(const char *dir, const char *name, const cfg *c, const seq *qs, const float *ref, int64_t V) {
+    ms_engine *e;
+    ms_session *s;
+    if (open_engine(dir, c, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    if (ms_session_open(e, &s) != MS_OK) { CHECK(0, "%s: session", name); ms_engine_close(e); return; }
+    float *rows = malloc((size_t)((NCONT + 1) * V) * sizeof *rows);
+    int64_t got[NQ];
+    for (int i = 0; i < NQ; i++) {
+        int r = run_seq(s, &qs[i], 1, V, rows, &got[i]);
+        CHECK(r == 0, "%s chunk %lld: prompt %d failed: %s", name, (long long)c->chunk, i, ms_session_error(s));
+        CHECK(r == 0 && !memcmp(rows, ref + i * (NCONT + 1) * V, (size_t)((NCONT + 1) * V) * sizeof *rows),
+              "%s chunk %lld threads %d: prompt %d (%lld reused): logits differ from a cold feed", name,
+              (long long)c->chunk, c->threads, i, (long long)got[i]);
+    }
+    /* P1 cold; P2 reuses at most its chunk-end snapshots below |S|; P3 exactly |S| */
+    CHECK(got[0] == 0, "%s: P1 reused %lld", name, (long long)got[0]);
+    CHECK(got[1] <= NSYS && got[1] % c->chunk == 0, "%s: P2 reused %lld", name, (long long)got[1]);
+    CHECK(got[2] == NSYS, "%s: P3 reused %lld, want %d", name, (long long)got[2], NSYS);
+    CHECK(got[3] == qs[3].n, "%s: identical prompt reused %lld of %lld", name, (long long)got[3], (long long)qs[3].n);
+    CHECK(got[4] >= NSYS && got[4] < qs[4].n, "%s: edited prompt reused %lld", name, (long long)got[4]);
+    CHECK(got[5] == 0, "%s: unrelated prompt reused %lld", name, (long long)got[5]);
+    ms_stats st;
+    ms_engine_stats(e, &st);
+    CHECK(st.prompt_cache_entries > 0 && st.prompt_cache_bytes <= st.prompt_cache_cap, "%s: %d entries, %lld of %lld bytes",
+          name, st.prompt_cache_entries, (long long)st.prompt_cache_bytes, (long long)st.prompt_cache_cap);
+    CHECK(st.prompt_tokens_reused == got[1] + got[2] + got[3] + got[4], "%s: stats count %lld reused", name,
+          (long long)st.prompt_tokens_reused);
+    free(rows);
+    ms_session_close(s);
+    ms_engine_close(e);
+}
+
+/* A cache of one prompt's snapshots (~20 positions): entries are evicted, the
+ * bits hold (references fed cold in the same engine, cache bypassed). */
+static void eviction(const char *dir, const char *name, int64_t V) {
+    const cfg probe = { 5, 0, (int64_t)1 << 30, 1 };
+    ms_engine *e;
+    ms_session *s, *cold;
+    if (open_engine(dir, &probe, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    /* one snapshot's size, from the stats after one prompt */
+    seq q = make(SYS, NSYS, Q2, 7);
+    int64_t nc;
+    ms_session_open(e, &s);
+    ms_session_feed_prompt(s, q.ids, q.n, &nc);
+    ms_stats st;
+    ms_engine_stats(e, &st);
+    const int64_t one = st.prompt_cache_bytes;       /* its chunk ends and its end */
+    const int n_one = st.prompt_cache_entries;
+    ms_session_close(s);
+    ms_engine_close(e);
+    const cfg tight = { 5, 0, one, 1 };
+    if (open_engine(dir, &tight, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    ms_session_open(e, &s);
+    ms_session_open(e, &cold);
+    float *rows = malloc((size_t)((NCONT + 1) * V) * sizeof *rows), *want = malloc((size_t)((NCONT + 1) * V) * sizeof *want);
+    int n_bad = 0, n_fail = 0;
+    int64_t reused = 0;
+    for (int i = 0; i < 20; i++) {
+        int32_t sys[NSYS];
+        for (int k = 0; k < NSYS; k++) sys[k] = (int32_t)((SYS[k] + 37 * (i / 2 % 3)) % 256);
+        const int32_t tail[3] = { (int32_t)(i * 11 % 256), (int32_t)(i * 7 % 256), 5 };
+        q = make(sys, NSYS, tail, 3);
+        if (run_seq(s, &q, 1, V, rows, &nc) != 0 || run_seq(cold, &q, 0, V, want, &nc) != 0) { n_fail++; continue; }
+        n_bad += memcmp(rows, want, (size_t)((NCONT + 1) * V) * sizeof *rows) != 0;
+        ms_engine_stats(e, &st);
+        CHECK(st.prompt_cache_bytes <= st.prompt_cache_cap, "%s: %lld bytes held, cap %lld", name,
+              (long long)st.prompt_cache_bytes, (long long)st.prompt_cache_cap);
+    }
+    ms_engine_stats(e, &st);
+    reused = st.prompt_tokens_reused;
+    CHECK(n_fail == 0 && n_bad == 0, "%s: tight cache: %d failed, %d differ from cold", name, n_fail, n_bad);
+    CHECK(st.prompt_cache_entries <= 2 * n_one && reused > 0, "%s: tight cache: %d entries, %lld reused", name,
+          st.prompt_cache_entries, (long long)reused);
+    free(rows);
+    free(want);
+    ms_session_close(s);
+    ms_session_close(cold);
+    ms_engine_close(e);
+}
+
+/* The plan counts the cache (see the header). */
+static void budget(const char *dir, const char *name) {
+    ms_engine *e;
+    const cfg at_min = { 0, MS_RAM_MIN, 0, 1 };
+    ms_stats st;
+    if (open_engine(dir, &at_min, &e) == MS_OK) {
+        ms_engine_stats(e, &st);
+        CHECK(st.prompt_cache_cap == 0, "%s: --ram min, automatic: cache %lld", name, (long long)st.prompt_cache_cap);
+        ms_engine_close(e);
+    }
+    const cfg roomy = { 0, (int64_t)1 << 30, 0, 1 };
+    if (open_engine(dir, &roomy, &e) == MS_OK) {
+        ms_engine_stats(e, &st);
+        CHECK(st.prompt_cache_cap > 0 && st.prompt_cache_cap < roomy.ram, "%s: 1 GiB, automatic: cache %lld", name,
+              (long long)st.prompt_cache_cap);
+        ms_engine_close(e);
+    } else {
+        CHECK(0, "%s: open at 1 GiB", name);
+    }
+    const cfg greedy = { 0, (int64_t)1 << 30, (int64_t)1 << 30, 1 };
+    e = NULL;
+    ms_engine_params p = ms_engine_default_params();
+    p.model_dir = dir;
+    p.ram_bytes = greedy.ram;
+    p.prompt_cache_bytes = greedy.cache;
+    char msg[512];
+    CHECK(ms_engine_open(&p, &e, msg, sizeof msg) == MS_E_BUDGET, "%s: a cache of the whole budget was not refused", name);
+    ms_engine_close(e);
+    const cfg off = { 0, 0, MS_PROMPT_CACHE_OFF, 1 };
+    if (open_engine(dir, &off, &e) == MS_OK) {
+        ms_engine_stats(e, &st);
+        CHECK(st.prompt_cache_cap == 0, "%s: off: cache %lld", name, (long long)st.prompt_cache_cap);
+        ms_engine_close(e);
+    }
+}
+
+static void model(const char *dir, const char *name) {
+    seq qs[NQ];
+    sequences(qs);
+    int64_t V = 0;
+    float *ref = reference(dir, qs, NQ, &V);
+    if (!ref) { CHECK(0, "%s: reference", name); return; }
+    const int64_t chunks[] = { 3, 5, 32 };
+    for (int k = 0; k < 3; k++)
+        for (int t = 1; t <= 2; t++) {
+            const cfg resident = { chunks[k], 0, 0, t };
+            cases(dir, name, &resident, qs, ref, V);
+        }
+    const cfg floor = { 5, MS_RAM_MIN, (int64_t)64 << 20, 2 };
+    cases(dir, name, &floor, qs, ref, V);
+    eviction(dir, name, V);
+    budget(dir, name);
+    free(ref);
+}
+
+/* MS_PREFIX_MEASURE=MODEL_DIR (not part of the suite): at the budget floor
+ * with a 256 MiB cache and 256-token chunks, the bytes read before the first token of a prompt of
+ * 1,000 ids, then of a second one sharing its first 976, then of the second
+ * fed cold; docs/PERFORMANCE.md quotes them. */
+static void measure(const char *dir) {
+    ms_engine_params p = ms_engine_default_params();
+    p.model_dir = dir;
+    p.ram_bytes = MS_RAM_MIN;
+    p.prompt_cache_bytes = (int64_t)256 << 20;
+    p.prefill_chunk = 256;
+    p.max_context = 2048;
+    ms_engine *e;
+    ms_session *s;
+    char msg[512];
+    if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK || ms_session_open(e, &s) != MS_OK) {
+        fprintf(stderr, "measure: %s\n", msg);
+        return;
+    }
+    ms_model_info info;
+    ms_engine_info(e, &info);
+    enum { N = 1000, TAIL = 24 };
+    static int32_t a[N], b[N];
+    for (int i = 0; i < N; i++) a[i] = b[i] = (int32_t)((i * 7919 + 13) % (info.n_vocab - 8));
+    for (int i = N - TAIL; i < N; i++) b[i] = (int32_t)((i * 104729 + 5) % (info.n_vocab - 8));
+    const int32_t *prompts[3] = { a, b, b };
+    const char *what[3] = { "first", "second, sharing 976", "second, cold" };
+    for (int k = 0; k < 3; k++) {
+        int64_t nc = 0;
+        ms_engine_stats_reset(e);
+        ms_status st = k < 2 ? ms_session_feed_prompt(s, prompts[k], N, &nc)
+                             : (ms_session_reset(s), ms_session_feed(s, prompts[k], N, NULL));
+        ms_stats stt;
+        ms_engine_stats(e, &stt);
+        printf("measure %s: %s: status %d, chunk %lld, reused %lld, fed %lld, bytes read %lld, cache %lld bytes in %d\n", dir,
+               what[k], st, (long long)info.prefill_chunk, (long long)nc, (long long)stt.n_tokens_prefill,
+               (long long)(stt.trunk_bytes_read + stt.expert_bytes_read), (long long)stt.prompt_cache_bytes,
+               stt.prompt_cache_entries);
+    }
+    ms_session_close(s);
+    ms_engine_close(e);
+}
+
+int main(void) {
+    if (getenv("MS_PREFIX_MEASURE")) {
+        measure(getenv("MS_PREFIX_MEASURE"));
+        return 0;
+    }
+    const char *td = getenv("MS_TESTDATA");
+    if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_prefix"); }
+    const char *models[] = { "a", "c" };
+    for (int i = 0; i < 2; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", td, models[i]);
+        model(path, models[i]);
+    }
+    return CHECK_DONE("test_prefix");
+}
