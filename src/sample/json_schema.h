@@ -32,7 +32,7 @@
 
 #define MS_JSON_MAX_DEPTH 32   /* nesting of objects / arrays */
 #define MS_JSON_MAX_ALT 8      /* live anyOf alternatives; more are dropped (narrower, never wrong) */
-#define MS_JSON_MAX_WS 8       /* whitespace bytes in a row */
+#define MS_JSON_MAX_WS 4       /* whitespace bytes in a row */
 #define MS_JSON_MAX_NUM 24     /* bytes of a number before it must end */
 #define MS_JSON_MAX_SET 64     /* properties of one object, values of one enum */
 
