@@ -55,4 +55,5 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$U/v1/models")
 [ "$code" = 401 ] && ok || bad "--metrics-public opened the API: $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS "$U/v1/models")
 [ "$code" = 204 ] && ok || bad "OPTIONS without --cors: $code"
+grep -E 'AddressSanitizer|LeakSanitizer|runtime error' "$tmp"/srv.*.log && bad "sanitizer report in a server's log" || ok
 finish

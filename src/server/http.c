@@ -56,7 +56,7 @@
 #define WAIT_MS 100
 
 typedef enum route {
-    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION, R_EMBEDDINGS, R_METRICS, R_PAGE
+    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION, R_EMBEDDINGS, R_METRICS, R_PAGE, R_INFO
 } route;
 
 typedef struct req {
@@ -195,6 +195,7 @@ static route route_of(const char *url, int *is_post) {
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return R_PAGE;
     if (!strcmp(url, "/embeddings")) return R_EMBEDDINGS;
+    if (!strcmp(url, "/server")) return R_INFO;
     *is_post = 1;
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/completions")) return R_COMPLETION;
@@ -347,6 +348,7 @@ static enum MHD_Result run_get(req *r, struct MHD_Connection *c, const char *url
     if (r->rt == R_METRICS) return respond_text(r, c, srv_metrics_text(s));
     if (atomic_load(&s->draining)) return fail(r, c, 503, "server_error", "shutting_down", "the server is shutting down");
     if (r->rt == R_MODELS) return respond(r, c, 200, srv_api_models(s));
+    if (r->rt == R_INFO) return respond(r, c, 200, srv_page_info(s));
     const char *id = strstr(url, "/models/") + 8;
     if (strcmp(id, s->o.model_name) != 0) {
         char m[200];
@@ -457,7 +459,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         srv_job_unref(r->job);
     }
     static const char *const names[] = { "other", "health", "models", "model", "chat", "completions",
-                                         "embeddings", "metrics", "page" };
+                                         "embeddings", "metrics", "page", "server" };
     if (r->status) srv_metrics_request(r->preflight ? "preflight" : names[r->rt], r->status);
     srv_buf_free(&r->body);
     free(r);

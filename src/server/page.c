@@ -1,7 +1,8 @@
 /* server/page.c - GET /: the chat page, one static HTML file (inline CSS and
  * JavaScript) compiled into the binary.
  *
- * Owns: the response for / (and /index.html). The page's source is
+ * Owns: the response for / (and /index.html), and GET /v1/server, the small
+ *   JSON the page's header line shows (model, context, the plan's budget). The page's source is
  *   src/server/page/index.html; the Makefile turns it into a byte array
  *   ($(BUILD)/gen/page_html.h) so the binary needs no file at run time.
  * Invariants: the page makes no request outside this server: the
@@ -15,6 +16,15 @@
 #include <microhttpd.h>
 
 #include "page_html.h"
+
+char *srv_page_info(srv *s) {
+    json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:b}", "model", s->o.model_name, "context_length",
+                          (json_int_t)s->info.max_context, "ram_budget", (json_int_t)s->ram_budget,
+                          "parallel", (json_int_t)s->o.c.parallel, "thinking", s->o.thinking);
+    char *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return out;
+}
 
 int srv_page_respond(srv *s, struct MHD_Connection *c, int *status, const char *cors_origin) {
     (void)s;

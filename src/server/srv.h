@@ -313,6 +313,8 @@ char *srv_metrics_text(srv *s);
    (with Access-Control-Allow-Origin when cors_ok) and sets *status. */
 struct MHD_Connection;
 int srv_page_respond(srv *s, struct MHD_Connection *c, int *status, const char *cors_origin);
+/* GET /v1/server: {"model", "context_length", "ram_budget", "parallel", "thinking"} (malloc'd). */
+char *srv_page_info(srv *s);
 
 /* serve.c: a log line on stderr (unless --quiet for INFO). */
 void srv_log(srv *s, int is_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
