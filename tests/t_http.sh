@@ -55,5 +55,12 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$U/v1/models")
 [ "$code" = 401 ] && ok || bad "--metrics-public opened the API: $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS "$U/v1/models")
 [ "$code" = 204 ] && ok || bad "OPTIONS without --cors: $code"
+# the chat page: public, HTML, same-origin only by its CSP, no external URL in it; /v1/server
+h=$(curl -si "$U/")
+printf '%s' "$h" | grep -q '^HTTP/1.1 200' && printf '%s' "$h" | grep -qi '^Content-Type: text/html' && ok || bad "GET / is not the page"
+printf '%s' "$h" | grep -qi "^Content-Security-Policy: default-src 'none'.*connect-src 'self'" && ok || bad "the page has no CSP"
+printf '%s' "$h" | grep -qiE '(src|href)=["'"'"']?(https?:)?//' && bad "the page references an external URL" || ok
+j=$(curl -s -H "Authorization: Bearer $KEY" "$U/v1/server")
+"$PY" -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["model"]=="k3-tiny" and j["context_length"]>0 and "ram_budget" in j' "$j" && ok || bad "/v1/server: $j"
 grep -E 'AddressSanitizer|LeakSanitizer|runtime error' "$tmp"/srv.*.log && bad "sanitizer report in a server's log" || ok
 finish
