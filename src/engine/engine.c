@@ -254,8 +254,7 @@ static ms_fwd_ctx fwd_ctx(ms_engine *e, ms_rollback *rec) {
                          .predict = !e->p.no_predict_experts, .rec = rec, .next = next, .pass_user = e };
 }
 
-/* Weight bytes this process has read (for the progress of a prompt). */
-static int64_t weight_bytes_read(const ms_engine *e) {
+int64_t ms_engine_weight_bytes_read(const ms_engine *e) {
     ms_store_stats ss;
     ms_store_get_stats(e->store, &ss);
     return ss.trunk_bytes_read + ss.global_bytes_read + ss.expert_bytes_read;
@@ -287,12 +286,12 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     ms_status st = MS_OK;
     const int64_t chunk = e->p.prefill_chunk;
     ms_progress_step ps;                    /* a prompt (not a decode step's verify pass) */
-    const int prog = n > 1 && !record && ms_progress_on();
-    const int64_t b0 = prog ? weight_bytes_read(e) : 0;
+    const int prog = n > 1 && !record && !s->prompt_progress && ms_progress_on();
+    const int64_t b0 = prog ? ms_engine_weight_bytes_read(e) : 0;
     if (prog) ms_progress_begin(&ps, "prompt", n, (n + chunk - 1) / chunk);
     for (int64_t i = 0; i < n && st == MS_OK; i += chunk) {
         int64_t T = n - i < chunk ? n - i : chunk;
-        if (i > 0 && prog) ms_progress_report(&ps, i, i / chunk, weight_bytes_read(e) - b0);
+        if (i > 0 && prog) ms_progress_report(&ps, i, i / chunk, ms_engine_weight_bytes_read(e) - b0);
         memcpy(s->tokens + s->st.n_past, ids + i, (size_t)T * sizeof *ids);
         float *out = all_logits ? all_logits + i * V : s->logits;
         if (score) {
@@ -318,7 +317,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     }
     double dt = ms_now_s() - t0;
     if (dt_out) *dt_out = dt;
-    if (st == MS_OK && prog) ms_progress_report(&ps, n, (n + chunk - 1) / chunk, weight_bytes_read(e) - b0);
+    if (st == MS_OK && prog) ms_progress_report(&ps, n, (n + chunk - 1) / chunk, ms_engine_weight_bytes_read(e) - b0);
     e->scale255 += ctx.scale255;
     if (count) {
         if (n == 1) { e->stats.n_tokens_decode++; e->stats.decode_s += dt; }

@@ -162,6 +162,7 @@ struct ms_session {
     float *logits;              /* [n_vocab] */
     int32_t *tokens;            /* [max_ctx] ids fed so far */
     int has_logits;
+    int prompt_progress;        /* ms_session_feed_prompt reports the whole prompt: feed() does not */
     /* speculative decoding (engine p.max_draft > 0) */
     int64_t max_draft;          /* 0: no record, ms_session_decode never drafts */
     ms_rollback rb;
@@ -240,4 +241,7 @@ extern const int ms_pipe_built;
  * stages do op (model.h, ms_pass_op) on a pass's activations. */
 ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                        float *bank, int64_t nb_max, int *nb, ms_err *err);
+/* Weight bytes this process has read so far (the progress of a prompt). */
+int64_t ms_engine_weight_bytes_read(const ms_engine *e);
+
 #endif

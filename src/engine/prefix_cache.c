@@ -4,6 +4,7 @@
  * so storing and restoring are memcpys of the same layout. Lookups compare
  * ids against every entry (a few entries of long prompts: the compare is
  * nothing beside one pass over the weights). */
+#include "base/progress.h"
 #include "engine/engine_int.h"
 #include "engine/prefix_cache.h"
 
@@ -217,7 +218,15 @@ ms_status ms_session_feed_prompt(ms_session *s, const int32_t *ids, int64_t n, i
     if (n_cached) *n_cached = at;
     if (st != MS_OK) return st;
     if (at == n && n > 0 && s->has_logits) return MS_OK;
+    /* without a cache there are no marks: the rest in one feed (one progress step) */
+    if (!s->e->pcache) return ms_session_feed(s, ids + at, n - at, NULL);
     const int64_t chunk = s->e->p.prefill_chunk;
+    /* one progress step for the whole prompt, not one per piece */
+    ms_progress_step ps;
+    const int prog = n - at > 1 && ms_progress_on();
+    const int64_t at0 = at, b0 = prog ? ms_engine_weight_bytes_read(s->e) : 0;
+    if (prog) ms_progress_begin(&ps, "prompt", n - at0, (n - at0 + chunk - 1) / chunk);
+    s->prompt_progress = prog;
     while (st == MS_OK && at < n) {
         /* a piece ends at a mark or at the end of a pass over the weights
            (where the feed would end a chunk anyway) */
@@ -226,6 +235,9 @@ ms_status ms_session_feed_prompt(ms_session *s, const int32_t *ids, int64_t n, i
         st = ms_session_feed(s, ids + at, end - at, NULL);
         at = end;
         if (st == MS_OK) ms_session_remember(s, end != mark);
+        if (st == MS_OK && prog)
+            ms_progress_report(&ps, at - at0, (at - at0 + chunk - 1) / chunk, ms_engine_weight_bytes_read(s->e) - b0);
     }
+    s->prompt_progress = 0;
     return st;
 }
