@@ -556,6 +556,27 @@ void ms_sampler_close(ms_sampler *s);
  * repetition penalty). Advances the RNG by exactly one draw when sampling. */
 int32_t ms_sampler_next(ms_sampler *s, const float *logits, const int32_t *history, int64_t n_history);
 
+/* ---- structured output (docs/SERVER.md, response_format) ----
+ * A grammar constrains the tokens a sampler may pick to those whose bytes
+ * continue a JSON document valid for a schema (the subset of OpenAI's strict
+ * mode; sample/json_schema.h). Disallowed logits become -inf before the
+ * sampler's usual steps, so greedy and seeded sampling stay reproducible. */
+typedef struct ms_grammar ms_grammar;
+
+/* schema: JSON Schema text of n bytes, or NULL for "any JSON object".
+ * end_id: the token that ends the reply; allowed only once the document is
+ * complete (every other special token is never allowed). MS_E_USAGE with a
+ * message naming the keyword for a schema outside the subset. The engine
+ * must outlive the grammar. */
+ms_status ms_grammar_open(const ms_engine *e, const char *schema, size_t n, int32_t end_id,
+                          ms_grammar **out, char *errbuf, size_t errbuf_len);
+void ms_grammar_close(ms_grammar *g);
+/* 1 once the bytes picked so far form a complete document. */
+int ms_grammar_done(const ms_grammar *g);
+/* From now on s picks only what g allows and advances g by each pick; NULL
+ * detaches. The grammar is not owned by the sampler. */
+void ms_sampler_set_grammar(ms_sampler *s, ms_grammar *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,7 +29,7 @@
 
 typedef struct run_opts {
     cli_opts c;
-    const char *ids, *prompt, *prompt_file, *dump_logits, *save, *load;
+    const char *ids, *prompt, *prompt_file, *dump_logits, *save, *load, *json_schema;
     int64_t n_gen;
     int json, recompute, ignore_eos;
     ms_sample_params sp;
@@ -53,6 +53,7 @@ static const cli_opt run_table[] = {
     { "--recompute", CLI_FLAG, R(recompute), NULL, 0, 0, NULL, "recompute the sequence for every token (check)", 1, NULL, NULL },
     { "--save-session", CLI_STR, R(save), "PATH", 0, 0, NULL, "save the session state after the run", 0, NULL, NULL },
     { "--load-session", CLI_STR, R(load), "PATH", 0, 0, NULL, "resume a saved session, then feed the prompt", 0, NULL, NULL },
+    { "--json-schema", CLI_STR, R(json_schema), "FILE", 0, 0, NULL, "generate only JSON valid for this schema (docs/SERVER.md)", 0, NULL, NULL },
     { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
 };
 #undef R
@@ -136,13 +137,27 @@ typedef struct run_ctx {
     ms_engine *e;
     ms_session *s;
     ms_sampler *smp;
+    ms_grammar *grammar;
     ms_model_info info;
 } run_ctx;
 
 static void run_close(run_ctx *x) {
     ms_session_close(x->s);
     ms_sampler_close(x->smp);
+    ms_grammar_close(x->grammar);
     ms_engine_close(x->e);
+}
+
+/* --json-schema: the sampler picks only tokens that continue a valid document. */
+static int run_grammar(const char *path, run_ctx *x) {
+    char *text, msg[256];
+    size_t len;
+    if (read_text("--json-schema", path, &text, &len) != 0) return -1;
+    ms_status st = ms_grammar_open(x->e, text, len, (int32_t)x->info.eos_id, &x->grammar, msg, sizeof msg);
+    free(text);
+    if (st != MS_OK) { fprintf(stderr, "moestream run: --json-schema %s: %s\n", path, msg); return -1; }
+    ms_sampler_set_grammar(x->smp, x->grammar);
+    return 0;
 }
 
 static int run_open(run_opts *o, run_prompt *p, run_ctx *x) {
@@ -168,6 +183,7 @@ static int run_open(run_opts *o, run_prompt *p, run_ctx *x) {
         }
     char msg[256];
     if (!(x->smp = ms_sampler_open(&o->sp, x->info.n_vocab, msg, sizeof msg))) { fprintf(stderr, "moestream: %s\n", msg); return EXIT_USAGE; }
+    if (o->json_schema && run_grammar(o->json_schema, x) != 0) return EXIT_USAGE;
     if ((st = ms_session_open(x->e, &x->s)) != MS_OK) { fprintf(stderr, "moestream: %s\n", ms_engine_error(x->e)); return cli_exit_code(st); }
     if (o->load && (st = ms_session_load(x->s, o->load)) != MS_OK) {
         fprintf(stderr, "moestream: %s\n", ms_session_error(x->s));

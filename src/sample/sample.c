@@ -2,6 +2,7 @@
 #include "sample/sample.h"
 
 #include "kernels/kernels.h"
+#include "sample/mask.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ struct ms_sampler {
     float *work;                /* [n_vocab] penalised logits */
     int32_t *bias_ids;          /* [p.n_bias], copies */
     float *bias;
+    ms_grammar *grammar;        /* not owned; NULL: no structured output */
 };
 
 ms_sample_params ms_sample_default_params(void) {
@@ -98,7 +100,21 @@ static int cmp_cand(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+void ms_sampler_set_grammar(ms_sampler *s, ms_grammar *g) {
+    s->grammar = g && ms_grammar_n_vocab(g) == s->n_vocab ? g : NULL;
+}
+
+static int32_t pick(ms_sampler *s, const float *logits, const int32_t *hist, int64_t n_hist);
+
+/* With a grammar: the mask goes on after the penalties and the bias, before
+ * greedy / sampling, and the pick advances the grammar. */
 int32_t ms_sampler_next(ms_sampler *s, const float *logits, const int32_t *hist, int64_t n_hist) {
+    int32_t id = pick(s, logits, hist, n_hist);
+    if (s->grammar) ms_grammar_accept(s->grammar, id);
+    return id;
+}
+
+static int32_t pick(ms_sampler *s, const float *logits, const int32_t *hist, int64_t n_hist) {
     const int64_t V = s->n_vocab;
     const ms_sample_params *p = &s->p;
     float *w = s->work;
@@ -130,11 +146,13 @@ int32_t ms_sampler_next(ms_sampler *s, const float *logits, const int32_t *hist,
         }
     }
     for (int32_t i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] = w[p->bias_ids[i]] + p->bias[i];
+    if (s->grammar) ms_grammar_mask(s->grammar, w);
     if (p->temperature <= 0.0f) return ms_argmax(w, V);
 
     int64_t n = 0;
     for (int64_t i = 0; i < V; i++) {
         if (isnan(w[i])) continue;
+        if (s->grammar && w[i] == -INFINITY) continue;     /* masked: never a candidate */
         s->c[n].logit = w[i];
         s->c[n].id = (int32_t)i;
         n++;

@@ -535,6 +535,43 @@ fail:
     return srv_err_set(e, 500, "server_error", "tool_choice", NULL, "cannot render the forced tool call");
 }
 
+/* response_format: text, json_object (any JSON object) or json_schema
+ * ({"name", "schema", "strict"}). The schema is compiled here once so that one
+ * outside the subset is a 400 naming the keyword; the worker compiles it again
+ * for its grammar (sample/json_schema.h). */
+static int response_format(srv *s, const json_t *req, srv_job *j, srv_err *e) {
+    const json_t *rf = member(req, "response_format");
+    if (!rf) return 0;
+    const json_t *ty = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(ty)) return bad_type(e, "response_format", "an object with a type");
+    const char *t = json_string_value(ty);
+    if (!strcmp(t, "text")) return 0;
+    if (!strcmp(t, "json_object")) j->json_mode = 1;
+    else if (!strcmp(t, "json_schema")) {
+        const json_t *js = json_object_get(rf, "json_schema");
+        const json_t *sc = json_object_get(js, "schema");
+        const json_t *strict = json_object_get(js, "strict");
+        if (!json_is_object(js) || !json_is_string(json_object_get(js, "name")) || (sc && !json_is_object(sc)) ||
+            (strict && !json_is_boolean(strict)))
+            return bad_type(e, "response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+        j->json_mode = 2;
+        if (!(j->schema = json_dumps(sc ? sc : json_object_get(js, "name"), sc ? JSON_COMPACT : JSON_ENCODE_ANY)))
+            return srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        if (!sc) { free(j->schema); j->schema = strdup("{\"type\":\"object\"}"); }
+        if (!j->schema) return srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        j->n_schema = strlen(j->schema);
+    } else
+        return srv_err_set(e, 400, INVALID, "response_format", "invalid_value",
+                           "response_format type must be 'text', 'json_object' or 'json_schema'");
+    ms_grammar *g = NULL;
+    char msg[256];
+    ms_status st = ms_grammar_open(s->e, j->schema, j->n_schema, 0, &g, msg, sizeof msg);
+    ms_grammar_close(g);
+    if (st != MS_OK)
+        return srv_err_set(e, 400, INVALID, "response_format", "invalid_value", "response_format: %s", msg);
+    return 0;
+}
+
 int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (check_model(s, req, e) < 0) return -1;
     if (common_params(s, req, j, s->o.default_max_tokens, e) < 0) return -1;
@@ -545,15 +582,12 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (top >= 0 && !want_lp)
         return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
     j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
-    const json_t *rf = member(req, "response_format");
-    if (rf) {
-        const json_t *ty = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(ty)) return bad_type(e, "response_format", "an object with a type");
-        if (strcmp(json_string_value(ty), "text") != 0)
-            return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter", "only response_format type 'text' is supported");
-    }
+    if (response_format(s, req, j, e) < 0) return -1;
     const char *effort;
     if (thinking_params(s, req, &j->thinking, &effort, e) < 0) return -1;
+    if (j->json_mode && j->thinking)     /* the think block the prompt opens could not be closed under the mask */
+        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
+                           "response_format json_object / json_schema needs thinking off");
 
     /* tools and tool_choice */
     const json_t *tools = member(req, "tools");

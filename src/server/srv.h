@@ -127,6 +127,9 @@ typedef struct srv_job {
     char client[64];            /* fairness key: "user:NAME" or the peer address */
     int32_t *prompt;            /* ids to read before generating */
     int64_t n_prompt;
+    char *schema;               /* response_format json_schema: the schema's JSON text (NUL-terminated) */
+    size_t n_schema;
+    int json_mode;              /* response_format: 0 text, 1 json_object, 2 json_schema */
     int32_t *forced;            /* ids forced as the start of the output (tool_choice) */
     int64_t n_forced;
     int forced_done;            /* forced ids close the message: nothing to sample */

@@ -152,6 +152,7 @@ void srv_job_unref(srv_job *j) {
     if (left > 0) return;
     free(j->prompt);
     free(j->forced);
+    free(j->schema);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->echo_text);

@@ -345,7 +345,8 @@ static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, 
     }
     on_token(p->s, p->j, p->g, id);
     if (p->g->stopped) p->finish = "stop";
-    else if (p->g->n_sampled >= p->j->max_tokens) p->finish = "length";
+    /* max_tokens bounds completion_tokens, which counts the forced tool-call markup too */
+    else if (p->g->n >= p->j->max_tokens) p->finish = "length";
     else *stop = 0;
     return id;
 }
@@ -371,6 +372,7 @@ typedef struct slot {
     srv_result res;
     gen g;
     ms_sampler *smp;
+    ms_grammar *grammar;        /* response_format json_object / json_schema, else NULL */
     int32_t *full;              /* prompt + forced output */
     int64_t n_full, at;         /* ids read so far */
     int decoding;               /* the prompt is read */
@@ -399,6 +401,20 @@ static int64_t reusable(const ms_session *ses, const srv_job *j) {
     return n_have;
 }
 
+/* Structured output: the document ends with the end-of-turn token. */
+static int open_grammar(srv *s, srv_job *j, slot *sl) {
+    int32_t end = ms_special_id(s->e, "<|end_of_msg|>");
+    if (end < 0) end = (int32_t)s->info.eos_id;
+    if (ms_grammar_open(s->e, j->json_mode == 2 ? j->schema : NULL, j->n_schema, end, &sl->grammar, sl->msg,
+                        sizeof sl->msg) != MS_OK) {
+        sl->fail = sl->msg;
+        sl->fail_status = 400;
+        return -1;
+    }
+    ms_sampler_set_grammar(sl->smp, sl->grammar);
+    return 0;
+}
+
 /* Set up sl for its job: sampler, input ids, session reuse. 0, or -1 when the
  * job ends here (failed or cancelled: slot_end reports it). */
 static int slot_start(srv *s, slot *sl) {
@@ -417,6 +433,7 @@ static int slot_start(srv *s, slot *sl) {
     sp.seed = j->sp.seed + (uint64_t)sl->choice;
     sl->smp = ms_sampler_open(&sp, s->info.n_vocab, sl->msg, sizeof sl->msg);
     if (!sl->smp) { sl->fail = sl->msg; sl->fail_status = 400; return -1; }
+    if (j->json_mode && open_grammar(s, j, sl) < 0) return -1;
     /* the input: prompt + forced output (without a forced final stop token) */
     const int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
     sl->n_full = j->n_prompt + n_forced_feed;
@@ -539,6 +556,8 @@ static void slot_end(srv *s, slot *sl) {
     free(g->lp);
     free(sl->full);
     ms_sampler_close(sl->smp);
+    ms_grammar_close(sl->grammar);
+    sl->grammar = NULL;
     pthread_mutex_lock(&s->qmu);
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == j) { s->running[i] = s->running[--s->n_running]; break; }
@@ -617,7 +636,7 @@ static void step(srv *s, slot *sl, int P) {
             if (!sl[i].j) continue;
             slot *a = &sl[i];
             int32_t out[32];
-            int64_t n_out = 0, room = a->j->max_tokens - a->g.n_sampled - 1;
+            int64_t n_out = 0, room = a->j->max_tokens - a->g.n - 1;
             int n_draft = room <= 0 ? 0 : s->o.c.speculate < room ? s->o.c.speculate : (int)room;
             a->st = ms_session_decode(a->ses, a->pending, n_draft, srv_picker, &a->pk, out, &n_out);
             atomic_fetch_add(&s->n_steps, 1);
