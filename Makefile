@@ -88,6 +88,16 @@ $(shell mkdir -p $(BUILD) && printf '#define MS_COMMIT "%s"\n' '$(MS_COMMIT)' > 
   { cmp -s $(BUILD)/commit.h.new $(BUILD)/commit.h || cp $(BUILD)/commit.h.new $(BUILD)/commit.h; }; rm -f $(BUILD)/commit.h.new)
 $(BUILD)/obj/src/cli/help.o: ALL_CFLAGS += -I$(BUILD)
 
+# The server's chat page (src/server/page/index.html) becomes a byte array in
+# $(BUILD)/gen/page_html.h (od from coreutils; NUL-terminated, the size is
+# sizeof - 1), so the binary serves it without any file at run time.
+$(BUILD)/gen/page_html.h: src/server/page/index.html
+	@mkdir -p $(dir $@)
+	{ echo 'static const unsigned char page_html[] = {'; \
+	  od -An -v -tu1 $< | sed 's/^ *//; s/ *$$//; s/  */, /g; /./s/$$/,/'; echo '0 };'; } > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/src/server/page.o: $(BUILD)/gen/page_html.h
+$(BUILD)/obj/src/server/page.o: ALL_CFLAGS += -I$(BUILD)/gen
+
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $(CLI_OBJ) $(LIB) $(LDLIBS) -o $@
 

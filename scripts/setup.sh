@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 # The list and the reason for each package are in docs/DEPENDENCIES.md.
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev libjansson-dev libpcre2-dev liburing-dev libmicrohttpd-dev libxxhash-dev libedit-dev libopenmpi-dev openmpi-bin python3-numpy curl iproute2 tmux"
+PKGS="build-essential clang libclang-rt-14-dev libjansson-dev libpcre2-dev liburing-dev libmicrohttpd-dev libxxhash-dev libedit-dev libopenmpi-dev openmpi-bin python3-numpy curl iproute2 tmux chromium"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

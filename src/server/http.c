@@ -8,9 +8,12 @@
  *
  * Per request (MHD calls the access handler several times):
  *
- *   first call      headers only: size of the headers, route, method, auth,
- *                   draining, Content-Length -> an early error response, or
- *                   wait for the body
+ *   first call      headers only: size of the headers, route, method; for a
+ *                   POST also auth, draining, Content-Length -> an early
+ *                   error response (the connection then closes: its body was
+ *                   not read), or wait for the body
+ *   GET / OPTIONS   answered on the last call, once the request is read, so
+ *                   the connection stays open (keep-alive for every method)
  *   upload calls    append to the body; beyond --max-body stop keeping it
  *   last call       parse JSON, validate + render (api.c), submit, then
  *                     non-stream: wait for the job, answer with its body
@@ -25,6 +28,10 @@
  *   waits: every 100 ms the connection's socket is polled for hang-up
  *   (POLLRDHUP / a zero-byte peek). A client that half-closes its sending side
  *   is treated as gone.
+ * CORS (--cors): a preflight OPTIONS gets 204 and the Access-Control-*
+ *   headers without a key; every response to an allowed Origin carries
+ *   Access-Control-Allow-Origin + Vary: Origin. Each answered request is
+ *   counted by route and status for /metrics (metrics.c) when it completes.
  * Limits answered with an OpenAI error object: headers > --max-header (431),
  *   body > --max-body (413), unknown path (404), wrong method (405), missing
  *   or wrong key (401), full queue (429), shutting down (503). Headers beyond
@@ -49,7 +56,7 @@
 #define WAIT_MS 100
 
 typedef enum route {
-    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION
+    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION, R_EMBEDDINGS, R_METRICS, R_PAGE, R_INFO
 } route;
 
 typedef struct req {
@@ -58,6 +65,9 @@ typedef struct req {
     srv_buf body;
     int too_big;
     int responded;              /* a response is queued; ignore further calls */
+    int is_get;                 /* GET/HEAD/OPTIONS: answered on the request's last call */
+    int preflight;              /* OPTIONS */
+    int status;                 /* of the queued response (metrics) */
     int fd;
     char client[64];
     srv_job *job;               /* one reference while the request lives */
@@ -72,7 +82,31 @@ static struct MHD_Daemon *daemon_of(srv *s) { return (struct MHD_Daemon *)s->dae
 
 /* ---- responses ------------------------------------------------------------------ */
 
-static enum MHD_Result respond(struct MHD_Connection *c, int status, char *body) {
+/* The request's Origin when --cors allows it, else NULL. */
+static const char *cors_origin(srv *s, struct MHD_Connection *c) {
+    if (!s->o.cors) return NULL;
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!o || !o[0]) return NULL;
+    size_t n = strlen(o);
+    for (const char *p = s->o.cors; *p;) {
+        const char *q = strchr(p, ',');
+        size_t k = q ? (size_t)(q - p) : strlen(p);
+        if ((k == 1 && p[0] == '*') || (k == n && !strncmp(p, o, n))) return o;
+        p += k + (q != NULL);
+    }
+    return NULL;
+}
+
+/* Access-Control-Allow-Origin (+ Vary) on a response to an allowed origin. */
+static void add_cors(srv *s, struct MHD_Connection *c, struct MHD_Response *r) {
+    const char *o = cors_origin(s, c);
+    if (!o) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", o);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
+static enum MHD_Result respond(req *rq, struct MHD_Connection *c, int status, char *body) {
+    srv *s = rq->s;
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
     struct MHD_Response *r = body
         ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
@@ -80,23 +114,38 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status, char *body)
     if (!r) { free(body); return MHD_NO; }
     if (!body) status = 500;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (status == 405) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    if (status == 405) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
+    add_cors(s, c, r);
+    rq->status = status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-static enum MHD_Result respond_err(srv *s, struct MHD_Connection *c, const srv_err *e) {
-    atomic_fetch_add(&s->n_errors, 1);
-    return respond(c, e->status, srv_err_body(e));
+/* 200 text/plain: the Prometheus exposition (body malloc'd; NULL = out of memory). */
+static enum MHD_Result respond_text(req *rq, struct MHD_Connection *c, char *body) {
+    if (!body) return respond(rq, c, 500, NULL);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(body); return MHD_NO; }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+    add_cors(rq->s, c, r);
+    rq->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
-static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const char *type,
+static enum MHD_Result respond_err(req *r, struct MHD_Connection *c, const srv_err *e) {
+    atomic_fetch_add(&r->s->n_errors, 1);
+    return respond(r, c, e->status, srv_err_body(e));
+}
+
+static enum MHD_Result fail(req *r, struct MHD_Connection *c, int status, const char *type,
                             const char *code, const char *msg) {
     srv_err e;
     memset(&e, 0, sizeof e);
     srv_err_set(&e, status, type, NULL, code, "%s", msg);
-    return respond_err(s, c, &e);
+    return respond_err(r, c, &e);
 }
 
 /* ---- helpers --------------------------------------------------------------------- */
@@ -143,6 +192,10 @@ static route route_of(const char *url, int *is_post) {
     if (!strcmp(url, "/health") || !strcmp(url, "/healthz")) return R_HEALTH;
     if (!strcmp(url, "/models")) return R_MODELS;
     if (!strncmp(url, "/models/", 8)) return R_MODEL;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return R_PAGE;
+    if (!strcmp(url, "/embeddings")) return R_EMBEDDINGS;
+    if (!strcmp(url, "/server")) return R_INFO;
     *is_post = 1;
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/completions")) return R_COMPLETION;
@@ -192,7 +245,7 @@ static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
     if (r->too_big) {
         char m[128];
         snprintf(m, sizeof m, "the request body is larger than this server's limit of %lld bytes", (long long)s->o.max_body);
-        return fail(s, c, 413, "invalid_request_error", "request_too_large", m);
+        return fail(r, c, 413, "invalid_request_error", "request_too_large", m);
     }
     json_error_t jerr;
     json_t *req_json = json_loadb(r->body.p ? r->body.p : "", r->body.n, 0, &jerr);
@@ -201,26 +254,27 @@ static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
         memset(&e, 0, sizeof e);
         srv_err_set(&e, 400, "invalid_request_error", NULL, "invalid_json",
                     "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
-        return respond_err(s, c, &e);
+        return respond_err(r, c, &e);
     }
     if (!json_is_object(req_json)) {
         json_decref(req_json);
-        return fail(s, c, 400, "invalid_request_error", "invalid_json", "the body must be a JSON object");
+        return fail(r, c, 400, "invalid_request_error", "invalid_json", "the body must be a JSON object");
     }
     srv_job *j = srv_job_new();
-    if (!j) { json_decref(req_json); return fail(s, c, 500, "server_error", NULL, "out of memory"); }
+    if (!j) { json_decref(req_json); return fail(r, c, 500, "server_error", NULL, "out of memory"); }
     j->created = (int64_t)time(NULL);
     snprintf(j->client, sizeof j->client, "%s", r->client);
     srv_err e;
     memset(&e, 0, sizeof e);
     int rc = r->rt == R_CHAT ? srv_api_chat(s, req_json, j, &e) : srv_api_completion(s, req_json, j, &e);
     json_decref(req_json);
-    if (rc < 0) { srv_job_unref(j); return respond_err(s, c, &e); }
+    if (rc < 0) { srv_job_unref(j); return respond_err(r, c, &e); }
+    j->t_submit = srv_now();
     if (atomic_load(&s->draining) || srv_submit(s, j) != 0) {
         int draining = atomic_load(&s->draining);
         srv_job_unref(j);
-        return draining ? fail(s, c, 503, "server_error", "shutting_down", "the server is shutting down")
-                        : fail(s, c, 429, "rate_limit_error", "queue_full", "the server's queue is full; retry later");
+        return draining ? fail(r, c, 503, "server_error", "shutting_down", "the server is shutting down")
+                        : fail(r, c, 429, "rate_limit_error", "queue_full", "the server's queue is full; retry later");
     }
     r->job = j;
     /* wait: non-stream until done, stream until the first bytes (or done) */
@@ -242,7 +296,7 @@ static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
     pthread_mutex_unlock(&j->mu);
     if (!streaming) {
         if (status >= 400) atomic_fetch_add(&s->n_errors, 1);
-        return respond(c, status ? status : 500, body);
+        return respond(r, c, status ? status : 500, body);
     }
     free(body);
     stream_ctx *sc = malloc(sizeof *sc);
@@ -254,12 +308,114 @@ static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
     if (!resp) { stream_free(sc); atomic_store(&j->cancel, 1); return MHD_NO; }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(s, c, resp);
+    r->status = 200;
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return ret;
 }
 
+/* ---- the GET / OPTIONS endpoints --------------------------------------------------------- */
+
+/* A CORS preflight: 204, and the Access-Control-* headers for an allowed origin. No key needed
+   (browsers never send credentials with a preflight). */
+static enum MHD_Result preflight(req *r, struct MHD_Connection *c) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
+    if (cors_origin(r->s, c)) {
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        add_cors(r->s, c, resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", h && h[0] ? h : "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    r->status = 204;
+    enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* GET, HEAD and OPTIONS, answered once the request is read (so the connection stays open). */
+static enum MHD_Result run_get(req *r, struct MHD_Connection *c, const char *url) {
+    srv *s = r->s;
+    if (r->preflight) return preflight(r, c);
+    if (r->rt == R_HEALTH) return respond(r, c, atomic_load(&s->draining) ? 503 : 200, srv_api_health(s));
+    if (r->rt == R_PAGE) return (enum MHD_Result)srv_page_respond(s, c, &r->status, cors_origin(s, c));
+    if (!(r->rt == R_METRICS && s->o.metrics_public) && !auth_ok(s, c))
+        return fail(r, c, 401, "invalid_request_error", "invalid_api_key",
+                    "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+    if (r->rt == R_METRICS) return respond_text(r, c, srv_metrics_text(s));
+    if (atomic_load(&s->draining)) return fail(r, c, 503, "server_error", "shutting_down", "the server is shutting down");
+    if (r->rt == R_MODELS) return respond(r, c, 200, srv_api_models(s));
+    if (r->rt == R_INFO) return respond(r, c, 200, srv_page_info(s));
+    const char *id = strstr(url, "/models/") + 8;
+    if (strcmp(id, s->o.model_name) != 0) {
+        char m[200];
+        snprintf(m, sizeof m, "the model '%.100s' does not exist", id);
+        return fail(r, c, 404, "invalid_request_error", "model_not_found", m);
+    }
+    return respond(r, c, 200, srv_api_model(s));
+}
+
 /* ---- the access handler --------------------------------------------------------------- */
+
+/* The first call: headers only. Returns MHD_YES with r->responded 0 to read the rest. */
+static enum MHD_Result first_call(req *r, struct MHD_Connection *c, const char *url, const char *method) {
+    srv *s = r->s;
+    r->responded = 1;                       /* every return below but the last two answers */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) r->fd = ci->connect_fd;
+    ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, r->client, sizeof r->client);
+        else if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, r->client, sizeof r->client);
+    }
+    size_t hdr = strlen(url) + strlen(method) + 16;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, sum_header, &hdr);
+    if ((int64_t)hdr > s->o.max_header) {
+        char m[128];
+        snprintf(m, sizeof m, "the request headers are larger than this server's limit of %lld bytes", (long long)s->o.max_header);
+        return fail(r, c, 431, "invalid_request_error", "headers_too_large", m);
+    }
+    int want_post;
+    r->rt = route_of(url, &want_post);
+    int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    int is_post = !strcmp(method, "POST");
+    r->preflight = !strcmp(method, "OPTIONS") && r->rt != R_NONE;
+    if (r->rt == R_NONE) {
+        char m[160];
+        snprintf(m, sizeof m, "unknown path '%.100s' (see docs/SERVER.md)", url);
+        return fail(r, c, 404, "invalid_request_error", "not_found", m);
+    }
+    if (!r->preflight && r->rt == R_EMBEDDINGS) {
+        if (!auth_ok(s, c))
+            return fail(r, c, 401, "invalid_request_error", "invalid_api_key",
+                        "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+        char m[200];
+        snprintf(m, sizeof m, "'%.100s' is not an embedding model: this server has no embeddings endpoint", s->o.model_name);
+        return fail(r, c, 404, "invalid_request_error", "model_not_found", m);
+    }
+    if (!r->preflight && (want_post ? !is_post : !is_get)) {
+        char m[160];
+        snprintf(m, sizeof m, "method %.16s is not allowed on %.100s (use %s)", method, url, want_post ? "POST" : "GET");
+        return fail(r, c, 405, "invalid_request_error", "method_not_allowed", m);
+    }
+    r->responded = 0;
+    if (!want_post || r->preflight) { r->is_get = 1; return MHD_YES; }
+    if (!auth_ok(s, c))
+        return fail(r, c, 401, "invalid_request_error", "invalid_api_key",
+                    "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+    if (atomic_load(&s->draining)) return fail(r, c, 503, "server_error", "shutting_down", "the server is shutting down");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoll(cl, NULL, 10) > s->o.max_body) {
+        r->too_big = 1;
+        r->responded = 1;
+        return run_post(s, c, r);           /* answer now; the body is never read */
+    }
+    return MHD_YES;
+}
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
@@ -267,66 +423,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     srv *s = cls;
     req *r = *con_cls;
     if (!r) {
-        /* first call: headers only */
         r = calloc(1, sizeof *r);
         if (!r) return MHD_NO;
         r->s = s;
         r->fd = -1;
         *con_cls = r;
-        r->responded = 1;                   /* every return below but the last answers */
         atomic_fetch_add(&s->active, 1);
         atomic_fetch_add(&s->n_requests, 1);
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci) r->fd = ci->connect_fd;
-        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        if (ci && ci->client_addr) {
-            const struct sockaddr *sa = ci->client_addr;
-            if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, r->client, sizeof r->client);
-            else if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, r->client, sizeof r->client);
-        }
-        size_t hdr = strlen(url) + strlen(method) + 16;
-        MHD_get_connection_values(c, MHD_HEADER_KIND, sum_header, &hdr);
-        if ((int64_t)hdr > s->o.max_header) {
-            char m[128];
-            snprintf(m, sizeof m, "the request headers are larger than this server's limit of %lld bytes", (long long)s->o.max_header);
-            return fail(s, c, 431, "invalid_request_error", "headers_too_large", m);
-        }
-        int want_post;
-        r->rt = route_of(url, &want_post);
-        int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        int is_post = !strcmp(method, "POST");
-        if (r->rt == R_NONE) {
-            char m[160];
-            snprintf(m, sizeof m, "unknown path '%.100s' (see docs/SERVER.md)", url);
-            return fail(s, c, 404, "invalid_request_error", "not_found", m);
-        }
-        if (want_post ? !is_post : !is_get) {
-            char m[160];
-            snprintf(m, sizeof m, "method %.16s is not allowed on %.100s (use %s)", method, url, want_post ? "POST" : "GET");
-            return fail(s, c, 405, "invalid_request_error", "method_not_allowed", m);
-        }
-        if (r->rt == R_HEALTH) return respond(c, atomic_load(&s->draining) ? 503 : 200, srv_api_health(s));
-        if (!auth_ok(s, c))
-            return fail(s, c, 401, "invalid_request_error", "invalid_api_key",
-                        "missing or incorrect API key (send 'Authorization: Bearer KEY')");
-        if (atomic_load(&s->draining)) return fail(s, c, 503, "server_error", "shutting_down", "the server is shutting down");
-        if (r->rt == R_MODELS) return respond(c, 200, srv_api_models(s));
-        if (r->rt == R_MODEL) {
-            const char *id = strstr(url, "/models/") + 8;
-            if (strcmp(id, s->o.model_name) != 0) {
-                char m[200];
-                snprintf(m, sizeof m, "the model '%.100s' does not exist", id);
-                return fail(s, c, 404, "invalid_request_error", "model_not_found", m);
-            }
-            return respond(c, 200, srv_api_model(s));
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoll(cl, NULL, 10) > s->o.max_body) {
-            r->too_big = 1;
-            return run_post(s, c, r);       /* answer now; the body is never read */
-        }
-        r->responded = 0;
-        return MHD_YES;
+        return first_call(r, c, url, method);
     }
     if (r->responded) {
         *upload_size = 0;
@@ -342,7 +446,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     r->responded = 1;
-    return run_post(s, c, r);
+    return r->is_get ? run_get(r, c, url) : run_post(s, c, r);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -354,6 +458,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_store(&r->job->cancel, 1);
         srv_job_unref(r->job);
     }
+    static const char *const names[] = { "other", "health", "models", "model", "chat", "completions",
+                                         "embeddings", "metrics", "page", "server" };
+    if (r->status) srv_metrics_request(r->preflight ? "preflight" : names[r->rt], r->status);
     srv_buf_free(&r->body);
     free(r);
     *con_cls = NULL;

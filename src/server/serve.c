@@ -55,6 +55,9 @@ static const cli_opt serve_table[] = {
       "prompt tokens per engine call; a cancel is seen between calls", 0, NULL, NULL },
     { "--shutdown-timeout", CLI_DOUBLE, O(shutdown_s), "S", 0, 86400, "30", "on SIGTERM wait this long for in-flight requests", 0, NULL, NULL },
     { "--idle-timeout", CLI_INT, O(idle_timeout_s), "S", 1, 86400, "60", "close idle keep-alive connections after S seconds", 0, NULL, NULL },
+    { "--cors", CLI_STR, O(cors), "ORIGIN[,ORIGIN]", 0, 0, "off",
+      "let browser pages from these origins call the API ('*': any)", 0, NULL, NULL },
+    { "--metrics-public", CLI_FLAG, O(metrics_public), NULL, 0, 0, NULL, "GET /metrics needs no API key", 1, NULL, NULL },
     { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
 };
 #undef O
@@ -77,7 +80,7 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
     o->idle_timeout_s = 60;
     const cli_cmd cmd = { "serve", "MODEL_DIR [options]",
                           "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
-                          "GET /v1/models, GET /health (docs/SERVER.md). --parallel N serves N requests together.\n",
+                          "GET /v1/models, GET /health, GET /metrics, a chat page at / (docs/SERVER.md). --parallel N serves N requests together.\n",
                           &o->c.model_dir, 1,
                           { { "server", serve_table, o }, { "engine", cli_common_opts, &o->c }, { NULL, NULL, NULL } } };
     int r = cli_parse(&cmd, argc, argv);
@@ -152,6 +155,7 @@ static int serve_open(srv *s) {
     ep.log_level = s->o.c.quiet ? MS_LOG_WARN : MS_LOG_INFO;
     ms_pipe_serve_if_worker(&ep);           /* a pipeline's stage r > 0 serves and ends here */
     char errbuf[512];
+    s->ram_budget = ep.ram_bytes > 0 ? ep.ram_bytes : 0;
     ms_status st = ms_engine_open(&ep, &s->e, errbuf, sizeof errbuf);
     if (st != MS_OK) {
         fprintf(stderr, "moestream serve: %s\n", errbuf);
@@ -172,6 +176,7 @@ static void serve_init(srv *s) {
     ms_engine_stats(s->e, &est);    /* before the worker starts: nothing else calls the engine */
     s->verify_on = est.verify_on;
     s->pack_on = est.pack_on;
+    srv_metrics_engine(&est);
     /* one engine call per pass over the weights: a call shorter than the engine's chunk
        would make its own pass and read a streamed model once more */
     if (s->o.prefill_chunk == 0) s->o.prefill_chunk = s->info.prefill_chunk;

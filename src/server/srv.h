@@ -66,6 +66,8 @@ typedef struct srv_opts {
     int thinking;               /* default of "thinking" when a request does not say */
     double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
     int idle_timeout_s;         /* close idle keep-alive connections after this */
+    const char *cors;           /* --cors: allowed origins, comma-separated ("*": any); NULL = off */
+    int metrics_public;         /* /metrics needs no key */
 } srv_opts;
 
 /* ---- byte buffer ------------------------------------------------------------ */
@@ -143,6 +145,7 @@ typedef struct srv_job {
     int logprobs;               /* -1: none; else the alternatives per token (0..MS_TOP_MAX):
                                    completions' "logprobs", chat's "top_logprobs" */
     int n_choices;              /* "n": choices sampled (1..--parallel), choice i with seed + i */
+    double t_submit;            /* srv_now() when submitted (time-to-first-token) */
     /* worker only */
     size_t lp_offset[SRV_MAX_PARALLEL];     /* stream: text_offset of each choice's next entry */
     int n_ended, failed;        /* choices ended; one failed (the job completed with its error) */
@@ -215,6 +218,7 @@ typedef struct srv {
     atomic_llong n_steps, n_step_tokens;   /* decode steps of the worker, tokens they decoded */
     atomic_llong n_prompt_fed;             /* prompt tokens the worker read (reused ones not) */
     int verify_on, pack_on;                /* the engine's, read once at open (/health) */
+    int64_t ram_budget;                    /* the plan's --ram ceiling in bytes (0: none) */
 } srv;
 
 /* worker.c */
@@ -293,6 +297,27 @@ int srv_http_start(srv *s);
 /* Stop accepting new connections (listening socket closed). */
 void srv_http_quiesce(srv *s);
 void srv_http_stop(srv *s);
+
+/* metrics.c (GET /metrics; docs/SERVER.md, "Metrics") */
+/* http.c: a request answered with status on route (a static string). */
+void srv_metrics_request(const char *route, int status);
+/* Worker: a token was sampled for a job submitted at t_submit; *t_last is the
+   job's previous token's time (0: none yet; updated). */
+void srv_metrics_token(double t_submit, double *t_last);
+/* Worker: a choice ended: its tokens (the prompt counted for choice 0), and a
+   fresh copy of the engine's counters (the worker is the engine's only caller). */
+void srv_metrics_job(srv *s, int choice, int64_t n_prompt, int64_t n_cached, int64_t n_completion);
+/* serve.c at start: the engine's counters before the worker runs. */
+void srv_metrics_engine(const ms_stats *est);
+/* The exposition text (malloc'd; NULL when out of memory). */
+char *srv_metrics_text(srv *s);
+
+/* page.c: GET / - the chat page compiled into the binary. Queues the response
+   (with Access-Control-Allow-Origin when cors_ok) and sets *status. */
+struct MHD_Connection;
+int srv_page_respond(srv *s, struct MHD_Connection *c, int *status, const char *cors_origin);
+/* GET /v1/server: {"model", "context_length", "ram_budget", "parallel", "thinking"} (malloc'd). */
+char *srv_page_info(srv *s);
 
 /* serve.c: a log line on stderr (unless --quiet for INFO). */
 void srv_log(srv *s, int is_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -127,6 +127,7 @@ typedef struct gen {
     int32_t *ids;               /* forced + sampled ids */
     int64_t n, cap;
     int64_t n_sampled;
+    double t_last;              /* when the last token was sampled (metrics; 0: none yet) */
     size_t max_stop;            /* longest stop string */
     int stopped;                /* a stop string was found at stop_at */
     size_t stop_at;
@@ -337,6 +338,7 @@ static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, 
         p->g->lp_pending = p->j->kind == SRV_CHAT;
     }
     p->g->n_sampled++;
+    srv_metrics_token(p->j->t_submit, &p->g->t_last);
     if (!p->j->ignore_eos && is_stop_id(p->s, id)) {
         if (p->j->logprobs >= 0) p->g->n_lp--;      /* like the text: without the stop token */
         p->g->lp_pending = 0;
@@ -538,6 +540,7 @@ static void slot_end(srv *s, slot *sl) {
         res->err_type = res->err_status == 400 ? "invalid_request_error" : "server_error";
     }
     srv_api_finish(s, j, res);
+    srv_metrics_job(s, sl->choice, res->n_prompt, res->n_cached, g->n);
     const double dt = srv_now() - sl->t0;
     srv_log(s, 0, "%s %s: %s, prompt %lld (cached %lld), output %lld, %.2f s (%.1f tok/s)",
             j->kind == SRV_CHAT ? "chat" : "completion", j->id, res->finish ? res->finish : res->err_msg,
