@@ -116,7 +116,11 @@ said() {   # REGEX [COUNT]: wait until chat's stderr has COUNT (1) lines matchin
 }
 start b --max-tokens 6000 "2>$err"
 type_line b "second one"
-sleep 2                      # its answer runs to ~2300 tokens: Ctrl-C lands in it
+# its answer runs to ~2300 tokens (~3 s on a quiet machine): Ctrl-C lands in it
+# once the answer shows on the screen, however fast or loaded the machine is
+before=$(screen b | wc -c)
+for i in $(seq 1 200); do [ "$(screen b | wc -c)" -gt $((before + 40)) ] && break; sleep 0.05; done
+sleep 0.2
 tm send-keys -t b C-c
 said '^\[stopped: the [0-9]* tokens shown' || bad "Ctrl-C did not stop the answer: $(tail -3 "$err")"
 k=$(grep -o '^\[stopped: the [0-9]* tokens' "$err" | head -1 | grep -o '[0-9]*')

@@ -49,12 +49,13 @@ void cli_progress_clear(void) {
     pg.drawn = 0;
 }
 
-/* Whether to draw now: always the first and the last with --progress, else
- * once the step has lasted PROGRESS_DELAY_S, every PROGRESS_EVERY_S. */
+/* Whether to draw now: every report with --progress (a step shorter than the
+ * rate limit still shows its pieces), else once the step has lasted
+ * PROGRESS_DELAY_S, every PROGRESS_EVERY_S. */
 static int due(double elapsed_s, int last) {
     const double now = cli_progress_now_s();
     if (!pg.force && elapsed_s < PROGRESS_DELAY_S) return 0;
-    if (!last && pg.drawn && now - pg.last_s < PROGRESS_EVERY_S) return 0;
+    if (!pg.force && !last && pg.drawn && now - pg.last_s < PROGRESS_EVERY_S) return 0;
     pg.last_s = now;
     return 1;
 }

@@ -93,8 +93,9 @@ INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf
     }
     int64_t c = 0;
     /* BF16 matvec: the next block of rows prefetched as one front in address
-     * order, NR * 32 bytes per step (as matvec_avx512.c's block_dot, where it
-     * measured x1.14-1.30 cold on machine B) */
+     * order, NR * 32 bytes per step, as matvec_avx512.c's block_dot (faster
+     * cold there; measured: docs/perf/history.md, "BF16 matvec: prefetch the
+     * next block of rows (66db991)") */
     const uintptr_t pf_next = (uintptr_t)Wb + (uintptr_t)((r + NR) * cols * 2);
     for (; c + 16 <= cols; c += 16) {
         if (NT == 1 && !Wf) {
@@ -217,8 +218,7 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
         if ((g & 3) == 0) {
             /* Software prefetch of the next row block, one 64-byte line per
              * row every 4 groups: rows are short (cols/2 bytes), and the
-             * hardware prefetcher alone left a cold 3072 x 3584 matvec at
-             * ~2.3 GB/s against ~3.2 with this (bench/bench_kernels.c). The
+             * hardware prefetcher alone left a cold matvec clearly slower. The
              * address is formed as an integer: past the matrix end it is not a
              * C pointer into the object, and a prefetch never faults. */
 #pragma GCC unroll 4
@@ -256,7 +256,7 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
  * mx_decode spends 4 cross-lane widenings (vpmovsxbd, port 5 only) + 2 byte
  * shifts + 2 unpacks of the low and high nibble codes per row and group; with
  * the conversions, scale multiplies and FMAs (ports 0/1) that is ~27 vector
- * uops per 32 elements on 3 ports, the ceiling of matvec (~5 GB/s hot). The
+ * uops per 32 elements on 3 ports, the ceiling of matvec hot. The
  * unpacks only restore the element order. Without them the low-nibble codes
  * are elements 0, 2, .., 30 and the high-nibble codes 1, 3, .., 31, so:
  *

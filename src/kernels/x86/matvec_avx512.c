@@ -60,16 +60,15 @@ INLINE __m512 bf16x16(__m256i v) {
  * use; L2 (a compile-time constant at every call) says where to: 0 = every
  * cache level (T0; table "avx512"), 1 = L2 and beyond (T2; table
  * "avx512-l2"). Which is faster depends on the core, so ms_kernels_select
- * picks per CPU family (kernels/dispatch.c). Measured with bench/kernel_ab.c
- * (15 rounds, medians, cold = one pass over copies larger than the LLC):
- *   - machine C (AMD EPYC family 25 model 17, Zen 4, 2 vCPUs): T2 against T0
- *     MXFP4 matvec cold x1.13-1.25 (1 and 2 threads, both expert shapes), bf16
- *     matvec cold x1.27-1.33; hot x0.96-1.0. Zen 4 keeps fewer L1 misses in
- *     flight than the stream needs; a T0 prefetch holds an L1 miss buffer
- *     until its line arrives, a T2 prefetch only an L2 one.
- *   - machine A (Intel, family 6): T1 / T2 equal to T0; machine B (Zen 5):
- *     T0 ahead of T1 / T2 in a standalone test of the access pattern (see
- *     PREFETCH below and docs/PERFORMANCE.md). */
+ * picks per CPU family (kernels/dispatch.c):
+ *   - Zen 4: T2 is faster cold (MXFP4 and bf16 matvec) and about equal hot.
+ *     Zen 4 keeps fewer L1 misses in flight than the stream needs; a T0
+ *     prefetch holds an L1 miss buffer until its line arrives, a T2 prefetch
+ *     only an L2 one. So only Zen 4 gets the "avx512-l2" table.
+ *   - Intel: T1 / T2 no better than T0; Zen 5: T0 ahead of T1 / T2 in a
+ *     standalone test of the access pattern (see PREFETCH below).
+ * (measured: docs/perf/history.md, "972531b: the avx512-l2 table";
+ * docs/PERFORMANCE.md, "Measured effect of each knob") */
 INLINE void pf_line(uintptr_t a, const int L2) {
     if (L2) _mm_prefetch((const char *)a, _MM_HINT_T2);
     else _mm_prefetch((const char *)a, _MM_HINT_T0);
@@ -93,11 +92,9 @@ INLINE void block_dot(float *Y, int64_t ldy, const uint16_t *Wb, const float *Wf
      * contiguous bytes) as one front in address order, NR * 32 bytes per step
      * of 16 columns, so it is fetched while this block is consumed. Formed as
      * an integer: past the matrix end it is not a C pointer, and a prefetch
-     * never faults. bench/kernel_ab.c, 4096 x 7168, one pass over each of 8
-     * copies (470 MB), 9 rounds: 1 thread x1.17 (78% -> 91% of the read
-     * bandwidth), 2 threads x1.10 (79% -> 86%); earlier rounds on one 58 MB
-     * copy (possibly partly cached) gave x1.13-1.30; two blocks ahead was not
-     * better.
+     * never faults. Faster cold than the hardware prefetchers alone; two
+     * blocks ahead was not better (measured: docs/perf/history.md, "BF16
+     * matvec: prefetch the next block of rows (66db991)").
      * Prompt chunks (NT > 1) reuse each block for T tokens and are not
      * memory-bound: no prefetch there. */
     const uintptr_t pf_next = (uintptr_t)Wb + (uintptr_t)((r + NR) * cols * 2);
@@ -158,9 +155,8 @@ INLINE void dense_rows(float *Y, int64_t ldy, const uint16_t *Wb, const float *W
                        int64_t r0, int64_t r1, int64_t cols, const int L2) {
     int64_t r = r0;
     /* prompt chunks: 6 rows x 4 tokens (24 accumulators) share each weight
-     * and x load more widely than 4 x 4 (bench/kernel_ab.c, T = 32 on a
-     * 4096 x 7168 matrix, one thread: x1.09 in two sessions; 4 x 6, 5 x 5,
-     * 7 x 3 and 8 x 2 gained less) */
+     * and x load more widely than 4 x 4; 4 x 6, 5 x 5, 7 x 3 and 8 x 2 gained
+     * less (measured: docs/perf/history.md, "Prompt chunks") */
     if (T >= 4)
         for (; r + 6 <= r1; r += 6) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 6, L2);
     for (; r + 4 <= r1; r += 4) block_all_tokens(Y, ldy, Wb, Wf, X, ldx, T, r, cols, 4, L2);
@@ -235,9 +231,10 @@ static const float MX_LUT[256][16] __attribute__((aligned(64))) = {
  * one FMA each, as in the reference. Before the T16 tree the accumulator is
  * permuted back to logical order, so the tree adds the same pairs.
  * Why: the previous decode (scaled table built per group, bytes unpacked and
- * zero-extended) spent ~6 shuffle-port uops per row and group and capped a
- * matvec at ~15 Gelem/s per core in L2; this one spends 2 vpermps + 2 shifts
- * (+ 2/8 for x) and reaches ~26 (bench/bench_kernels.c "in-cache"). */
+ * zero-extended) spent ~6 shuffle-port uops per row and group on a core with
+ * one shuffle port; this one spends 2 vpermps + 2 shifts (+ 2/8 for x) and
+ * is much faster in cache (measured: docs/perf/history.md, "2026-12-01 00:05,
+ * machine A: MXFP4 decode rewrite (281fe62)"). */
 INLINE __m512i mx_xperm(void) {          /* x lane p <- x[pi(p)] */
     return _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 }
@@ -272,28 +269,24 @@ INLINE void mx_decode_nat(const uint8_t *p, __m512 lut, __m512 *w0, __m512 *w1) 
  * the FMAs read as 8 interleaved streams cols/2 bytes apart. The software
  * prefetch of the next block used to follow the same pattern (one line per
  * row every 4 groups), so the L1 misses reaching L2 came as 8 strided
- * streams, 2-3 of them inside each 4 KiB page: cold, the down projection
- * (3584 x 3072, 1536-byte rows) streamed at ~70% of the read bandwidth and
- * gate/up (1792-byte rows) at ~75-80%. With the same scheme and equal bytes,
- * shorter rows are slower (one session, GB/s: rows of 1024 B 7.9, 1536 B 8.4,
- * 1792 B 8.9, 2048 B 9.6, 4096 B 10.5), i.e. the more row streams share a
- * page, the worse. No hardware counters in this VM, so the mechanism is
- * inferred: the L2 streamer follows one ascending stream per 4 KiB page and
- * several interleaved streams in a page defeat it.
+ * streams, 2-3 of them inside each 4 KiB page, and cold the matvec stayed
+ * well below the read bandwidth. With the same scheme and equal bytes,
+ * shorter rows are slower, i.e. the more row streams share a page, the
+ * worse. No hardware counters in this VM, so the mechanism is inferred: the
+ * L2 streamer follows one ascending stream per 4 KiB page and several
+ * interleaved streams in a page defeat it.
  * Now the next block is prefetched as two halves, each in address order at
  * half the rate this block consumes bytes (NR * 8 bytes per group per half):
  * two ascending fronts, each over 1.5-1.75 pages at the expert shapes, the
- * same lines and the same number of prefetches as before. Measured in one
- * process against the old kernel (bench/kernel_ab.c, two sessions of 21 and
- * 31 rounds, medians): cold 1 thread x1.23-1.36 at both shapes (to 86-96% of
- * the read bandwidth measured in the same rounds), hot x1.06. Against ONE front in
- * address order over the whole next block (3 sessions): x1.12-1.38 at
- * 1536-byte rows, x1.03-1.14 at 1792; more fronts were worse (4: x0.73-1.05;
- * 8 fronts = one per row = the old pattern).
- * Also tried: distances of 6-32 KiB and 1.25-2 blocks (not better), T1 / T2
- * hints (equal), NTA (half), prefetching the scale bytes (no gain), 16 rows
- * per block (worse). matmat keeps the per-row prefetch (each block serves T
- * tokens there; not measured cold). */
+ * same lines and the same number of prefetches as before. Faster cold than
+ * the old pattern and than ONE front over the whole next block; more fronts
+ * were worse (8 fronts = one per row = the old pattern).
+ * Also tried: longer distances (not better), T1 / T2 hints (equal), NTA
+ * (slower), prefetching the scale bytes (no gain), 16 rows per block
+ * (worse). matmat keeps the per-row prefetch (each block serves T tokens
+ * there). (measured: docs/perf/history.md, "2026-12-01 02:45-03:30,
+ * machine A: MXFP4 matvec prefetch as two ascending fronts; AVX2 even / odd
+ * lanes (kern branch)") */
 
 /* NR rows x NT tokens of MXFP4 (cols % 32 == 0), lanes in the physical order
  * of mx_index when PERM, else natural (mx_decode_nat). Returns the number of
@@ -382,22 +375,19 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
  *     general block reloads 2 per row and group);
  *   - the next block prefetched as ONE front in address order, 2 lines per
  *     group (8 rows x 16 bytes), where the general block uses two half-block
- *     fronts (see PREFETCH): on Zen 5 one front is faster cold (x1.06-1.10);
- *   - the group loop unrolled by 2 (cold x1.03-1.12, hot x0.97-0.99; by 4
- *     was worse).
- * Measured with bench/kernel_ab.c against the general block (machine B, Zen 5,
- * 15 rounds, medians; read bandwidth 37 / 71 GB/s with 1 / 2 threads): cold
- * x1.21-1.25 at both expert shapes and both thread counts (1 thread 18.6-19.8
- * -> 23.4-23.8 GB/s of matrix bytes, 49-53% -> 63% of the read bandwidth),
- * hot x1.04-1.11, L2-resident x1.04 (47 -> 49 Gelem/s).
- * What is left: in L2 the block takes ~2.3 cycles per row and group, where the
- * same vector ops in a synthetic loop take ~1.8 (no PMU counters in this VM to
- * say why). Cold, the memory pattern alone (decode removed, same loads and
- * prefetches) streams at ~70% of the read bandwidth: 8 interleaved row
- * streams of 16 bytes read slower than one linear stream on this machine (a
- * standalone test: ~25 vs ~34 GB/s), and no prefetch distance or hint tried
+ *     fronts (see PREFETCH): on Zen 5 one front is faster cold;
+ *   - the group loop unrolled by 2 (faster cold, about equal hot; by 4 was
+ *     worse).
+ * Faster than the general block cold at both expert shapes and thread
+ * counts, and somewhat faster hot and in L2.
+ * What is left: in L2 the block takes more cycles per row and group than the
+ * same vector ops in a synthetic loop (no PMU counters to say why). Cold, the
+ * memory pattern alone (decode removed, same loads and prefetches) stays
+ * below the read bandwidth: 8 interleaved row streams of 16 bytes read slower
+ * than one linear stream on Zen 5, and no prefetch distance or hint tried
  * changed that (next block or the one after, T0 / T1 / T2, 1, 2 or 4 fronts,
- * demand loads ahead). */
+ * demand loads ahead).
+ * (measured: docs/perf/history.md, "What bounds the MXFP4 matvec on Zen 5") */
 enum { MX_FAST_NG = 256 };               /* the offset table's width: cols <= 8192 */
 
 static int mx_any255(const uint8_t *s, int64_t n) {
@@ -464,10 +454,11 @@ INLINE void mx_rows8_fast(float *y, const uint8_t *packed, const uint8_t *scales
     for (int j = 0; j < 8; j++) y[r + j] = t16_reduce(_mm512_permutexvar_ps(unperm, acc[j]));
 }
 
-/* 8 rows per block: x is loaded and permuted once per 8 rows (measured
- * against 4 rows: 26.0 vs 24.5 Gelem/s in L2, 14.0 vs 13.2 GB/s hot at
- * 3072 x 3584; cold equal within noise); tails of 4 and 1 rows. A block
- * without skipped groups (the normal case) takes mx_rows8_fast. */
+/* 8 rows per block: x is loaded and permuted once per 8 rows (faster than 4
+ * rows in L2 and hot, equal cold; measured: docs/perf/history.md,
+ * "2026-12-01 00:05, machine A: MXFP4 decode rewrite (281fe62)"); tails of 4
+ * and 1 rows. A block without skipped groups (the normal case) takes
+ * mx_rows8_fast. */
 __attribute__((noinline)) static void mx_rows8_fast_t0(float *y, const uint8_t *packed,
                                                         const uint8_t *scales, const float *x,
                                                         int64_t r, int64_t cols) {
@@ -516,8 +507,8 @@ INLINE void mx_all_tokens(float *Y, int64_t ldy, const uint8_t *packed, const ui
     for (; t < T; t++) mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 1, 0, 0);
 }
 
-/* Blocks of 4 rows x 4 tokens (16 accumulators), then 2 and 1 rows. Against
- * 2 rows x 4 tokens: x1.29 in L2 at T = 4 (bench/kernel_ab.c, 7 rounds). */
+/* Blocks of 4 rows x 4 tokens (16 accumulators), then 2 and 1 rows; faster
+ * than 2 rows x 4 tokens (measured: docs/perf/history.md, "Prompt chunks"). */
 INLINE int64_t mx_matmat(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
                          const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1,
                          int64_t cols, const int L2) {
