@@ -150,7 +150,7 @@ ms_status ms_session_load(ms_session *s, const char *path) {
                d.has_logits < 0 || d.has_logits > 1 || d.n_past < 0) {
         st = fail(s, MS_E_USAGE, "%s: %s", path, "state dimensions differ from this model");
     } else if (d.n_past > s->st.max_ctx) {
-        st = fail(s, MS_E_CONTEXT, "%s: %s", path, "holds more positions than this session's max_context");
+        st = fail(s, MS_E_CONTEXT, "%s: %s", path, "holds more positions than max_context (--max-context) allows");
     }
     if (st != MS_OK) { fclose(f); return st; }
     /* read into the live state; on any failure the session is reset */
