@@ -180,7 +180,7 @@ static ms_status load_header(ms_session *s, FILE *f, const char *path, dims *d) 
     if (d->n_past > s->st.max_ctx) {
         snprintf(m, sizeof m, "holds %lld positions, more than max_context %lld (--max-context) allows",
                  (long long)d->n_past, (long long)s->st.max_ctx);
-        return fail(s, MS_E_CONTEXT, "%s: %s", path, m);
+        return fail(s, MS_E_USAGE, "%s: %s", path, m);
     }
     return MS_OK;
 }
