@@ -56,8 +56,9 @@ ids() {
     $PY - "$1" <<'PYEOF'
 import struct, sys
 b = open(sys.argv[1], "rb").read()
-n = struct.unpack_from("<q", b, 16)[0]
-print(",".join(map(str, struct.unpack_from("<%di" % n, b, 80))))
+assert b[:8] == b"MSSESS02", b[:8]
+n = struct.unpack_from("<q", b, 16)[0]          # ids start at 96 (engine/session_io.c)
+print(",".join(map(str, struct.unpack_from("<%di" % n, b, 96))))
 PYEOF
 }
 has_text() {   # FILE TEXT: the session's ids hold TEXT's bytes in a row
