@@ -50,6 +50,11 @@ typedef struct ms_session ms_session;
 
 #define MS_RAM_MIN ((int64_t)-1)
 
+/* A byte size as the engine's options take it ("8G", "512MiB", "1.5T", "4096":
+ * K/M/G/T are powers of 1024, an optional "i" and trailing B; no sign); -1 when
+ * s is not one. Every command line of the project parses sizes with it. */
+int64_t ms_parse_size(const char *s);
+
 typedef struct ms_engine_params {
     const char *model_dir;      /* directory holding config.json + safetensors */
     int n_threads;              /* compute threads; 0 = number of online CPUs */

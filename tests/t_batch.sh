@@ -24,9 +24,7 @@ PY=/usr/bin/python3
 M=models/k3-tiny
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 
 cat > "$tmp/in.jsonl" <<'EOF'
 {"prompt": "And the LORD spake unto Moses, saying,", "max_tokens": 20}

@@ -29,9 +29,7 @@ MODEL=${MS_BUNDLED_MODEL:-models/k3-tiny}
 NTOK=${MS_BUNDLED_TOKENS:-160}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 
 # --- 1. layout ---------------------------------------------------------------------
 if out=$("$PY" - "$MODEL" <<'EOF' 2>&1

@@ -17,9 +17,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 PY=/usr/bin/python3
 dir=$BUILD/testdata-chat
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 stamp="$(sha1sum tools/msgen.py tools/mslib.py "$0" | sha1sum | cut -c1-16)"
 if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"

@@ -25,9 +25,7 @@ tmp=$(mktemp -d)
 sock=mstest$$
 tm() { tmux -L "$sock" "$@"; }
 trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 command -v tmux >/dev/null || { echo "FAIL: tmux is missing (scripts/setup.sh installs it)"; echo "t_chat_tty: 0 passed, 1 failed"; exit 1; }
 [ -f "$dir/.stamp" ] || bash tests/t_chat.sh >/dev/null 2>&1    # makes the tiny model
 M="--max-context 8192"

@@ -9,9 +9,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 TD=${MS_TESTDATA:-$BUILD/testdata}
 PY=/usr/bin/python3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 expect_rc() { local want=$1; shift; "$@" >/dev/null 2>"$tmp/err"; local rc=$?; [ $rc -eq "$want" ] && ok || bad "exit $rc (want $want): $* : $(head -c 300 "$tmp/err")"; }
 jget() { $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(','.join(str(x) for x in d[sys.argv[2]]) if isinstance(d[sys.argv[2]], list) else d[sys.argv[2]])" "$@"; }
 

@@ -26,10 +26,7 @@ PY=/usr/bin/python3
 export PYTHONDONTWRITEBYTECODE=1
 src=$BUILD/corrupt-src
 cases=$BUILD/corrupt-cases
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "t_corrupt: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
+. tests/lib.sh
 
 stamp="$(cat tools/msgen.py tools/mslib.py tools/mscorrupt.py | sha1sum | cut -c1-16)"
 if [ "$(cat "$cases/.stamp" 2>/dev/null)" != "$stamp" ]; then

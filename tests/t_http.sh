@@ -18,10 +18,7 @@ KEY=t-http-key-$$
 ORIGIN=http://page.example:3000
 RAM=$((64 << 20))
 . tests/lib_serve.sh
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "t_http: $pass passed, $fail failed"; [ "$fail" = 0 ]; exit $?; }
+. tests/lib.sh
 [ -x "$BIN" ] || { bad "$BIN not found (make first)"; finish; }
 command -v curl >/dev/null || { bad "curl not found"; finish; }
 

@@ -28,10 +28,7 @@ BUILD=${MS_BUILD:-build}
 BIN=${MS_BIN:-$BUILD/moestream}
 TD=${MS_TESTDATA:-$BUILD/testdata}
 PY=/usr/bin/python3
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "t_ident: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
+. tests/lib.sh
 [ -x "$BIN" ] || { bad "$BIN is not built"; finish; }
 [ -d "$TD/a" ] || { bad "$TD/a missing"; finish; }
 

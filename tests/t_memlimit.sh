@@ -49,10 +49,7 @@ dir=$BUILD/testdata-memlimit
 AS_SLACK=$((64 << 20))
 CGROUP_SLACK=$((32 << 20))
 RUN_ARGS=(--ids 1,2,3 --gen 4 --threads 2 --json --quiet)
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "t_memlimit: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
+. tests/lib.sh
 
 [ -x "$BIN" ] || { bad "$BIN is not built"; finish; }
 # A sanitizer build (make asan / tsan) reserves terabytes of shadow address space and

@@ -16,9 +16,7 @@ cd "$(dirname "$0")/.."
 BUILD=${MS_BUILD:-build}
 BIN=${MS_BIN:-$BUILD/moestream}
 TD=${MS_TESTDATA:-$BUILD/testdata}
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 . tests/lib_mpi.sh
 if mpi_built; then
     echo "t_nompi: not run: this build has MPI (the refusals of make MPI=0 are checked in such a build)"

@@ -19,9 +19,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 M=models/k3-tiny
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 
 # usage_error CMD FLAG VALUE [ARGS...]: exit 2, nothing on stdout, one line on stderr that
 # names the flag and the value

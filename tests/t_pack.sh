@@ -17,9 +17,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 PY=/usr/bin/python3
 SRC=models/k3-tiny
 . tests/lib_serve.sh                   # $tmp, serve_start, and the cleanup of both
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 [ -x "$BIN" ] || { bad "$BIN not found"; echo "t_pack: $pass passed, $fail failed"; exit 1; }
 
 M=$tmp/k3-tiny

@@ -16,9 +16,7 @@ NODE_DIR=$BUILD/page-node
 OUT=$BUILD/page-test
 KEY=t-page-key-$$
 . tests/lib_serve.sh
-pass=0; fail=0
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "t_page: $pass passed, $fail failed"; [ "$fail" = 0 ]; exit $?; }
+. tests/lib.sh
 [ -x "$BIN" ] || { bad "$BIN not found (make first)"; finish; }
 [ -x "$CHROMIUM" ] || { bad "no chromium at $CHROMIUM: install it with scripts/setup.sh (Debian package chromium)"; finish; }
 command -v node >/dev/null && command -v npm >/dev/null || { bad "node/npm not found"; finish; }

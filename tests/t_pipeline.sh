@@ -35,9 +35,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 TD=${MS_TESTDATA:-$BUILD/testdata}
 PY=/usr/bin/python3
 . tests/lib_serve.sh
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 . tests/lib_mpi.sh
 mpi_or_skip t_pipeline
 MPI="mpirun --oversubscribe --mca btl self,vader"

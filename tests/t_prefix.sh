@@ -21,9 +21,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 PY=/usr/bin/python3
 M=models/k3-tiny
 . tests/lib_serve.sh
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 [ -x "$BIN" ] || { bad "$BIN not found"; echo "t_prefix: $pass passed, $fail failed"; exit 1; }
 
 SYS="You are a careful assistant. Answer in the words of the old books: and the LORD spake unto Moses, saying, speak unto the children of Israel, and say unto them, when any man of you bring an offering unto the LORD, ye shall bring your offering of the cattle, even of the herd, and of the flock. In the beginning God created the heaven and the earth."

@@ -15,9 +15,7 @@ BUILD=${MS_BUILD:-build}
 BIN=${MS_BIN:-$BUILD/moestream}
 dir=$BUILD/testdata-chat
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 [ -f "$dir/.stamp" ] || bash tests/t_chat.sh >/dev/null 2>&1    # makes the tiny model
 # tty LOG COMMAND: run COMMAND (a shell line) at a terminal, its bytes into LOG
 tty() { script -qefc "$2" "$1" </dev/null >/dev/null 2>&1; }

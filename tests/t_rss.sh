@@ -14,9 +14,7 @@ BUILD=${MS_BUILD:-build}
 BIN=${MS_BIN:-$BUILD/moestream}
 dir=$BUILD/testdata-mid
 RSS_SLACK=$((16 * 1024 * 1024))
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 stamp="$(sha1sum tools/msgen.py tools/mslib.py | sha1sum | cut -c1-16)"
 if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"

@@ -12,9 +12,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 PY=${PYTHON:-/usr/bin/python3}
 M=models/k3-tiny
 . tests/lib_serve.sh          # $tmp, serve_start, cleanup on exit
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 MAXT=48
 
 gen() {   # gen SCHEMA SEED TEMP OUT -> JSON of the run

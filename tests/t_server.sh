@@ -32,9 +32,7 @@ tmp=$(mktemp -d)
 SPID=
 cleanup() { [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. tests/lib.sh
 die() { bad "$*"; echo "t_server: $pass passed, $fail failed"; exit 1; }
 add_counts() {      # the "NAME: N passed, N failed" line of a sub-test
     local line p f

@@ -104,27 +104,7 @@ const cli_opt cli_sample_opts[] = {
 
 /* ---- values ---------------------------------------------------------------------- */
 
-int64_t cli_parse_size(const char *s) {
-    if (!s || !((*s >= '0' && *s <= '9') || *s == '.')) return -1;     /* no sign, inf, nan, space */
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (mul > 1 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    double b = v * mul;
-    if (b > 9.0e18) return -1;
-    return (int64_t)b;
-}
+int64_t cli_parse_size(const char *s) { return ms_parse_size(s); }
 
 int64_t cli_parse_ram(const char *s) {
     if (!strcmp(s, "min")) return MS_RAM_MIN;
