@@ -31,7 +31,7 @@ if ! cmp -s tests/page/package-lock.json "$NODE_DIR/package-lock.json" || [ ! -d
     fi
 fi
 
-serve_start p models/k3-tiny --api-key "$KEY" --ram 64M
+serve_start p models/k3-tiny --api-key "$KEY" --ram 256M
 U=$(cat "$tmp/url.p")
 [ -n "$U" ] || { tail -n 5 "$tmp/srv.p.log"; bad "the server did not start"; finish; }
 rm -rf "$OUT" && mkdir -p "$OUT"
