@@ -28,8 +28,10 @@
 
 #include "check.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { MAXN = 40, NCONT = 4, NSYS = 13 };
 
@@ -253,9 +255,52 @@ static void model(const char *dir, const char *name) {
 }
 
 /* MS_PREFIX_MEASURE=MODEL_DIR (not part of the suite): at the budget floor
- * with a 256 MiB cache and 256-token chunks, the bytes read before the first token of a prompt of
- * 1,000 ids, then of a second one sharing its first 976, then of the second
- * fed cold; docs/PERFORMANCE.md quotes them. */
+ * with a 256 MiB cache and 256-token chunks, the bytes read and the seconds
+ * before the first token of a prompt of 1,000 ids, then of a second one
+ * sharing its first 976, then of the second fed cold; then a chat of 10 turns
+ * resent whole each turn (measure_chat). docs/PERFORMANCE.md quotes them. */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A chat resent whole each turn, served by two sessions in turn (as two
+ * server slots would: a turn never finds its own state, only the cache's):
+ * turn k sends the conversation so far plus a 40-id question, then decodes
+ * a 20-id answer one token at a time, and the session's state after the
+ * answer is remembered, as the server does when a reply ends. Per turn:
+ * ids reused, ids fed and weight bytes read by the prompt. */
+static void measure_chat(ms_engine *e, ms_session *const ss[2], int64_t n_vocab, const char *dir) {
+    enum { TURNS = 10, Q = 40, A = 20 };
+    static int32_t conv[TURNS * (Q + A)];
+    int64_t len = 0, sent_total = 0, fed_total = 0, bytes_total = 0;
+    for (int k = 0; k < TURNS; k++) {
+        ms_session *s = ss[k % 2];
+        for (int i = 0; i < Q; i++, len++) conv[len] = (int32_t)((len * 7919 + 13) % (n_vocab - 8));
+        int64_t nc = 0;
+        ms_stats st;
+        ms_engine_stats_reset(e);
+        const double t0 = now_s();
+        const ms_status rc = ms_session_feed_prompt(s, conv, len, &nc);
+        const double dt = now_s() - t0;
+        ms_engine_stats(e, &st);
+        const int64_t bytes = st.trunk_bytes_read + st.expert_bytes_read;
+        sent_total += len;
+        fed_total += len - nc;
+        bytes_total += bytes;
+        printf("measure %s: chat turn %d: status %d, prompt %lld, reused %lld, fed %lld, bytes read %lld, %.2f s\n", dir,
+               k + 1, rc, (long long)len, (long long)nc, (long long)(len - nc), (long long)bytes, dt);
+        for (int i = 0; i < A && rc == MS_OK; i++, len++) {
+            conv[len] = (int32_t)((len * 104729 + 5) % (n_vocab - 8));
+            ms_session_feed(s, conv + len, 1, NULL);
+        }
+        ms_session_remember(s, 0);
+    }
+    printf("measure %s: chat: %lld ids sent in %d turns (%lld distinct), %lld fed as prompt, %lld bytes read by prompts\n",
+           dir, (long long)sent_total, TURNS, (long long)(len - A), (long long)fed_total, (long long)bytes_total);
+}
+
 static void measure(const char *dir) {
     ms_engine_params p = ms_engine_default_params();
     p.model_dir = dir;
@@ -264,9 +309,11 @@ static void measure(const char *dir) {
     p.prefill_chunk = 256;
     p.max_context = 2048;
     ms_engine *e;
-    ms_session *s;
+    ms_session *s, *s2;
     char msg[512];
-    if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK || ms_session_open(e, &s) != MS_OK) {
+    p.n_seq = 2;
+    if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK || ms_session_open(e, &s) != MS_OK ||
+        ms_session_open(e, &s2) != MS_OK) {
         fprintf(stderr, "measure: %s\n", msg);
         return;
     }
@@ -281,15 +328,21 @@ static void measure(const char *dir) {
     for (int k = 0; k < 3; k++) {
         int64_t nc = 0;
         ms_engine_stats_reset(e);
+        const double t0 = now_s();
         ms_status st = k < 2 ? ms_session_feed_prompt(s, prompts[k], N, &nc)
                              : (ms_session_reset(s), ms_session_feed(s, prompts[k], N, NULL));
+        const double dt = now_s() - t0;
         ms_stats stt;
         ms_engine_stats(e, &stt);
-        printf("measure %s: %s: status %d, chunk %lld, reused %lld, fed %lld, bytes read %lld, cache %lld bytes in %d\n", dir,
-               what[k], st, (long long)info.prefill_chunk, (long long)nc, (long long)stt.n_tokens_prefill,
+        printf("measure %s: %s: status %d, %.2f s, chunk %lld, reused %lld, fed %lld, bytes read %lld, cache %lld bytes in %d\n", dir,
+               what[k], st, dt, (long long)info.prefill_chunk, (long long)nc, (long long)stt.n_tokens_prefill,
                (long long)(stt.trunk_bytes_read + stt.expert_bytes_read), (long long)stt.prompt_cache_bytes,
                stt.prompt_cache_entries);
     }
+    ms_session_reset(s);
+    ms_session *const ss[2] = { s, s2 };
+    measure_chat(e, ss, info.n_vocab, dir);
+    ms_session_close(s2);
     ms_session_close(s);
     ms_engine_close(e);
 }
