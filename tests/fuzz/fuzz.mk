@@ -23,8 +23,9 @@
 #     root; the server, session, sums and packfile targets read their model
 #     from MS_FUZZ_MODEL, default build-fuzz/model)
 # Does not: touch build/ (but for the server page's generated header, which
-#   the main Makefile's rule writes there) or the committed corpus; minimise corpora (run
-#   `build-fuzz/fuzz_NAME -merge=1 NEW tests/fuzz/corpus/NAME` by hand).
+#   the main Makefile's rule writes there) or the committed corpus; minimise
+#   corpora (run `build-fuzz/fuzz_NAME -merge=1 NEW tests/fuzz/corpus/NAME`
+#   by hand).
 
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz

@@ -265,6 +265,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             fz_fail("refused with %s, out %p, message '%s'", ms_status_name(st), (void *)p, err.msg);
         return 0;
     }
+    if (strcmp(ms_pack_path(p), g_mf.path) != 0) fz_fail("loaded pack named %s", ms_pack_path(p));
     check_entries(p, m);
     use_region(p, &g_reg[data[1] % g_n_reg], m, (data[0] >> 2) % 3);
     ms_pack_free(p);
