@@ -31,9 +31,10 @@
  *   A field is (offset, width 1/4/8) in the template's layout: header fields
  *   and the first records of a table, so a value lands where the loader
  *   reads it. The image is capped at FZ_MAX_IMAGE bytes.
- * Invariants: images are malloc'd and freed by the target per input; the
- *   memfd is made once and truncated for every input (a regular file, as
- *   base/file.c requires; /proc/self/fd/N reopens it at offset 0).
+ * Invariants: the image buffer is the target's, reused from input to input;
+ *   the memfd is made once and rewritten for every input, then cut to the
+ *   image's size (a regular file, as base/file.c requires; /proc/self/fd/N
+ *   reopens it at offset 0).
  * Does not: know any format (the target passes its field table, its edit and
  *   its fixup).
  */
@@ -192,12 +193,12 @@ static __attribute__((unused)) void fz_mem_open(fz_mem *mf) {
 
 /* The memory file now holds exactly p[0..n). */
 static __attribute__((unused)) void fz_mem_set(fz_mem *mf, const uint8_t *p, size_t n) {
-    if (ftruncate(mf->fd, 0) != 0) fz_fail("ftruncate failed");
     for (size_t done = 0; done < n;) {
         const ssize_t k = pwrite(mf->fd, p + done, n - done, (off_t)done);
         if (k <= 0) fz_fail("pwrite to the memory file failed");
         done += (size_t)k;
     }
+    if (ftruncate(mf->fd, (off_t)n) != 0) fz_fail("ftruncate failed");   /* shrinks only: pages stay */
 }
 
 /* ---- files of the setup ---- */
