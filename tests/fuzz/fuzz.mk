@@ -2,8 +2,8 @@
 # Included by the main Makefile (`-include tests/fuzz/fuzz.mk`).
 #
 # Owns: build-fuzz/ (objects, library, target binaries, working corpora, logs,
-#   crash artifacts, the tiny model of the server targets) and the targets
-#   `fuzz`, `fuzz-smoke`, `fuzz-build`, `fuzz-clean`.
+#   crash artifacts, the tiny model of the server and file-format targets)
+#   and the targets `fuzz`, `fuzz-smoke`, `fuzz-build`, `fuzz-clean`.
 # Idea: the library is rebuilt with Debian's clang under
 #   -fsanitize=fuzzer-no-link,address,undefined (same per-file ISA flags and
 #   project flags as the main build); each tests/fuzz/fuzz_NAME.c links with
@@ -20,10 +20,12 @@
 #   make fuzz FUZZ_TARGETS="config index"   a subset
 #   make fuzz-clean               remove build-fuzz/
 #   reproduce: build-fuzz/fuzz_NAME path/to/crash-file   (from the repository
-#     root; the server targets read their model from MS_FUZZ_MODEL, default
-#     build-fuzz/model)
-# Does not: touch build/ or the committed corpus; minimise corpora (run
-#   `build-fuzz/fuzz_NAME -merge=1 NEW tests/fuzz/corpus/NAME` by hand).
+#     root; the server, session, sums and packfile targets read their model
+#     from MS_FUZZ_MODEL, default build-fuzz/model)
+# Does not: touch build/ (but for the server page's generated header, which
+#   the main Makefile's rule writes there) or the committed corpus; minimise
+#   corpora (run `build-fuzz/fuzz_NAME -merge=1 NEW tests/fuzz/corpus/NAME`
+#   by hand).
 
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
@@ -32,9 +34,11 @@ FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-
 FUZZ_CFLAGS  = -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -ffp-contract=off -fno-fast-math \
                -fno-strict-aliasing -pthread -Wall -Wextra -Wno-unused-parameter $(FUZZ_SAN) $(MPI_CFLAGS)
 FUZZ_LIBS    = -ljansson -lpcre2-8 -luring -lmicrohttpd -lxxhash $(MPI_LIBS) -lm -pthread
-# server targets (fuzz_server_*.c) also link src/server/ and need a model
-# directory; they are left out while src/server/srv.h does not exist
-FUZZ_SRV_SRC := $(wildcard src/server/*.c)
+# server targets (fuzz_server_*.c) also link src/server/ and the CLI files it
+# calls (the option tables and engine parameters, its log and UTF-8 helpers,
+# the progress lines), and need a model directory; they are left out while
+# src/server/srv.h does not exist
+FUZZ_SRV_SRC := $(wildcard src/server/*.c) $(wildcard src/cli/opts.c src/cli/common.c src/cli/util.c src/cli/progress.c)
 FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 ifeq ($(wildcard src/server/srv.h),)
 FUZZ_NAMES   := $(filter-out server_%,$(FUZZ_NAMES))
@@ -47,6 +51,7 @@ FUZZ_LIB     := $(FUZZ_BUILD)/libmoestream.a
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_SRV_BINS := $(filter $(FUZZ_BUILD)/fuzz_server_%,$(FUZZ_BINS))
 FUZZ_LIB_BINS := $(filter-out $(FUZZ_SRV_BINS),$(FUZZ_BINS))
+FUZZ_HDRS    := $(wildcard tests/fuzz/*.h)
 # libFuzzer flags for every run: a hang of 10 s is a finding; 2 GB RSS cap
 FUZZ_RUN_FLAGS ?= -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
 
@@ -74,18 +79,25 @@ $(FUZZ_SRV_OBJ): $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
-$(FUZZ_SRV_BINS): $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_fixture.h $(FUZZ_SRV_OBJ) $(FUZZ_LIB)
+# the chat page's byte array: the main Makefile's generated header
+# ($(BUILD)/gen/page_html.h, its own rule), so the page is not embedded twice
+$(FUZZ_BUILD)/obj/src/server/page.o: $(BUILD)/gen/page_html.h
+$(FUZZ_BUILD)/obj/src/server/page.o: FUZZ_CFLAGS += -I$(BUILD)/gen
+
+$(FUZZ_SRV_BINS): $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_HDRS) $(FUZZ_SRV_OBJ) $(FUZZ_LIB)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_SRV_OBJ) $(FUZZ_LIB) $(FUZZ_LIBS) -o $@
 
-$(FUZZ_LIB_BINS): $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_fixture.h $(FUZZ_LIB)
+$(FUZZ_LIB_BINS): $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_HDRS) $(FUZZ_LIB)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_LIB) $(FUZZ_LIBS) -o $@
 
-# the tiny model of the server targets (they add the fixture tokenizer to it)
+# the tiny model of the targets that need one: the server targets (they add
+# the fixture tokenizer to it) and the file-format targets (session, sums,
+# packfile make their templates from it at startup)
 $(FUZZ_MODEL)/config.json: tools/msgen.py tools/mslib.py
 	rm -rf $(FUZZ_MODEL)
 	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 tools/msgen.py $(FUZZ_MODEL) --preset a
 
-fuzz-build: $(FUZZ_BINS) $(if $(filter server_%,$(FUZZ_NAMES)),$(FUZZ_MODEL)/config.json)
+fuzz-build: $(FUZZ_BINS) $(FUZZ_MODEL)/config.json
 
 # One target: fresh seeds into the working copy, run, report, keep the log.
 # A JSON dictionary helps every target that reads JSON.

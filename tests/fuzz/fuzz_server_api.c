@@ -57,7 +57,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
     srv *s = &g_srv;
     srv_opts *o = &s->o;
-    o->model_dir = dir;
+    o->c.model_dir = dir;
+    o->c.max_context = FZ_CONTEXT;
+    o->c.parallel = 1;
     o->model_name = "fuzz-model";
     o->host = "127.0.0.1";
     o->max_body = 4 << 20;

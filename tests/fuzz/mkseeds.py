@@ -393,6 +393,7 @@ DICTS = {
     "chat_parse": DICT_PARSE,
     "chat_json": DICT_JSON,
     "server_api": DICT_JSON + DICT_SERVER,
+    "size": ['"K"', '"M"', '"G"', '"T"', '"i"', '"B"', '"KiB"', '"GiB"', '"."', '"e"', '"0x"', '"-"'],
 }
 
 
@@ -449,6 +450,136 @@ def seeds_pack():
     return s
 
 
+# The file-format targets (fuzz_file.h): [flags] [argument] then edits of the
+# template the target makes at startup. Flags bit 0 fixes the outer checksum
+# up, bit 1 the inner one. Edits: op byte, operands.
+def e_field(k, kind, *rest):
+    return bytes([0, k, kind]) + bytes(rest)
+
+
+def e_value(k, v):
+    return bytes([0, k, 0]) + struct.pack("<Q", v & (2**64 - 1))
+
+
+def e_patch(off, data):
+    return bytes([1]) + struct.pack("<I", off)[:3] + bytes([len(data)]) + data
+
+
+def e_resize(n):
+    return bytes([2]) + struct.pack("<I", n)[:3]
+
+
+def e_insert(off, data):
+    return bytes([4]) + struct.pack("<I", off)[:3] + bytes([len(data)]) + data
+
+
+def e_format(arg):
+    return bytes([5, arg])
+
+
+def seeds_session():
+    """Fields: 0 magic, 1 model hash, 2 n_past, 3 n_vocab, 4 kda_S, 5 kda_conv,
+    6 n_kda, 7 mla_pos, 8 n_mla, 9 has_logits, 10 sums id, 11 sampled id,
+    12-14 ids. Argument bit 0: 0 the fed template, 1 the empty one."""
+    fix = b"\x01\x00"
+    return {
+        "as_saved": fix,
+        "empty": b"\x01\x01",
+        "fed_then_feed": b"\x05\x04",
+        "no_fix_mismatch": b"\x00\x00" + e_patch(200, b"\x01"),
+        "format_01": fix + e_patch(7, b"1"),
+        "not_a_session": fix + e_patch(0, b"X"),
+        "other_model": fix + e_field(1, 1, 1),
+        "other_weights": fix + e_field(10, 1, 1),
+        "other_sample": fix + e_field(11, 1, 1),
+        "dims_vocab": fix + e_field(3, 1, 1),
+        "has_logits_2": fix + e_field(9, 2, 2),
+        "n_past_negative": fix + e_field(2, 2, 3),
+        "n_past_over_context": fix + e_value(2, 65) + e_format(0),
+        "n_past_2_62": fix + e_value(2, 1 << 62),
+        "n_past_shorter": fix + e_field(2, 1, 0xfe) + e_format(0),
+        "n_past_from_empty": b"\x01\x01" + e_value(2, 3) + e_format(0),
+        "no_logits": fix + e_value(9, 0) + e_format(0),
+        "id_out_of_vocab": fix + e_field(12, 2, 3),
+        "id_vocab": fix + e_value(13, 384),
+        "truncated_header": fix + e_resize(50),
+        "truncated_payload": fix + e_resize(4000),
+        "extra_byte": fix + e_insert(0xffffff, b"\x00"),
+    }
+
+
+def seeds_sums():
+    """Fields: 0 magic, 1 version, 2 reserved, 3 block bytes, 4 table hash,
+    5 n_tensors, 6 n_blocks, 7-14 metadata entries, 15-16 block hashes, 17
+    version's low byte. FORMAT: 0 to format 1, 1 size from n_blocks, 2
+    n_blocks from size. Argument: the tensor whose first block is checked."""
+    s = {"as_written": b"\x01\x00", "check_meta": b"\x05\x07", "tensor_9": b"\x01\x09",
+         "no_fix_damaged": b"\x00\x00" + e_patch(130, b"\xff"),
+         "format_1": b"\x05\x00" + e_format(0),
+         "format_1_damaged": b"\x00\x00" + e_format(0),
+         "bad_magic": b"\x01\x00" + e_patch(3, b"X"),
+         "version_3": b"\x01\x00" + e_value(1, 3),
+         "block_bytes": b"\x01\x00" + e_field(3, 3, 1),
+         "table_hash": b"\x01\x00" + e_field(4, 1, 1),
+         "n_tensors": b"\x01\x00" + e_field(5, 1, 0xff),
+         "n_blocks_size": b"\x01\x00" + e_field(6, 1, 1),
+         "n_blocks_resized": b"\x01\x00" + e_field(6, 1, 1) + e_format(1),
+         "n_blocks_huge": b"\x01\x00" + e_field(6, 2, 3),
+         "n_blocks_from_size": b"\x01\x00" + e_resize(200) + e_format(2),
+         "meta_changed": b"\x05\x00" + e_field(8, 1, 1),
+         "meta_absent": b"\x05\x00" + e_field(11, 2, 3),
+         "block_hash_0": b"\x01\x00" + e_field(15, 1, 1),
+         "truncated": b"\x01\x00" + e_resize(40),
+         "extended": b"\x01\x00" + e_insert(0xffffff, b"\x00" * 8)}
+    return s
+
+
+def seeds_packfile():
+    """Fields: 0 magic, 1 version, 2 chunk bytes, 3 table hash, 4 sums hash,
+    5 n_entries, 6 index offset, 7 index bytes, 8 index hash, 9 header hash;
+    10-15 the first entry's n_ranges, pad, image offset, image bytes, shift,
+    raw bytes; 16-18 its first range's shard, offset, n_bytes. FORMAT: a copy
+    of entry (argument % n_entries) appended to the index. Argument: the
+    region used; flags bits 2-3 the decoder."""
+    both = 3
+    s = {"region_%d" % k: bytes([both | (k % 3) << 2, k]) for k in range(6)}
+    s.update({
+        "no_fix_header": b"\x00\x00" + e_field(5, 1, 1),
+        "index_unfixed": b"\x01\x00" + e_patch(0xffff00, b"\x01"),
+        "bad_magic": b"\x03\x00" + e_patch(1, b"X"),
+        "version_2": b"\x03\x00" + e_value(1, 2),
+        "chunk_bytes": b"\x03\x00" + e_field(2, 3, 1),
+        "table_hash": b"\x03\x00" + e_field(3, 1, 1),
+        "sums_hash": b"\x03\x00" + e_field(4, 1, 1),
+        "n_entries_huge": b"\x03\x00" + e_field(5, 2, 3),
+        "n_entries_more": b"\x03\x00" + e_field(5, 1, 1),
+        "index_outside": b"\x03\x00" + e_field(6, 1, 1),
+        "index_short": b"\x03\x00" + e_field(7, 1, 0xd8),
+        "duplicate_entry": b"\x03\x00" + e_format(0),
+        "duplicate_entry_3": b"\x03\x00" + e_format(3),
+        "n_ranges_0": b"\x03\x00" + e_value(10, 0),
+        "n_ranges_big": b"\x03\x00" + e_field(10, 2, 6),
+        "image_unaligned": b"\x03\x00" + e_field(12, 1, 1),
+        "image_past_index": b"\x03\x00" + e_field(13, 3, 7),
+        "shift_unaligned": b"\x03\x00" + e_field(14, 1, 1),
+        "shift_over_raw": b"\x03\x00" + e_field(14, 2, 4),
+        "raw_bytes": b"\x03\x00" + e_field(15, 1, 1),
+        "range_shard": b"\x03\x00" + e_value(16, 99),
+        "range_offset": b"\x03\x00" + e_field(17, 2, 8),
+        "range_bytes": b"\x03\x00" + e_field(18, 3, 7),
+        "image_byte": b"\x03\x00" + e_patch(4200, b"\x55"),
+        "truncated": b"\x03\x00" + e_resize(60),
+    })
+    return s
+
+
+def seeds_size():
+    words = ["8G", "512MiB", "1.5T", "4096", "0", "1KB", "1kib", "64M", "2g", "1TiB", "0.5K", ".5K",
+             "-1", "+1", " 1", "1 ", "1e3", "0x10", "1.5", "9e18", "8.9e18", "9223372036854775807",
+             "123456789012345", "1KK", "1KiBB", "1iB", "inf", "nan", "", ".", "1.2.3", "7T"]
+    return {"w%02d" % i: w.encode() for i, w in enumerate(words)}
+
+
 def write_corpus(out, name, seeds):
     d = os.path.join(out, "corpus", name)
     if os.path.isdir(d):
@@ -480,6 +611,10 @@ def main(argv):
             "chat_json": seeds_chat_json(),
             "server_api": seeds_server_api(),
             "pack": seeds_pack(),
+            "session": seeds_session(),
+            "sums": seeds_sums(),
+            "packfile": seeds_packfile(),
+            "size": seeds_size(),
         }
     finally:
         shutil.rmtree(tmp)
