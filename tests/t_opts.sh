@@ -34,7 +34,7 @@ usage_error() {
 
 # ---- bad values: flag, then the values each command must refuse ---------------------------
 ENGINE_BAD=(
-    "--ram foo -5G 0 8X 1.5.5G -1 nan"
+    "--ram foo -5G 0 8X 1.5.5G -1 nan 1e3G 0x10G"
     "--threads 0 -1 abc 1025 2x"
     "--max-context 0 -4 x"
     "--ctx 0"

@@ -5,11 +5,20 @@
 #include <stdlib.h>
 
 int64_t ms_parse_size(const char *s) {
-    if (!s || !((*s >= '0' && *s <= '9') || *s == '.')) return -1;     /* no sign, inf, nan, space */
+    if (!s) return -1;
+    /* digits with at most one '.', nothing strtod would also take (a sign,
+       space, inf, nan, an exponent, hex) */
+    int digits = 0, dots = 0;
+    const char *q = s;
+    for (; (*q >= '0' && *q <= '9') || *q == '.'; q++) {
+        if (*q == '.') dots++;
+        else digits++;
+    }
+    if (!digits || dots > 1) return -1;
     errno = 0;
     char *end;
     double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
+    if (errno || end != q || !(v >= 0)) return -1;
     double mul = 1;
     switch (*end) {
     case 'k': case 'K': mul = 1024.0; end++; break;

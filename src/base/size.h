@@ -4,8 +4,9 @@
  *   (the CLI's option table, the server's options, the benchmark programs),
  *   so that a unit means the same everywhere.
  * Invariants: K, M, G and T are powers of 1024, with an optional "i" after
- *   the letter and an optional trailing B; digits first (no sign, space, inf
- *   or nan); a value over 9e18 bytes is refused, never wrapped.
+ *   the letter and an optional trailing B; the number is digits with at most
+ *   one '.' (no sign, space, inf, nan, exponent or hex); a value over 9e18
+ *   bytes is refused, never wrapped.
  * Does not: know the words of --ram (min, all, max, auto: cli/opts.c).
  */
 #ifndef MS_BASE_SIZE_H

@@ -46,10 +46,10 @@ static void any_string(const char *s) {
     if (!isdigit((unsigned char)s[0]) && s[0] != '.') fz_fail("'%s' (no leading digit) parsed as %lld", s, (long long)v);
     int units = 0;
     for (const char *p = s; *p; p++) {
-        if (*p == ' ' || *p == '\t' || *p == '\n') fz_fail("'%s' (a space) parsed as %lld", s, (long long)v);
-        units += strchr("KMGTkmgt", *p) != NULL && *p != 0;
+        if (!strchr("0123456789.KMGTkmgtiBb", *p)) fz_fail("'%s' (a character outside digits, '.' and units) parsed as %lld", s, (long long)v);
+        units += strchr("KMGTkmgt", *p) != NULL;
     }
-    if (units > 1 && !strchr(s, 'x') && !strchr(s, 'X')) fz_fail("'%s' (two unit letters) parsed as %lld", s, (long long)v);
+    if (units > 1) fz_fail("'%s' (two unit letters) parsed as %lld", s, (long long)v);
 }
 
 static void known(const uint8_t *d, size_t n) {
