@@ -38,19 +38,6 @@ cleanup() { [ -n "$mnt" ] && umount "$mnt" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 IDS="--ids 1,2,3,4,5 --gen 3 --quiet"
 copy() { mkdir -p "$1"; cp "$TD"/a/*.json "$TD"/a/*.safetensors "$1"/; }
-# poke DIR NAME: XOR 0x01 into the middle byte of tensor NAME
-poke() {
-    $PY - "$1" "$2" <<'EOF'
-import json, os, struct, sys
-d, name = sys.argv[1], sys.argv[2]
-shard = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"][name]
-with open(os.path.join(d, shard), "r+b") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    b, e = json.loads(f.read(n))[name]["data_offsets"]
-    at = 8 + n + b + (e - b) // 2
-    f.seek(at); x = f.read(1); f.seek(at); f.write(bytes([x[0] ^ 1]))
-EOF
-}
 # poke_last FILE: XOR 0x01 into the file's last byte
 poke_last() {
     $PY -c "
@@ -62,7 +49,7 @@ with open(sys.argv[1], 'r+b') as f:
 A=$tmp/A; B=$tmp/B; C=$tmp/C
 copy "$A"; copy "$B"; copy "$C"
 "$BIN" verify "$A" --write --quiet >/dev/null 2>&1 || bad "verify --write A"
-poke "$B" language_model.model.layers.0.self_attn.q_proj.weight
+flip_tensor "$B" language_model.model.layers.0.self_attn.q_proj.weight
 "$BIN" verify "$B" --write --quiet >/dev/null 2>&1 || bad "verify --write B"
 
 # 1. sessions across weights

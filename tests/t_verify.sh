@@ -37,19 +37,6 @@ mkdir -p "$m"
 cp "$TD"/a/*.json "$TD"/a/*.safetensors "$m"/
 IDS="--ids 1,2,3,4,5 --gen 8"
 
-# flip NAME: XOR 0x01 into the middle byte of tensor NAME (prints nothing)
-flip() {
-    $PY - "$m" "$1" <<'EOF'
-import json, os, struct, sys
-d, name = sys.argv[1], sys.argv[2]
-shard = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"][name]
-with open(os.path.join(d, shard), "r+b") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    b, e = json.loads(f.read(n))[name]["data_offsets"]
-    at = 8 + n + b + (e - b) // 2
-    f.seek(at); x = f.read(1); f.seek(at); f.write(bytes([x[0] ^ 1]))
-EOF
-}
 # lines: stderr without info / warning lines
 lines() { grep -vE '^(moestream: )?(info|warning)' "$1"; }
 # one_line FILE CODE WANT_RC TENSOR: exactly one line, naming shard file, tensor, range
@@ -103,7 +90,7 @@ for il in range(c["num_hidden_layers"]):
 EOF
 )
 if [ -z "$tensor" ]; then bad "no expert found in the floor run's trace"; finish; fi
-flip "$tensor"
+flip_tensor "$m" "$tensor"
 "$BIN" verify "$m" >"$tmp/out" 2>"$tmp/err"; rc=$?
 why=$(one_line "$tmp/err" $rc 4 "$tensor")
 grep -q '^MISMATCH: 1 tensors' "$tmp/out" || why="$why no MISMATCH summary;"
@@ -119,15 +106,15 @@ why=$(one_line "$tmp/err" $rc 2 "$tensor")
 [ -z "$why" ] && ok || bad "run --ram all on a corrupted expert:$why $(head -c 500 "$tmp/err")"
 "$BIN" run "$m" $IDS --ram min --no-verify --quiet >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 0 ] && ok || bad "--no-verify on a corrupted expert exits $rc (without checksums nothing is detected)"
-flip "$tensor"      # repaired
+flip_tensor "$m" "$tensor"      # repaired
 
 # --- 3. a corrupted streamed trunk byte -------------------------------------------
 trunk=language_model.model.layers.2.block_sparse_moe.shared_experts.down_proj.weight
-flip "$trunk"
+flip_tensor "$m" "$trunk"
 "$BIN" run "$m" $IDS --ram min --quiet >"$tmp/out" 2>"$tmp/err"; rc=$?
 why=$(one_line "$tmp/err" $rc 4 "$trunk")
 [ -z "$why" ] && ok || bad "run --ram min on a corrupted trunk tensor:$why $(head -c 500 "$tmp/err")"
-flip "$trunk"
+flip_tensor "$m" "$trunk"
 "$BIN" verify "$m" --quiet >/dev/null 2>&1 && ok || bad "the repaired copy does not verify"
 
 # --- 4. refused sidecars ----------------------------------------------------------
