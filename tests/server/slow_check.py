@@ -3,7 +3,8 @@
 (used by tests/t_slow.sh; standard library only, raw sockets).
 
   slow_check.py slowloris HOST PORT N DEADLINE   N connections that send one header
-      byte about every second, spread over the source addresses 127.0.0.10..19 (a
+      byte about every second (one in ten: whole headers of a POST, then one body byte
+      a second), spread over the source addresses 127.0.0.10..19 (a
       connection that is cut is opened again at once, as an attacker would), while
       /health is probed from 127.0.0.1 every 0.2 s for 2 x DEADLINE + 2 s. Checks:
       every probe gets 200 within 2 s; every trickling connection is closed by the
@@ -14,6 +15,9 @@
   slow_check.py burst HOST PORT N MODEL     N chat requests sent at the same moment (each
       on its own connection, from 127.0.0.30..39): every one gets a response; 200s and,
       for the rest, 429 / 503 with Retry-After and an OpenAI error object; none dropped.
+  slow_check.py keepalive HOST PORT DEADLINE   a kept-alive connection idle for longer
+      than DEADLINE is still served; its next request, trickled, is cut DEADLINE after
+      its first byte.
   slow_check.py dupkey HOST PORT MODEL      a body with a repeated key: 400
       invalid_request_error naming the key (also one nested a level down).
 
@@ -102,15 +106,19 @@ def is_error_object(body, typ=None):
 # ---- slowloris -----------------------------------------------------------------------
 
 HEADER = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 4096
+POST_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 100000\r\n\r\n")
 
 
 class Trickler(threading.Thread):
-    """One attacker connection, re-opened whenever the server closes it."""
+    """One attacker connection, re-opened whenever the server closes it: it
+    trickles its headers, or (body=True) sends whole headers and trickles the body."""
 
-    def __init__(self, host, port, src, until):
+    def __init__(self, host, port, src, until, body=False):
         super().__init__(daemon=True)
-        self.host, self.port, self.src, self.until = host, port, src, until
-        self.lifetimes = []          # seconds from connect to the server's close
+        self.host, self.port, self.src, self.until, self.body = host, port, src, until, body
+        self.lifetimes = []          # seconds from connect to the server's close, unanswered
+        self.answered = 0            # connections the server answered (a spare one's 503) and closed
         self.open_fail = 0
 
     def run(self):
@@ -122,8 +130,13 @@ class Trickler(threading.Thread):
                 time.sleep(0.2)
                 continue
             t0 = time.monotonic()
-            closed = False
+            closed = answered = False
             i = 0
+            if self.body:
+                try:
+                    s.sendall(POST_HEAD)
+                except OSError:
+                    pass
             while time.monotonic() < self.until:
                 try:
                     s.send(HEADER[i:i + 1])
@@ -132,11 +145,16 @@ class Trickler(threading.Thread):
                     if r and not s.recv(4096, socket.MSG_PEEK):
                         closed = True
                     elif r:
-                        s.recv(4096)       # an error page: the server answered and will close
+                        s.recv(4096)       # an answer (503 on a spare connection): it closes next
+                        answered = True
                 except OSError:
                     closed = True
                 if closed:
-                    self.lifetimes.append(time.monotonic() - t0)
+                    if answered:
+                        self.answered += 1
+                        time.sleep(0.1)
+                    else:
+                        self.lifetimes.append(time.monotonic() - t0)
                     break
             s.close()
 
@@ -144,7 +162,7 @@ class Trickler(threading.Thread):
 def slowloris(host, port, n, deadline):
     run_for = 2 * deadline + 2.0
     until = time.monotonic() + run_for + 1.0
-    ts = [Trickler(host, port, "127.0.0.%d" % (10 + i % 10), until) for i in range(n)]
+    ts = [Trickler(host, port, "127.0.0.%d" % (10 + i % 10), until, body=i % 10 == 9) for i in range(n)]
     for t in ts:
         t.start()
     time.sleep(0.5)
@@ -165,12 +183,42 @@ def slowloris(host, port, n, deadline):
     check(probes >= 5 and not slow_probes, "every /health probe answered 200 within 2 s while %d connections trickle" % n,
           slow_probes[:5])
     lives = [x for t in ts for x in t.lifetimes]
-    print("  %d trickling connections closed by the server; lifetimes %.2f..%.2f s; %d failed to open" %
-          (len(lives), min(lives) if lives else -1, max(lives) if lives else -1, sum(t.open_fail for t in ts)))
-    check(len(lives) >= n, "every trickling connection was closed by the server", len(lives))
+    print("  %d trickling connections cut by the server; lifetimes %.2f..%.2f s; %d answered (spare); %d failed to open" %
+          (len(lives), min(lives) if lives else -1, max(lives) if lives else -1, sum(t.answered for t in ts),
+           sum(t.open_fail for t in ts)))
+    check(len(lives) >= n, "at least %d trickling connections were cut by the server" % n, len(lives))
     bad = [x for x in lives if x < deadline - 0.5 or x > deadline + 2.5]
     check(lives and not bad, "each closed %.1f..%.1f s after it opened (the deadline is total, not idle)" %
           (deadline - 0.5, deadline + 2.5), sorted(bad)[:10])
+
+
+# ---- keep-alive -------------------------------------------------------------------------
+
+def keepalive(host, port, deadline):
+    one = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    s = connect(host, port, "127.0.0.40", 5.0)
+    s.sendall(one)
+    st, _, _ = read_response(s, 5.0)
+    time.sleep(deadline + 1.0)             # idle longer than the deadline: --idle-timeout's business
+    s.sendall(one)
+    st2, h2, _ = read_response(s, 5.0)
+    check(st == 200 and st2 == 200, "a kept-alive connection idle for longer than the deadline is served again",
+          (st, st2, h2))
+    t0 = time.monotonic()                  # the next request trickles: cut a deadline after its first byte
+    gone = None
+    for i in range(int(deadline * 4) + 20):
+        try:
+            s.send(b"GET /health HTTP/1.1\r\nX-Slow: "[i:i + 1] or b"a")
+            r, _, _ = select.select([s], [], [], 0.5)
+            if r and not s.recv(4096):
+                gone = time.monotonic() - t0
+                break
+        except OSError:
+            gone = time.monotonic() - t0
+            break
+    s.close()
+    check(gone is not None and deadline - 0.5 <= gone <= deadline + 2.0,
+          "its next request, trickled, is cut about the deadline after its first byte", gone)
 
 
 # ---- per-address limit -----------------------------------------------------------------
@@ -276,6 +324,8 @@ def main():
         per_ip(host, port, int(sys.argv[4]))
     elif cmd == "burst":
         burst(host, port, int(sys.argv[4]), sys.argv[5])
+    elif cmd == "keepalive":
+        keepalive(host, port, float(sys.argv[4]))
     elif cmd == "dupkey":
         dupkey(host, port, sys.argv[4])
     print("%s: %d passed, %d failed" % (cmd, passed, failed))
