@@ -34,9 +34,26 @@
  *   counted by route and status for /metrics (metrics.c) when it completes.
  * Limits answered with an OpenAI error object: headers > --max-header (431),
  *   body > --max-body (413), unknown path (404), wrong method (405), missing
- *   or wrong key (401), full queue (429), shutting down (503). Headers beyond
- *   the connection memory pool (4 x --max-header, at least 64 KiB) are refused
- *   by libmicrohttpd itself before they reach us.
+ *   or wrong key (401), a key repeated in the body (400), full queue (429 +
+ *   Retry-After), a POST on a spare connection (503 + Retry-After, below),
+ *   shutting down (503). Headers beyond the connection memory pool
+ *   (4 x --max-header, at least 64 KiB) are refused by libmicrohttpd itself
+ *   before they reach us.
+ * Slow and many clients (docs/SERVER.md, "Slow and many clients"):
+ *   - deadline: a request's line, headers and body must arrive within
+ *     --header-timeout of its first byte (of the accept, for a connection's
+ *     first request); libmicrohttpd's own timeout is an idle one, which a
+ *     trickle defeats. Each connection is tracked from MHD's notify-connection
+ *     callback; srv_http_watch (the main thread, every 0.1 s) shuts down the
+ *     socket of one past its deadline, and its thread then reads EOF and
+ *     closes it. No deadline runs while a request is answered or idle.
+ *   - capacity: libmicrohttpd takes 2 x --max-connections (beyond that it
+ *     closes a connection unanswered); a connection accepted while
+ *     --max-connections were open is a spare one: a POST on it gets 503
+ *     server_busy at once, GETs (/health) are answered, and it closes after
+ *     its answer.
+ *   - --max-conn-per-ip: libmicrohttpd closes an address's connections past
+ *     it at accept.
  */
 #include "server/srv.h"
 

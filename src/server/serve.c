@@ -2,8 +2,11 @@
  *
  * Owns: the process-level parts of the server: its options (the server's own
  *   table; the engine options are the table every command shares, cli/opts.h)
- *   and MOESTREAM_API_KEY, opening the engine, starting the worker and the HTTP
- *   daemon, signals, and the shutdown sequence:
+ *   and MOESTREAM_API_KEY, opening the engine and the worker's --parallel
+ *   sessions (all before listening: a server that cannot hold them exits 2
+ *   instead of answering 500s), starting the worker and the HTTP daemon,
+ *   checking request deadlines (srv_http_watch, between signal waits),
+ *   signals, and the shutdown sequence:
  *
  *     SIGTERM / SIGINT
  *       -> draining: new requests get 503, health says "draining"
