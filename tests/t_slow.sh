@@ -34,6 +34,10 @@ finish() { echo "t_slow: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; 
 . tests/lib_serve.sh                   # $tmp, serve_start, and the cleanup
 
 [ -x "$BIN" ] || { bad "$BIN is not built"; finish; }
+for a in "--header-timeout 0" "--header-timeout x" "--max-conn-per-ip -1" "--max-connections 0"; do
+    "$BIN" serve $M $a --port 0 > "$tmp/opt.log" 2>&1; rc=$?
+    [ $rc -eq 2 ] && grep -q -- "${a%% *}" "$tmp/opt.log" && ok || bad "serve $a: exit $rc: $(head -c 200 "$tmp/opt.log")"
+done
 serve_start a $M --header-timeout 2
 url=$(cat "$tmp/url.a")
 [ -n "$url" ] || { bad "the server did not start: $(tail -n 5 "$tmp/srv.a.log")"; finish; }

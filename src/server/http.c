@@ -251,6 +251,8 @@ typedef struct srv_conns {
     pthread_mutex_t mu;
     conn *head;
     long n;                     /* open connections */
+    long n_cut;                 /* cut since the last log line (srv_http_watch only) */
+    double t_log;               /* when that line was written */
 } srv_conns;
 
 /* MHD_OPTION_NOTIFY_CONNECTION: STARTED runs in the listening thread before
@@ -323,9 +325,16 @@ void srv_http_watch(srv *s) {
         if (k->st == C_READING && !k->cut && k->fd >= 0 && now - k->t0 > s->o.header_timeout_s) {
             shutdown(k->fd, SHUT_RDWR);     /* its thread reads EOF and closes the connection */
             k->cut = 1;
+            cs->n_cut++;
         }
     }
     pthread_mutex_unlock(&cs->mu);
+    if (cs->n_cut > 0 && now - cs->t_log >= 10.0) {     /* at most a line per 10 s under a flood */
+        srv_log(s, 0, "closed %ld connection(s) whose request did not arrive within --header-timeout %g s",
+                cs->n_cut, s->o.header_timeout_s);
+        cs->n_cut = 0;
+        cs->t_log = now;
+    }
 }
 
 /* ---- streaming ------------------------------------------------------------------- */
