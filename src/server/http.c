@@ -153,6 +153,7 @@ static enum MHD_Result respond_text(req *rq, struct MHD_Connection *c, char *bod
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+    if (rq->over) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     add_cors(rq->s, c, r);
     rq->status = 200;
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
@@ -465,6 +466,7 @@ static enum MHD_Result preflight(req *r, struct MHD_Connection *c) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
+    if (r->over) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (cors_origin(r->s, c)) {
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
         add_cors(r->s, c, resp);

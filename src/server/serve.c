@@ -159,13 +159,6 @@ static int wait_signal(const sigset_t *set, double s) {
 }
 
 /* Open the engine for the options; prints why and returns the exit code when it cannot. */
-static void serve_slots_close(srv *s) {
-    for (int i = 0; i < SRV_MAX_PARALLEL; i++) {
-        ms_session_close(s->ses[i]);
-        s->ses[i] = NULL;
-    }
-}
-
 static int serve_open(srv *s) {
     ms_engine_params ep;
     cli_engine_params(&s->o.c, &ep);
@@ -216,6 +209,14 @@ static void serve_init(srv *s) {
     atomic_init(&s->next_id, 1);
     atomic_init(&s->n_requests, 0);
     atomic_init(&s->n_errors, 0);
+}
+
+/* Close the sessions serve_slots opened (before the worker took them). */
+static void serve_slots_close(srv *s) {
+    for (int i = 0; i < SRV_MAX_PARALLEL; i++) {
+        ms_session_close(s->ses[i]);
+        s->ses[i] = NULL;
+    }
 }
 
 /* Open the worker's --parallel sessions before listening: a server that could not
