@@ -34,16 +34,36 @@
  *   counted by route and status for /metrics (metrics.c) when it completes.
  * Limits answered with an OpenAI error object: headers > --max-header (431),
  *   body > --max-body (413), unknown path (404), wrong method (405), missing
- *   or wrong key (401), full queue (429), shutting down (503). Headers beyond
- *   the connection memory pool (4 x --max-header, at least 64 KiB) are refused
- *   by libmicrohttpd itself before they reach us.
+ *   or wrong key (401), a key repeated in the body (400), full queue (429 +
+ *   Retry-After), a POST on a spare connection (503 + Retry-After, below),
+ *   shutting down (503). Headers beyond the connection memory pool
+ *   (4 x --max-header, at least 64 KiB) are refused by libmicrohttpd itself
+ *   before they reach us.
+ * Slow and many clients (docs/SERVER.md, "Slow and many clients"):
+ *   - deadline: a request's line, headers and body must arrive within
+ *     --header-timeout of its first byte (of the accept, for a connection's
+ *     first request); libmicrohttpd's own timeout is an idle one, which a
+ *     trickle defeats. Each connection is tracked from MHD's notify-connection
+ *     callback; srv_http_watch (the main thread, every 0.1 s) shuts down the
+ *     socket of one past its deadline, and its thread then reads EOF and
+ *     closes it. No deadline runs while a request is answered or idle.
+ *   - capacity: libmicrohttpd takes 2 x --max-connections (beyond that it
+ *     closes a connection unanswered); a connection accepted while
+ *     --max-connections were open is a spare one: a POST on it gets 503
+ *     server_busy at once, GETs (/health) are answered, and it closes after
+ *     its answer.
+ *   - --max-conn-per-ip: libmicrohttpd closes an address's connections past
+ *     it at accept.
  */
 #include "server/srv.h"
+
+#include "format/json_util.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +74,7 @@
 #include <unistd.h>
 
 #define WAIT_MS 100
+#define RETRY_AFTER "1"         /* seconds, on 429 queue_full and 503 busy */
 
 typedef enum route {
     R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION, R_EMBEDDINGS, R_METRICS, R_PAGE, R_INFO
@@ -69,6 +90,8 @@ typedef struct req {
     int preflight;              /* OPTIONS */
     int status;                 /* of the queued response (metrics) */
     int fd;
+    int over;                   /* on a spare connection (beyond --max-connections): close after */
+    int retry_after;            /* the answer carries Retry-After (429 / 503 busy) */
     char client[64];
     srv_job *job;               /* one reference while the request lives */
 } req;
@@ -115,6 +138,8 @@ static enum MHD_Result respond(req *rq, struct MHD_Connection *c, int status, ch
     if (!body) status = 500;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (status == 405) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
+    if (rq->retry_after) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER);
+    if (rq->over) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     add_cors(s, c, r);
     rq->status = status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
@@ -128,6 +153,7 @@ static enum MHD_Result respond_text(req *rq, struct MHD_Connection *c, char *bod
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+    if (rq->over) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     add_cors(rq->s, c, r);
     rq->status = 200;
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
@@ -202,6 +228,116 @@ static route route_of(const char *url, int *is_post) {
     return R_NONE;
 }
 
+/* ---- connections: counts and the request deadline ----------------------------------------- */
+
+/* Where a connection is in its current request. READING: the request line,
+ * headers or body are still arriving, and must have arrived --header-timeout
+ * after t0; READ: the request is in (its answer may take minutes); IDLE: a
+ * keep-alive connection between requests (--idle-timeout is libmicrohttpd's).
+ * The next request on an IDLE connection begins with its first byte, which
+ * the kernel's TCP_INFO reveals (libmicrohttpd has already read it). */
+typedef enum cstate { C_READING, C_READ, C_IDLE } cstate;
+
+typedef struct conn {
+    struct conn *prev, *next;
+    int fd;
+    cstate st;
+    double t0;                  /* READING: when the request began */
+    double t_idle;              /* IDLE: when the previous request completed */
+    int cut;                    /* shut down by srv_http_watch */
+    int spare;                  /* accepted with --max-connections already open: quick answers */
+} conn;
+
+typedef struct srv_conns {
+    pthread_mutex_t mu;
+    conn *head;
+    long n;                     /* open connections */
+    long n_cut;                 /* cut since the last log line (srv_http_watch only) */
+    double t_log;               /* when that line was written */
+} srv_conns;
+
+/* MHD_OPTION_NOTIFY_CONNECTION: STARTED runs in the listening thread before
+ * the connection's thread exists, CLOSED in the daemon's cleanup before the
+ * socket is closed, so srv_http_watch never shuts down a reused descriptor. */
+static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code) {
+    srv_conns *cs = ((srv *)cls)->conns;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn *k = calloc(1, sizeof *k);
+        *socket_ctx = k;
+        if (!k) return;                     /* out of memory: no deadline for this one */
+        k->fd = ci ? ci->connect_fd : -1;
+        k->st = C_READING;
+        k->t0 = srv_now();
+        pthread_mutex_lock(&cs->mu);
+        k->spare = cs->n >= ((srv *)cls)->o.max_connections;
+        k->next = cs->head;
+        if (cs->head) cs->head->prev = k;
+        cs->head = k;
+        cs->n++;
+        pthread_mutex_unlock(&cs->mu);
+        return;
+    }
+    conn *k = *socket_ctx;
+    if (!k) return;
+    pthread_mutex_lock(&cs->mu);
+    if (k->prev) k->prev->next = k->next;
+    else cs->head = k->next;
+    if (k->next) k->next->prev = k->prev;
+    cs->n--;
+    pthread_mutex_unlock(&cs->mu);
+    free(k);
+    *socket_ctx = NULL;
+}
+
+/* Move c's connection to state st (from its own thread). Returns whether it
+ * is a spare connection. */
+static int conn_mark(srv *s, struct MHD_Connection *c, cstate st) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *k = ci ? ci->socket_context : NULL;
+    if (!k) return 0;
+    pthread_mutex_lock(&s->conns->mu);
+    if (st == C_READING && k->st == C_IDLE) k->t0 = srv_now();  /* watch did not see its start */
+    if (st != C_READING || k->st == C_IDLE) k->st = st;
+    if (st == C_IDLE) k->t_idle = srv_now();
+    const int spare = k->spare;
+    pthread_mutex_unlock(&s->conns->mu);
+    return spare;
+}
+
+/* Whether bytes arrived on fd in the last `age` seconds. */
+static int data_since(int fd, double age) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
+    return (double)ti.tcpi_last_data_recv + 20.0 < age * 1000.0;   /* 20 ms: clock ticks */
+}
+
+void srv_http_watch(srv *s) {
+    srv_conns *cs = s->conns;
+    if (!cs) return;
+    const double now = srv_now();
+    pthread_mutex_lock(&cs->mu);
+    for (conn *k = cs->head; k; k = k->next) {
+        if (k->st == C_IDLE && data_since(k->fd, now - k->t_idle)) {
+            k->st = C_READING;
+            k->t0 = now;
+        }
+        if (k->st == C_READING && !k->cut && k->fd >= 0 && now - k->t0 > s->o.header_timeout_s) {
+            shutdown(k->fd, SHUT_RDWR);     /* its thread reads EOF and closes the connection */
+            k->cut = 1;
+            cs->n_cut++;
+        }
+    }
+    pthread_mutex_unlock(&cs->mu);
+    if (cs->n_cut > 0 && now - cs->t_log >= 10.0) {     /* at most a line per 10 s under a flood */
+        srv_log(s, 0, "closed %ld connection(s) whose request did not arrive within --header-timeout %g s",
+                cs->n_cut, s->o.header_timeout_s);
+        cs->n_cut = 0;
+        cs->t_log = now;
+    }
+}
+
 /* ---- streaming ------------------------------------------------------------------- */
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -248,10 +384,16 @@ static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
         return fail(r, c, 413, "invalid_request_error", "request_too_large", m);
     }
     json_error_t jerr;
-    json_t *req_json = json_loadb(r->body.p ? r->body.p : "", r->body.n, 0, &jerr);
+    const char *text = r->body.p ? r->body.p : "";
+    json_t *req_json = json_loadb(text, r->body.n, JSON_REJECT_DUPLICATES, &jerr);
     if (!req_json) {
         srv_err e;
         memset(&e, 0, sizeof e);
+        char key[128];
+        if (ms_json_dup_key(text, r->body.n, &jerr, key, sizeof key) == 0)
+            srv_err_set(&e, 400, "invalid_request_error", NULL, "duplicate_key",
+                        "the body repeats the key '%s' (line %d, column %d): each key may appear once in an object",
+                        key, jerr.line, jerr.column);
         srv_err_set(&e, 400, "invalid_request_error", NULL, "invalid_json",
                     "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
         return respond_err(r, c, &e);
@@ -273,8 +415,9 @@ static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
     if (atomic_load(&s->draining) || srv_submit(s, j) != 0) {
         int draining = atomic_load(&s->draining);
         srv_job_unref(j);
-        return draining ? fail(r, c, 503, "server_error", "shutting_down", "the server is shutting down")
-                        : fail(r, c, 429, "rate_limit_error", "queue_full", "the server's queue is full; retry later");
+        if (draining) return fail(r, c, 503, "server_error", "shutting_down", "the server is shutting down");
+        r->retry_after = 1;
+        return fail(r, c, 429, "rate_limit_error", "queue_full", "the server's queue is full; retry later");
     }
     r->job = j;
     /* wait: non-stream until done, stream until the first bytes (or done) */
@@ -323,6 +466,7 @@ static enum MHD_Result preflight(req *r, struct MHD_Connection *c) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
+    if (r->over) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (cors_origin(r->s, c)) {
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
         add_cors(r->s, c, resp);
@@ -364,6 +508,7 @@ static enum MHD_Result run_get(req *r, struct MHD_Connection *c, const char *url
 static enum MHD_Result first_call(req *r, struct MHD_Connection *c, const char *url, const char *method) {
     srv *s = r->s;
     r->responded = 1;                       /* every return below but the last two answers */
+    r->over = conn_mark(s, c, C_READING);   /* (a kept-alive connection's next request) */
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) r->fd = ci->connect_fd;
     ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -408,6 +553,12 @@ static enum MHD_Result first_call(req *r, struct MHD_Connection *c, const char *
         return fail(r, c, 401, "invalid_request_error", "invalid_api_key",
                     "missing or incorrect API key (send 'Authorization: Bearer KEY')");
     if (atomic_load(&s->draining)) return fail(r, c, 503, "server_error", "shutting_down", "the server is shutting down");
+    if (r->over) {
+        char m[160];
+        snprintf(m, sizeof m, "the server is busy (more than %lld open connections); retry later", (long long)s->o.max_connections);
+        r->retry_after = 1;
+        return fail(r, c, 503, "server_error", "server_busy", m);
+    }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoll(cl, NULL, 10) > s->o.max_body) {
         r->too_big = 1;
@@ -430,7 +581,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *con_cls = r;
         atomic_fetch_add(&s->active, 1);
         atomic_fetch_add(&s->n_requests, 1);
-        return first_call(r, c, url, method);
+        enum MHD_Result ret = first_call(r, c, url, method);
+        if (r->responded) conn_mark(s, c, C_READ);
+        return ret;
     }
     if (r->responded) {
         *upload_size = 0;
@@ -446,12 +599,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     r->responded = 1;
+    conn_mark(s, c, C_READ);                /* the whole request is in: no deadline while it runs */
     return r->is_get ? run_get(r, c, url) : run_post(s, c, r);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     srv *s = cls;
+    conn_mark(s, c, C_IDLE);
     req *r = *con_cls;
     if (!r) return;
     if (r->job) {
@@ -486,13 +640,21 @@ int srv_http_start(srv *s) {
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     size_t pool = (size_t)(4 * s->o.max_header);
     if (pool < 65536) pool = 65536;
+    srv_conns *cs = calloc(1, sizeof *cs);
+    if (!cs) { freeaddrinfo(ai); srv_log(s, 1, "out of memory"); return -1; }
+    pthread_mutex_init(&cs->mu, NULL);
+    s->conns = cs;
+    /* libmicrohttpd closes a connection past its limit unanswered: it takes twice
+       --max-connections, and the second half gets quick answers (first_call) */
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)s->o.port, NULL, NULL, handler, s,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * s->o.max_connections),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_conn_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
         MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
         MHD_OPTION_END);                /* no LISTENING_ADDRESS_REUSE: it would let two servers share a port */
     freeaddrinfo(ai);
     if (!d) {
@@ -512,7 +674,11 @@ void srv_http_quiesce(srv *s) {
 }
 
 void srv_http_stop(srv *s) {
-    if (!s->daemon) return;
-    MHD_stop_daemon(daemon_of(s));
+    if (s->daemon) MHD_stop_daemon(daemon_of(s));
     s->daemon = NULL;
+    if (s->conns) {                 /* every connection is closed now (NOTIFY_CLOSED) */
+        pthread_mutex_destroy(&s->conns->mu);
+        free(s->conns);
+        s->conns = NULL;
+    }
 }

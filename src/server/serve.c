@@ -2,8 +2,11 @@
  *
  * Owns: the process-level parts of the server: its options (the server's own
  *   table; the engine options are the table every command shares, cli/opts.h)
- *   and MOESTREAM_API_KEY, opening the engine, starting the worker and the HTTP
- *   daemon, signals, and the shutdown sequence:
+ *   and MOESTREAM_API_KEY, opening the engine and the worker's --parallel
+ *   sessions (all before listening: a server that cannot hold them exits 2
+ *   instead of answering 500s), starting the worker and the HTTP daemon,
+ *   checking request deadlines (srv_http_watch, between signal waits),
+ *   signals, and the shutdown sequence:
  *
  *     SIGTERM / SIGINT
  *       -> draining: new requests get 503, health says "draining"
@@ -34,6 +37,7 @@
 #include <unistd.h>
 
 enum { EXIT_OK_ = 0, EXIT_RUNTIME_ = 1, EXIT_USAGE_ = 2 };
+#define WATCH_S 0.1             /* how often request deadlines are checked (srv_http_watch) */
 
 #define O(f) offsetof(srv_opts, f)
 static const cli_opt serve_table[] = {
@@ -50,7 +54,12 @@ static const cli_opt serve_table[] = {
     { "--max-header", CLI_SIZE, O(max_header), "SIZE", 256, 64 << 20, "16K", "largest request line + headers", 0, NULL, NULL },
     { "--max-messages", CLI_I64, O(max_messages), "N", 1, INT32_MAX, "1024", "most messages in one chat request", 0, NULL, NULL },
     { "--max-queue", CLI_I64, O(max_queue), "N", 1, 1 << 20, "64", "most requests waiting for the engine; more get 429", 0, NULL, NULL },
-    { "--max-connections", CLI_I64, O(max_connections), "N", 1, 65536, "128", "most open connections", 0, NULL, NULL },
+    { "--max-connections", CLI_I64, O(max_connections), "N", 1, 65536, "128",
+      "connections served; up to N more get quick answers (503 to a POST)", 0, NULL, NULL },
+    { "--max-conn-per-ip", CLI_I64, O(max_conn_per_ip), "N", 0, 1 << 20, "64",
+      "open connections from one address; more are closed at once (0: no limit)", 0, NULL, NULL },
+    { "--header-timeout", CLI_DOUBLE, O(header_timeout_s), "S", 0.1, 86400, "10",
+      "a request's line, headers and body must arrive within S seconds (total, not idle)", 0, NULL, NULL },
     { "--prefill-chunk", CLI_I64, O(prefill_chunk), "N", 1, 1 << 20, "the engine's chunk",
       "prompt tokens per engine call; a cancel is seen between calls", 0, NULL, NULL },
     { "--shutdown-timeout", CLI_DOUBLE, O(shutdown_s), "S", 0, 86400, "30", "on SIGTERM wait this long for in-flight requests", 0, NULL, NULL },
@@ -74,6 +83,8 @@ static int parse_args(int argc, char **argv, srv_opts *o) {
     o->default_max_tokens = 1024;
     o->max_queue = 64;
     o->max_connections = 128;
+    o->max_conn_per_ip = 64;
+    o->header_timeout_s = 10;
     o->prefill_chunk = 0;                   /* 0: the engine's chunk (set after open) */
     o->c.parallel = 1;
     o->shutdown_s = 30;
@@ -200,6 +211,29 @@ static void serve_init(srv *s) {
     atomic_init(&s->n_errors, 0);
 }
 
+/* Close the sessions serve_slots opened (before the worker took them). */
+static void serve_slots_close(srv *s) {
+    for (int i = 0; i < SRV_MAX_PARALLEL; i++) {
+        ms_session_close(s->ses[i]);
+        s->ses[i] = NULL;
+    }
+}
+
+/* Open the worker's --parallel sessions before listening: a server that could not
+   hold them would answer every request with 500 (under an address-space cap, say).
+   Prints why and returns the exit code when one cannot be opened. */
+static int serve_slots(srv *s) {
+    const int P = s->o.c.parallel >= 1 && s->o.c.parallel <= SRV_MAX_PARALLEL ? s->o.c.parallel : 1;
+    for (int i = 0; i < P; i++) {
+        if (ms_session_open(s->e, &s->ses[i]) == MS_OK) continue;
+        fprintf(stderr, "moestream serve: cannot open session %d of %d (--parallel %d): %s\n",
+                i + 1, P, P, ms_engine_error(s->e));
+        serve_slots_close(s);
+        return EXIT_USAGE_;
+    }
+    return EXIT_OK_;
+}
+
 /* Serve until a signal, then the shutdown sequence of the header comment. */
 static void serve_until_signal(srv *s, const sigset_t *sigs) {
     /* one line, always: scripts wait for it (and read the port from it) */
@@ -208,14 +242,16 @@ static void serve_until_signal(srv *s, const sigset_t *sigs) {
             s->bound_port, s->o.model_name, (long long)s->info.max_context,
             s->o.api_key ? ", API key required" : "");
     fflush(stderr);
-    while (!wait_signal(sigs, 3600.0)) { }
+    while (!wait_signal(sigs, WATCH_S)) srv_http_watch(s);
     srv_log(s, 0, "shutting down: finishing %lld request(s), at most %.0f s",
             (long long)srv_queue_depth(s), s->o.shutdown_s);
     atomic_store(&s->draining, 1);
     srv_http_quiesce(s);
     double end = srv_now() + s->o.shutdown_s;
-    while (srv_now() < end && (srv_queue_depth(s) > 0 || atomic_load(&s->active) > 0))
+    while (srv_now() < end && (srv_queue_depth(s) > 0 || atomic_load(&s->active) > 0)) {
         if (wait_signal(sigs, 0.05)) break;          /* a second signal: stop waiting */
+        srv_http_watch(s);
+    }
     if (srv_queue_depth(s) > 0) srv_log(s, 0, "cancelling %lld unfinished request(s)", (long long)srv_queue_depth(s));
     srv_cancel_all(s, 2);
     end = srv_now() + 5.0;                          /* let handlers send what they have */
@@ -240,8 +276,11 @@ int ms_serve_main(int argc, char **argv) {
     json_object_seed(0);
     if ((rc = serve_open(s)) != EXIT_OK_) return rc;
     serve_init(s);
-    if (srv_worker_start(s) != 0) {
+    if ((rc = serve_slots(s)) != EXIT_OK_) {
+        /* nothing started: close the engine below */
+    } else if (srv_worker_start(s) != 0) {
         fprintf(stderr, "moestream serve: cannot start the engine thread\n");
+        serve_slots_close(s);
         rc = EXIT_RUNTIME_;
     } else if (srv_http_start(s) != 0) {
         rc = EXIT_RUNTIME_;

@@ -66,6 +66,8 @@ typedef struct srv_opts {
     int thinking;               /* default of "thinking" when a request does not say */
     double shutdown_s;          /* SIGTERM: wait at most this long for in-flight jobs */
     int idle_timeout_s;         /* close idle keep-alive connections after this */
+    double header_timeout_s;    /* a request's line + headers + body must arrive within this */
+    int64_t max_conn_per_ip;    /* open connections from one address (0: no limit) */
     const char *cors;           /* --cors: allowed origins, comma-separated ("*": any); NULL = off */
     int metrics_public;         /* /metrics needs no key */
 } srv_opts;
@@ -206,9 +208,12 @@ typedef struct srv {
     struct { char key[64]; uint64_t last; } clients[SRV_MAX_CLIENTS];
     pthread_t worker;
     int worker_started;
+    ms_session *ses[SRV_MAX_PARALLEL];  /* the slots' sessions, opened by serve.c before it
+                                           listens; the worker owns them once started */
 
     /* HTTP */
     void *daemon;               /* struct MHD_Daemon * */
+    struct srv_conns *conns;    /* http.c: the open connections (deadlines, counts) */
     int bound_port;
     atomic_int draining;        /* SIGTERM seen: refuse new work */
     atomic_long active;         /* requests between first byte and completion */
@@ -294,6 +299,9 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r);
 
 /* http.c */
 int srv_http_start(srv *s);
+/* Close every connection whose request (line, headers and body) has taken
+ * longer than --header-timeout: serve.c calls it a few times a second. */
+void srv_http_watch(srv *s);
 /* Stop accepting new connections (listening socket closed). */
 void srv_http_quiesce(srv *s);
 void srv_http_stop(srv *s);

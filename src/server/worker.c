@@ -819,11 +819,7 @@ static void *worker_main(void *arg) {
     const int P = s->o.c.parallel >= 1 && s->o.c.parallel <= SRV_MAX_PARALLEL ? s->o.c.parallel : 1;
     slot sl[SRV_MAX_PARALLEL];
     memset(sl, 0, sizeof sl);
-    for (int i = 0; i < P; i++)
-        if (ms_session_open(s->e, &sl[i].ses) != MS_OK) {
-            sl[i].ses = NULL;
-            srv_log(s, 1, "cannot open a session: %s", ms_engine_error(s->e));
-        }
+    for (int i = 0; i < P; i++) sl[i].ses = s->ses[i];     /* opened before listening (serve.c) */
     for (;;) {
         int started[SRV_MAX_PARALLEL], n_started = 0, n_active = 0;
         for (int i = 0; i < P; i++) n_active += sl[i].j != NULL;
