@@ -518,6 +518,7 @@ static int forced_ids(srv *s, srv_job *j, const char *name, int whole_call, srv_
         if (n_open == want_open && r[i] == s->id_sep) { cut = i + 1; break; }
     }
     if (cut < 0) goto fail;
+    if (!name && cut < n_r && r[cut] == s->id_open) cut++;     /* "required": the call's tag opens */
     if (whole_call) {
         cut = n_r;                       /* everything, up to and including <|end_of_msg|> */
         j->forced_done = 1;
@@ -563,11 +564,8 @@ static int response_format(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     } else
         return srv_err_set(e, 400, INVALID, "response_format", "invalid_value",
                            "response_format type must be 'text', 'json_object' or 'json_schema'");
-    ms_grammar *g = NULL;
     char msg[256];
-    ms_status st = ms_grammar_open(s->e, j->schema, j->n_schema, 0, &g, msg, sizeof msg);
-    ms_grammar_close(g);
-    if (st != MS_OK)
+    if (ms_grammar_check(j->schema, j->n_schema, msg, sizeof msg) != MS_OK)
         return srv_err_set(e, 400, INVALID, "response_format", "invalid_value", "response_format: %s", msg);
     return 0;
 }
@@ -635,6 +633,10 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
         if (!forced_fn) return srv_err_set(e, 400, INVALID, "tool_choice", "invalid_value", "tool_choice names '%.100s', which is not among the tools", forced_name);
     }
     if (!strcmp(choice, "none")) tools = NULL;
+    if (j->json_mode && (forced_name || !strcmp(choice, "required")))
+        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
+                           "response_format json_object / json_schema cannot be combined with tool_choice '%s' "
+                           "(the arguments follow the tool's parameters)", choice);
 
     chat_in c;
     memset(&c, 0, sizeof c);
@@ -664,9 +666,17 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     } else if (!strcmp(choice, "required")) {
         if (forced_ids(s, j, NULL, 0, e) < 0) return -1;
     }
+    if (tools && srv_tools_build(s, tools, forced_name || !strcmp(choice, "required"), &j->tools, e) < 0) return -1;
     j->kind = SRV_CHAT;
     make_id(s, j, "chatcmpl-");
-    return fit_context(s, j, j->n_prompt + j->n_forced, e);
+    if (fit_context(s, j, j->n_prompt + j->n_forced, e) < 0) return -1;
+    /* forced ids count as completion tokens: max_tokens cuts them too (the
+       reply then ends at once with "length" and presents no call) */
+    if (j->n_forced > j->max_tokens) {
+        j->n_forced = j->max_tokens;
+        j->forced_done = 0;
+    }
+    return 0;
 }
 
 /* ---- completions ------------------------------------------------------------ */

@@ -322,14 +322,18 @@ typedef struct srv_pick {
     srv_job *j;
     gen *g;
     ms_sampler *smp;
+    srv_tcall *tc;              /* tool calls constrained (tc->t set), else unused */
     const char *finish;
     int oom;
 } srv_pick;
 
 static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
     srv_pick *p = user;
-    int32_t id = ms_sampler_next(p->smp, logits, hist, n_hist);
+    int32_t id = -1;
+    const float *lg = p->tc->t ? srv_tcall_logits(p->tc, logits, &id) : logits;
+    if (id < 0) id = ms_sampler_next(p->smp, lg, hist, n_hist);     /* else forced markup: no draw */
     *stop = 1;
+    if (p->tc->t && srv_tcall_observe(p->tc, id) != 0) { p->oom = 1; return id; }
     if (gen_push(p->g, id) != 0) { p->oom = 1; return id; }
     if (p->j->logprobs >= 0) {
         srv_lp *e = lp_next(p->g);
@@ -378,6 +382,7 @@ typedef struct slot {
     gen g;
     ms_sampler *smp;
     ms_grammar *grammar;        /* response_format json_object / json_schema, else NULL */
+    srv_tcall tc;               /* tool calls' constraint (toolcall.c) */
     int32_t *full;              /* prompt + forced output */
     int64_t n_full, at;         /* ids read so far */
     int decoding;               /* the prompt is read */
@@ -441,6 +446,10 @@ static int slot_start(srv *s, slot *sl) {
     sl->smp = ms_sampler_open(&sp, s->info.n_vocab, sl->msg, sizeof sl->msg);
     if (!sl->smp) { sl->fail = sl->msg; sl->fail_status = 400; return -1; }
     if (j->json_mode && open_grammar(s, j, sl) < 0) return -1;
+    if (j->tools && !j->json_mode && srv_tcall_init(&sl->tc, s, j->tools, sl->smp) != 0) {
+        sl->fail = "out of memory";
+        return -1;
+    }
     /* the input: prompt + forced output (without a forced final stop token) */
     const int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
     sl->n_full = j->n_prompt + n_forced_feed;
@@ -449,15 +458,19 @@ static int slot_start(srv *s, slot *sl) {
     memcpy(sl->full, j->prompt, (size_t)j->n_prompt * sizeof *sl->full);
     if (n_forced_feed > 0) memcpy(sl->full + j->n_prompt, j->forced, (size_t)n_forced_feed * sizeof *sl->full);
     for (int64_t i = 0; i < j->n_forced; i++)
-        if (gen_push(&sl->g, j->forced[i]) != 0) { sl->fail = "out of memory"; return -1; }
+        if (gen_push(&sl->g, j->forced[i]) != 0 || (sl->tc.t && srv_tcall_observe(&sl->tc, j->forced[i]) != 0)) {
+            sl->fail = "out of memory";
+            return -1;
+        }
     /* the longest prefix of the input the session or the prompt cache holds */
     int64_t have = 0;
     if (scores_prompt(j)) ms_session_reset(sl->ses);
     else ms_session_reuse(sl->ses, sl->full, sl->n_full, &have);
     sl->at = have;
     sl->res.n_cached = sl->at < j->n_prompt ? sl->at : j->n_prompt;
-    sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, NULL, 0 };
+    sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, &sl->tc, NULL, 0 };
     if (j->forced_done) sl->pk.finish = "tool_calls";
+    else if (sl->g.n >= j->max_tokens) sl->pk.finish = "length";   /* max_tokens cut the forced ids */
     return 0;
 }
 
@@ -482,14 +495,16 @@ static void slot_reply(srv *s, slot *sl, ms_reply *reply, srv_call_out **calls, 
     if (j->kind == SRV_CHAT) {
         if (ms_chat_parse_reply(s->e, g->ids, g->n, j->thinking, reply) != MS_OK) { sl->fail = "cannot parse the reply"; return; }
         size_t nc = strlen(reply->content);
+        /* a call cut inside its markup (max_tokens) is not presented */
+        int64_t n_calls = g->stopped ? 0 : reply->n_tool_calls;
+        if (n_calls > 0 && srv_tcall_in_call(&sl->tc)) n_calls--;
         if (j->stream) {
             emit_text(s, j, g, reply->reasoning, strlen(reply->reasoning), reply->content, nc, 1);
-            if (!g->stopped) emit_calls(s, j, g, reply, reply->n_tool_calls);
+            emit_calls(s, j, g, reply, n_calls);
         }
         if (g->stopped && g->stop_at < nc) nc = g->stop_at;
         srv_utf8_clean(clean_r, reply->reasoning, strlen(reply->reasoning));
         srv_utf8_clean(clean_c, reply->content, nc);
-        int64_t n_calls = g->stopped ? 0 : reply->n_tool_calls;
         if (n_calls > 0) {
             *calls = calloc((size_t)n_calls, sizeof **calls);
             *cbufs = calloc((size_t)n_calls * 2, sizeof **cbufs);
@@ -564,6 +579,7 @@ static void slot_end(srv *s, slot *sl) {
     free(g->ids);
     free(g->lp);
     free(sl->full);
+    srv_tcall_free(&sl->tc);
     ms_sampler_close(sl->smp);
     ms_grammar_close(sl->grammar);
     sl->grammar = NULL;
