@@ -570,27 +570,20 @@ static int response_format(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     return 0;
 }
 
-int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
-    if (check_model(s, req, e) < 0) return -1;
-    if (common_params(s, req, j, s->o.default_max_tokens, e) < 0) return -1;
-    int want_lp = 0;
-    int64_t top = -1;
-    if (get_bool(req, "logprobs", &want_lp, e) < 0) return -1;
-    if (get_int(req, "top_logprobs", 0, MS_TOP_MAX, &top, e) < 0) return -1;
-    if (top >= 0 && !want_lp)
-        return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
-    j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
-    if (response_format(s, req, j, e) < 0) return -1;
-    const char *effort;
-    if (thinking_params(s, req, &j->thinking, &effort, e) < 0) return -1;
-    if (j->json_mode && j->thinking)     /* the think block the prompt opens could not be closed under the mask */
-        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
-                           "response_format json_object / json_schema needs thinking off");
+/* tools and tool_choice, validated; tools NULL when there are none or
+ * tool_choice is "none". */
+typedef struct tool_req {
+    const json_t *tools;
+    const char *choice;         /* "auto" | "none" | "required" | "function" */
+    const char *forced_name;    /* a named function */
+    const json_t *forced_fn;
+} tool_req;
 
-    /* tools and tool_choice */
+static int tool_params(const json_t *req, const srv_job *j, tool_req *tc_out, srv_err *e) {
     const json_t *tools = member(req, "tools");
     const char *choice = "auto", *forced_name = NULL;
     const json_t *forced_fn = NULL;
+    tc_out->tools = NULL;
     if (tools) {
         if (!json_is_array(tools)) return bad_type(e, "tools", "an array");
         if (json_array_size(tools) > MAX_TOOLS) return srv_err_set(e, 400, INVALID, "tools", "invalid_value", "at most %d tools", MAX_TOOLS);
@@ -637,6 +630,34 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
         return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
                            "response_format json_object / json_schema cannot be combined with tool_choice '%s' "
                            "(the arguments follow the tool's parameters)", choice);
+    tc_out->tools = tools;
+    tc_out->choice = choice;
+    tc_out->forced_name = forced_name;
+    tc_out->forced_fn = forced_fn;
+    return 0;
+}
+
+int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
+    if (check_model(s, req, e) < 0) return -1;
+    if (common_params(s, req, j, s->o.default_max_tokens, e) < 0) return -1;
+    int want_lp = 0;
+    int64_t top = -1;
+    if (get_bool(req, "logprobs", &want_lp, e) < 0) return -1;
+    if (get_int(req, "top_logprobs", 0, MS_TOP_MAX, &top, e) < 0) return -1;
+    if (top >= 0 && !want_lp)
+        return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+    j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
+    if (response_format(s, req, j, e) < 0) return -1;
+    const char *effort;
+    if (thinking_params(s, req, &j->thinking, &effort, e) < 0) return -1;
+    if (j->json_mode && j->thinking)     /* the think block the prompt opens could not be closed under the mask */
+        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
+                           "response_format json_object / json_schema needs thinking off");
+
+    tool_req tcs = { NULL, "auto", NULL, NULL };
+    if (tool_params(req, j, &tcs, e) < 0) return -1;
+    const json_t *tools = tcs.tools, *forced_fn = tcs.forced_fn;
+    const char *choice = tcs.choice, *forced_name = tcs.forced_name;
 
     chat_in c;
     memset(&c, 0, sizeof c);

@@ -229,11 +229,17 @@ int srv_worker_start(srv *s);
 /* Cancel everything still queued or running (reason 2), wait for the worker
  * to finish them, join it. */
 void srv_worker_stop(srv *s);
+
+/* queue.c */
 /* Queue a job (takes a reference). -1 when the queue is full or the server is
  * shutting down (the job is untouched). */
 int srv_submit(srv *s, srv_job *j);
 /* Jobs waiting + running. */
 int64_t srv_queue_depth(srv *s);
+/* Under qmu, queue not empty: the job to run next (fair order), and taking it
+ * out of the queue (its client counts as served now). */
+srv_job *srv_queue_next(srv *s);
+srv_job *srv_queue_take(srv *s);
 /* Set cancel = reason on every queued and running job. */
 void srv_cancel_all(srv *s, int reason);
 
@@ -301,6 +307,8 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r);
  * required: the first tag after the forced ids must be a call. 0 or -1 with e. */
 int srv_tools_build(srv *s, const json_t *tools, int required, srv_tools **out, srv_err *e);
 void srv_tools_free(srv_tools *t);
+/* JSON text without the whitespace outside strings (arguments as sent). */
+void srv_json_compact(srv_buf *out, const char *t, size_t n);
 
 /* One choice's constraint state (worker only; see toolcall.c's diagram). */
 typedef struct srv_tcall {

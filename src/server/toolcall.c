@@ -180,6 +180,25 @@ int srv_tools_build(srv *s, const json_t *tools, int required, srv_tools **out, 
     return 0;
 }
 
+void srv_json_compact(srv_buf *out, const char *t, size_t n) {
+    int in_str = 0, esc = 0;
+    size_t run = 0;             /* start of the bytes not yet copied */
+    for (size_t i = 0; i < n; i++) {
+        const char ch = t[i];
+        if (in_str) {
+            if (esc) esc = 0;
+            else if (ch == '\\') esc = 1;
+            else if (ch == '"') in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
+            srv_buf_add(out, t + run, i - run);
+            run = i + 1;
+        }
+    }
+    srv_buf_add(out, t + run, n - run);
+}
+
 /* ---- the machine -------------------------------------------------------------- */
 
 enum { TC_FREE, TC_TAG, TC_OPEN, TC_ARGS, TC_CLOSE };

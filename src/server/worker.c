@@ -1,16 +1,13 @@
-/* server/worker.c - the engine worker: the job queue, fair picking, session
- * reuse, and the generation loop.
+/* server/worker.c - the engine worker: slots, session reuse, and the
+ * generation loop (the queue it takes jobs from is queue.c's).
  *
  * Owns: the slots (--parallel N sessions, each with the job it serves) and
  *   every call that computes on the engine (invariant 1 of srv.h). HTTP
  *   threads put jobs in the queue and wait; this thread takes them into free
  *   slots (a job with n choices into n slots) and steps all slots together.
  *
- * Fairness: the queue keeps arrival order, but the next job is the one whose
- *   client (the request's "user", else the peer address) was served longest
- *   ago (never served = first);
- *   ties go to the earlier arrival. One client sending many requests at once
- *   therefore alternates with the others instead of going first with all.
+ * Fairness: jobs are taken in queue.c's fair order (the client served
+ *   longest ago first).
  *
  * Session reuse: a slot's session holds the ids fed so far, S. A job's input
  *   is P = prompt ids + forced output ids. It goes to the free slot whose S
@@ -48,80 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- queue -------------------------------------------------------------------- */
-
-static uint64_t client_last(srv *s, const char *key) {
-    for (int i = 0; i < SRV_MAX_CLIENTS; i++)
-        if (s->clients[i].key[0] && !strcmp(s->clients[i].key, key)) return s->clients[i].last;
-    return 0;
-}
-
-static void client_touch(srv *s, const char *key, uint64_t when) {
-    int slot = 0;
-    for (int i = 0; i < SRV_MAX_CLIENTS; i++) {
-        if (s->clients[i].key[0] && !strcmp(s->clients[i].key, key)) { slot = i; break; }
-        if (s->clients[i].last < s->clients[slot].last) slot = i;   /* else: least recently served */
-    }
-    snprintf(s->clients[slot].key, sizeof s->clients[slot].key, "%s", key);
-    s->clients[slot].last = when;
-}
-
-/* Under qmu, queue not empty: the link to the job to run next. */
-static srv_job **next_link(srv *s) {
-    srv_job **best = NULL;
-    uint64_t best_last = UINT64_MAX;
-    for (srv_job **p = &s->queue; *p; p = &(*p)->next) {
-        uint64_t last = client_last(s, (*p)->client);
-        if (last < best_last) { best = p; best_last = last; }
-    }
-    return best;
-}
-
-static srv_job *next_job(srv *s) { return *next_link(s); }
-
 static int choices_of(const srv_job *j) { return j->n_choices > 1 ? j->n_choices : 1; }
-
-/* Under qmu, queue not empty: take the job to run next. */
-static srv_job *pick(srv *s) {
-    srv_job **best = next_link(s);
-    srv_job *j = *best;
-    *best = j->next;
-    j->next = NULL;
-    s->n_queued--;
-    client_touch(s, j->client, ++s->n_served);
-    return j;
-}
-
-int srv_submit(srv *s, srv_job *j) {
-    pthread_mutex_lock(&s->qmu);
-    if (s->stop_worker || s->n_queued >= s->o.max_queue) {
-        pthread_mutex_unlock(&s->qmu);
-        return -1;
-    }
-    srv_job_ref(j);
-    j->arrival = ++s->n_arrivals;
-    srv_job **p = &s->queue;
-    while (*p) p = &(*p)->next;
-    *p = j;
-    s->n_queued++;
-    pthread_cond_broadcast(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
-    return 0;
-}
-
-int64_t srv_queue_depth(srv *s) {
-    pthread_mutex_lock(&s->qmu);
-    int64_t n = s->n_queued + s->n_running;
-    pthread_mutex_unlock(&s->qmu);
-    return n;
-}
-
-void srv_cancel_all(srv *s, int reason) {
-    pthread_mutex_lock(&s->qmu);
-    for (srv_job *j = s->queue; j; j = j->next) atomic_store(&j->cancel, reason);
-    for (int i = 0; i < s->n_running; i++) atomic_store(&s->running[i]->cancel, reason);
-    pthread_mutex_unlock(&s->qmu);
-}
 
 /* ---- one job ------------------------------------------------------------------ */
 
@@ -252,7 +176,10 @@ static void emit_text(srv *s, srv_job *j, gen *g, const char *r, size_t nr, cons
 static void clean_call(const ms_tool_call *tc, srv_buf *bn, srv_buf *ba, srv_call_out *out) {
     bn->n = ba->n = 0;
     srv_utf8_clean(bn, tc->name ? tc->name : "", tc->name ? strlen(tc->name) : 0);
-    srv_utf8_clean(ba, tc->arguments ? tc->arguments : "{}", tc->arguments ? strlen(tc->arguments) : 2);
+    srv_buf compact = {0};      /* the json segment keeps the model's whitespace: drop it */
+    if (tc->arguments) srv_json_compact(&compact, tc->arguments, strlen(tc->arguments));
+    srv_utf8_clean(ba, compact.p ? compact.p : "{}", compact.p ? compact.n : 2);
+    srv_buf_free(&compact);
     out->name = bn->p ? bn->p : "";
     out->arguments = ba->p ? ba->p : "{}";
 }
@@ -852,8 +779,8 @@ static void *worker_main(void *arg) {
         /* take queued jobs while slots are free (fair order); a job with n
            choices takes n slots at once, and waits (the others behind it
            too) until that many are free */
-        while (s->queue && n_active + choices_of(next_job(s)) <= P) {
-            srv_job *j = pick(s);
+        while (s->queue && n_active + choices_of(srv_queue_next(s)) <= P) {
+            srv_job *j = srv_queue_take(s);
             for (int c = 0; c < choices_of(j); c++) {
                 const int i = choose_slot(sl, P, j);
                 if (c > 0) srv_job_ref(j);  /* a reference per slot */
