@@ -19,8 +19,12 @@
  *   an assistant message that calls X (empty think block when thinking is on,
  *   empty response, open tools, open call X index 0) and forces those ids as
  *   the first output; when X takes no parameters the whole call is forced
- *   and nothing is sampled. "required" forces up to the open tools tag.
- *   "none" leaves the tools out of the prompt.
+ *   and nothing is sampled. "required" forces up to the open tools tag and
+ *   the <|open|> of the call's tag. "none" leaves the tools out of the
+ *   prompt. Forced ids count as completion tokens: max_tokens cuts them.
+ * Tools (toolcall.c): every tool's parameters schema is checked here (400
+ *   naming a keyword outside the subset); the worker then constrains each
+ *   call's tag and arguments with them.
  * Defaults (documented in docs/SERVER.md): temperature 1 and top_p 1 as in
  *   OpenAI's API (temperature 0 = greedy), a fresh random seed per request
  *   unless "seed" is given, max_tokens = the server default capped by what
