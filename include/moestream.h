@@ -629,6 +629,9 @@ typedef struct ms_grammar ms_grammar;
 ms_status ms_grammar_open(const ms_engine *e, const char *schema, size_t n, int32_t end_id,
                           ms_grammar **out, char *errbuf, size_t errbuf_len);
 void ms_grammar_close(ms_grammar *g);
+/* Compile `schema` only, to refuse one outside the subset before any work
+ * (MS_E_USAGE, message naming the keyword); no tokenizer, no vocabulary walk. */
+ms_status ms_grammar_check(const char *schema, size_t n, char *errbuf, size_t errbuf_len);
 /* 1 once the bytes picked so far form a complete document. */
 int ms_grammar_done(const ms_grammar *g);
 /* From now on s picks only what g allows and advances g by each pick; NULL

@@ -4,7 +4,8 @@
 # against its schema (tests/schema/check.py, written independently of the C
 # matcher), the bits of greedy and seeded runs equal a second run, a schema
 # outside the subset is refused naming the keyword, and a run cut by
-# --max-tokens inside a document stops there.
+# --max-tokens inside a document stops there. The server part also checks
+# tool calls against their tools' schemas (tests/server/tool_calls.py).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${MS_BUILD:-build}
@@ -133,6 +134,16 @@ c = d["choices"][0]
 assert c["finish_reason"] == "length", c
 assert d["usage"]["completion_tokens"] == 3, d["usage"]
 PYEOF
+
+# tool calls (tests/server/tool_calls.py): every presented call validates against
+# its tool's parameters (required / named / auto, several seeds), max_tokens inside
+# a call, streamed = not streamed, bits twice and under --ram min
+serve_start m "$M" --ram min
+URL_MIN=$(cat "$tmp/url.m")
+[ -n "$URL_MIN" ] && ok || bad "server --ram min did not start: $(tail -3 "$tmp/srv.m.log")"
+$PY tests/server/tool_calls.py "$URL/v1" "$M" tests/schema/tools.jsonl "$URL_MIN/v1" > "$tmp/tools.out" 2>&1; rc=$?
+grep -v '^tool_calls: [0-9]* passed' "$tmp/tools.out"
+[ $rc -eq 0 ] && ok || bad "tool calls: $(grep -c '^FAIL' "$tmp/tools.out") checks failed"
 
 echo "t_schema: $pass passed, $fail failed"
 [ $fail -eq 0 ]

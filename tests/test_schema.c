@@ -5,9 +5,11 @@
  * over the allowed bytes checks the no-dead-end invariant and that every
  * completed document parses (jansson) and is accepted whole again. */
 #include "check.h"
+#include "moestream.h"
 #include "sample/json_schema.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +245,36 @@ static void test_copy(void) {
     ms_json_schema_free(js);
 }
 
+/* ms_grammar_check compiles without a tokenizer; a caller's -inf logits (the
+ * server's mask of a call's tag) are never drawn, even without a grammar on
+ * the sampler. */
+static void test_check_and_masked_draws(void) {
+    char err[256];
+    const char *good = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}";
+    const char *bad = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\"}}}";
+    CHECK(ms_grammar_check(good, strlen(good), err, sizeof err) == MS_OK, "check: %s", err);
+    CHECK(ms_grammar_check(bad, strlen(bad), err, sizeof err) == MS_E_USAGE && strstr(err, "'format'"),
+          "check names the keyword: %s", err);
+    CHECK(ms_grammar_check(NULL, 0, err, sizeof err) == MS_OK, "check: any object");
+    enum { V = 64 };
+    float logits[V];
+    for (int i = 0; i < V; i++) logits[i] = i == 5 || i == 40 ? -1.0f : -INFINITY;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        ms_sample_params p = ms_sample_default_params();
+        p.temperature = 1.5f;
+        p.top_k = (int32_t)(seed % 3) * 20;     /* 0 (off), 20, 40 */
+        p.seed = seed;
+        ms_sampler *smp = ms_sampler_open(&p, V, err, sizeof err);
+        CHECK(smp != NULL, "sampler: %s", err);
+        if (!smp) return;
+        for (int k = 0; k < 8; k++) {
+            int32_t id = ms_sampler_next(smp, logits, NULL, 0);
+            CHECK(id == 5 || id == 40, "seed %llu drew masked id %d", (unsigned long long)seed, id);
+        }
+        ms_sampler_close(smp);
+    }
+}
+
 int main(void) {
     test_json_object();
     test_types();
@@ -252,5 +284,6 @@ int main(void) {
     test_refusals();
     test_walks();
     test_copy();
+    test_check_and_masked_draws();
     return CHECK_DONE("test_schema");
 }

@@ -82,6 +82,13 @@ ms_status ms_grammar_open(const ms_engine *e, const char *schema, size_t n, int3
     return MS_OK;
 }
 
+ms_status ms_grammar_check(const char *schema, size_t n, char *errbuf, size_t errbuf_len) {
+    ms_json_schema *js = ms_json_schema_compile(schema, n, errbuf, errbuf_len);
+    if (!js) return MS_E_USAGE;
+    ms_json_schema_free(js);
+    return MS_OK;
+}
+
 void ms_grammar_close(ms_grammar *g) {
     if (!g) return;
     ms_json_schema_free(g->js);

@@ -152,7 +152,9 @@ static int32_t pick(ms_sampler *s, const float *logits, const int32_t *hist, int
     int64_t n = 0;
     for (int64_t i = 0; i < V; i++) {
         if (isnan(w[i])) continue;
-        if (s->grammar && w[i] == -INFINITY) continue;     /* masked: never a candidate */
+        /* masked (a grammar's, or a caller's -inf): never a candidate, so the
+           draw cannot land on it through the last-candidate fallback */
+        if (w[i] == -INFINITY) continue;
         s->c[n].logit = w[i];
         s->c[n].id = (int32_t)i;
         n++;

@@ -19,8 +19,12 @@
  *   an assistant message that calls X (empty think block when thinking is on,
  *   empty response, open tools, open call X index 0) and forces those ids as
  *   the first output; when X takes no parameters the whole call is forced
- *   and nothing is sampled. "required" forces up to the open tools tag.
- *   "none" leaves the tools out of the prompt.
+ *   and nothing is sampled. "required" forces up to the open tools tag and
+ *   the <|open|> of the call's tag. "none" leaves the tools out of the
+ *   prompt. Forced ids count as completion tokens: max_tokens cuts them.
+ * Tools (toolcall.c): every tool's parameters schema is checked here (400
+ *   naming a keyword outside the subset); the worker then constrains each
+ *   call's tag and arguments with them.
  * Defaults (documented in docs/SERVER.md): temperature 1 and top_p 1 as in
  *   OpenAI's API (temperature 0 = greedy), a fresh random seed per request
  *   unless "seed" is given, max_tokens = the server default capped by what
@@ -518,6 +522,7 @@ static int forced_ids(srv *s, srv_job *j, const char *name, int whole_call, srv_
         if (n_open == want_open && r[i] == s->id_sep) { cut = i + 1; break; }
     }
     if (cut < 0) goto fail;
+    if (!name && cut < n_r && r[cut] == s->id_open) cut++;     /* "required": the call's tag opens */
     if (whole_call) {
         cut = n_r;                       /* everything, up to and including <|end_of_msg|> */
         j->forced_done = 1;
@@ -563,36 +568,26 @@ static int response_format(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     } else
         return srv_err_set(e, 400, INVALID, "response_format", "invalid_value",
                            "response_format type must be 'text', 'json_object' or 'json_schema'");
-    ms_grammar *g = NULL;
     char msg[256];
-    ms_status st = ms_grammar_open(s->e, j->schema, j->n_schema, 0, &g, msg, sizeof msg);
-    ms_grammar_close(g);
-    if (st != MS_OK)
+    if (ms_grammar_check(j->schema, j->n_schema, msg, sizeof msg) != MS_OK)
         return srv_err_set(e, 400, INVALID, "response_format", "invalid_value", "response_format: %s", msg);
     return 0;
 }
 
-int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
-    if (check_model(s, req, e) < 0) return -1;
-    if (common_params(s, req, j, s->o.default_max_tokens, e) < 0) return -1;
-    int want_lp = 0;
-    int64_t top = -1;
-    if (get_bool(req, "logprobs", &want_lp, e) < 0) return -1;
-    if (get_int(req, "top_logprobs", 0, MS_TOP_MAX, &top, e) < 0) return -1;
-    if (top >= 0 && !want_lp)
-        return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
-    j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
-    if (response_format(s, req, j, e) < 0) return -1;
-    const char *effort;
-    if (thinking_params(s, req, &j->thinking, &effort, e) < 0) return -1;
-    if (j->json_mode && j->thinking)     /* the think block the prompt opens could not be closed under the mask */
-        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
-                           "response_format json_object / json_schema needs thinking off");
+/* tools and tool_choice, validated; tools NULL when there are none or
+ * tool_choice is "none". */
+typedef struct tool_req {
+    const json_t *tools;
+    const char *choice;         /* "auto" | "none" | "required" | "function" */
+    const char *forced_name;    /* a named function */
+    const json_t *forced_fn;
+} tool_req;
 
-    /* tools and tool_choice */
+static int tool_params(const json_t *req, const srv_job *j, tool_req *tc_out, srv_err *e) {
     const json_t *tools = member(req, "tools");
     const char *choice = "auto", *forced_name = NULL;
     const json_t *forced_fn = NULL;
+    tc_out->tools = NULL;
     if (tools) {
         if (!json_is_array(tools)) return bad_type(e, "tools", "an array");
         if (json_array_size(tools) > MAX_TOOLS) return srv_err_set(e, 400, INVALID, "tools", "invalid_value", "at most %d tools", MAX_TOOLS);
@@ -635,6 +630,38 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
         if (!forced_fn) return srv_err_set(e, 400, INVALID, "tool_choice", "invalid_value", "tool_choice names '%.100s', which is not among the tools", forced_name);
     }
     if (!strcmp(choice, "none")) tools = NULL;
+    if (j->json_mode && (forced_name || !strcmp(choice, "required")))
+        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
+                           "response_format json_object / json_schema cannot be combined with tool_choice '%s' "
+                           "(the arguments follow the tool's parameters)", choice);
+    tc_out->tools = tools;
+    tc_out->choice = choice;
+    tc_out->forced_name = forced_name;
+    tc_out->forced_fn = forced_fn;
+    return 0;
+}
+
+int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
+    if (check_model(s, req, e) < 0) return -1;
+    if (common_params(s, req, j, s->o.default_max_tokens, e) < 0) return -1;
+    int want_lp = 0;
+    int64_t top = -1;
+    if (get_bool(req, "logprobs", &want_lp, e) < 0) return -1;
+    if (get_int(req, "top_logprobs", 0, MS_TOP_MAX, &top, e) < 0) return -1;
+    if (top >= 0 && !want_lp)
+        return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+    j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
+    if (response_format(s, req, j, e) < 0) return -1;
+    const char *effort;
+    if (thinking_params(s, req, &j->thinking, &effort, e) < 0) return -1;
+    if (j->json_mode && j->thinking)     /* the think block the prompt opens could not be closed under the mask */
+        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
+                           "response_format json_object / json_schema needs thinking off");
+
+    tool_req tcs = { NULL, "auto", NULL, NULL };
+    if (tool_params(req, j, &tcs, e) < 0) return -1;
+    const json_t *tools = tcs.tools, *forced_fn = tcs.forced_fn;
+    const char *choice = tcs.choice, *forced_name = tcs.forced_name;
 
     chat_in c;
     memset(&c, 0, sizeof c);
@@ -664,9 +691,17 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     } else if (!strcmp(choice, "required")) {
         if (forced_ids(s, j, NULL, 0, e) < 0) return -1;
     }
+    if (tools && srv_tools_build(s, tools, forced_name || !strcmp(choice, "required"), &j->tools, e) < 0) return -1;
     j->kind = SRV_CHAT;
     make_id(s, j, "chatcmpl-");
-    return fit_context(s, j, j->n_prompt + j->n_forced, e);
+    if (fit_context(s, j, j->n_prompt + j->n_forced, e) < 0) return -1;
+    /* forced ids count as completion tokens: max_tokens cuts them too (the
+       reply then ends at once with "length" and presents no call) */
+    if (j->n_forced > j->max_tokens) {
+        j->n_forced = j->max_tokens;
+        j->forced_done = 0;
+    }
+    return 0;
 }
 
 /* ---- completions ------------------------------------------------------------ */

@@ -122,6 +122,8 @@ char *srv_err_body(const srv_err *e);
 
 typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
 
+typedef struct srv_tools srv_tools;    /* toolcall.c: a request's tools, for the constraint */
+
 typedef struct srv_job {
     /* set by the HTTP thread before srv_submit, read-only afterwards */
     srv_kind kind;
@@ -137,6 +139,7 @@ typedef struct srv_job {
     int32_t *forced;            /* ids forced as the start of the output (tool_choice) */
     int64_t n_forced;
     int forced_done;            /* forced ids close the message: nothing to sample */
+    srv_tools *tools;           /* chat with tools (tool_choice not "none"), else NULL */
     ms_sample_params sp;
     int64_t max_tokens;         /* sampled tokens, >= 1 */
     char **stop;                /* stop strings (content / text), malloc'd */
@@ -231,11 +234,17 @@ int srv_worker_start(srv *s);
 /* Cancel everything still queued or running (reason 2), wait for the worker
  * to finish them, join it. */
 void srv_worker_stop(srv *s);
+
+/* queue.c */
 /* Queue a job (takes a reference). -1 when the queue is full or the server is
  * shutting down (the job is untouched). */
 int srv_submit(srv *s, srv_job *j);
 /* Jobs waiting + running. */
 int64_t srv_queue_depth(srv *s);
+/* Under qmu, queue not empty: the job to run next (fair order), and taking it
+ * out of the queue (its client counts as served now). */
+srv_job *srv_queue_next(srv *s);
+srv_job *srv_queue_take(srv *s);
 /* Set cancel = reason on every queued and running job. */
 void srv_cancel_all(srv *s, int reason);
 
@@ -296,6 +305,42 @@ void srv_api_emit_call(srv *s, srv_job *j, int choice, int64_t i, const srv_call
  * response. Completes the job when every choice has ended, or at the first
  * that failed (the others are then cancelled; their ends are ignored). */
 void srv_api_finish(srv *s, srv_job *j, const srv_result *r);
+
+/* toolcall.c: tool calls whose arguments validate (docs/SERVER.md, tool calls) */
+/* The request's tools (a validated array): each parameters schema checked
+ * (400 naming a keyword outside the subset), call tags, json-segment ids.
+ * required: the first tag after the forced ids must be a call. 0 or -1 with e. */
+int srv_tools_build(srv *s, const json_t *tools, int required, srv_tools **out, srv_err *e);
+void srv_tools_free(srv_tools *t);
+/* JSON text without the whitespace outside strings (arguments as sent). */
+void srv_json_compact(srv_buf *out, const char *t, size_t n);
+
+/* One choice's constraint state (worker only; see toolcall.c's diagram). */
+typedef struct srv_tcall {
+    srv *s;
+    const srv_tools *t;         /* NULL: not in use */
+    ms_sampler *smp;            /* gets the arguments' grammar while they are open */
+    ms_grammar *g;
+    int state, tool;
+    int64_t pos, n_calls;
+    char *tag;                  /* the open tag's bytes so far */
+    size_t n_tag;
+    char **alt;                 /* the call tags a tool call may have now */
+    size_t *alt_len;
+    float *w;                   /* masked logits [n_vocab] */
+    char msg[256];
+} srv_tcall;
+
+/* 0, or -1 when out of memory (free it anyway). */
+int srv_tcall_init(srv_tcall *c, srv *s, const srv_tools *t, ms_sampler *smp);
+void srv_tcall_free(srv_tcall *c);
+/* The next id's logits (logits, or a masked copy), or *forced >= 0: the id to
+ * take without sampling. */
+const float *srv_tcall_logits(srv_tcall *c, const float *logits, int32_t *forced);
+/* After every output id, forced or sampled. -1 when out of memory. */
+int srv_tcall_observe(srv_tcall *c, int32_t id);
+/* 1 inside a call (its tag was read, its close(call) was not). */
+int srv_tcall_in_call(const srv_tcall *c);
 
 /* http.c */
 int srv_http_start(srv *s);

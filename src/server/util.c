@@ -153,6 +153,7 @@ void srv_job_unref(srv_job *j) {
     free(j->prompt);
     free(j->forced);
     free(j->schema);
+    srv_tools_free(j->tools);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->echo_text);

@@ -1,16 +1,13 @@
-/* server/worker.c - the engine worker: the job queue, fair picking, session
- * reuse, and the generation loop.
+/* server/worker.c - the engine worker: slots, session reuse, and the
+ * generation loop (the queue it takes jobs from is queue.c's).
  *
  * Owns: the slots (--parallel N sessions, each with the job it serves) and
  *   every call that computes on the engine (invariant 1 of srv.h). HTTP
  *   threads put jobs in the queue and wait; this thread takes them into free
  *   slots (a job with n choices into n slots) and steps all slots together.
  *
- * Fairness: the queue keeps arrival order, but the next job is the one whose
- *   client (the request's "user", else the peer address) was served longest
- *   ago (never served = first);
- *   ties go to the earlier arrival. One client sending many requests at once
- *   therefore alternates with the others instead of going first with all.
+ * Fairness: jobs are taken in queue.c's fair order (the client served
+ *   longest ago first).
  *
  * Session reuse: a slot's session holds the ids fed so far, S. A job's input
  *   is P = prompt ids + forced output ids. It goes to the free slot whose S
@@ -48,80 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- queue -------------------------------------------------------------------- */
-
-static uint64_t client_last(srv *s, const char *key) {
-    for (int i = 0; i < SRV_MAX_CLIENTS; i++)
-        if (s->clients[i].key[0] && !strcmp(s->clients[i].key, key)) return s->clients[i].last;
-    return 0;
-}
-
-static void client_touch(srv *s, const char *key, uint64_t when) {
-    int slot = 0;
-    for (int i = 0; i < SRV_MAX_CLIENTS; i++) {
-        if (s->clients[i].key[0] && !strcmp(s->clients[i].key, key)) { slot = i; break; }
-        if (s->clients[i].last < s->clients[slot].last) slot = i;   /* else: least recently served */
-    }
-    snprintf(s->clients[slot].key, sizeof s->clients[slot].key, "%s", key);
-    s->clients[slot].last = when;
-}
-
-/* Under qmu, queue not empty: the link to the job to run next. */
-static srv_job **next_link(srv *s) {
-    srv_job **best = NULL;
-    uint64_t best_last = UINT64_MAX;
-    for (srv_job **p = &s->queue; *p; p = &(*p)->next) {
-        uint64_t last = client_last(s, (*p)->client);
-        if (last < best_last) { best = p; best_last = last; }
-    }
-    return best;
-}
-
-static srv_job *next_job(srv *s) { return *next_link(s); }
-
 static int choices_of(const srv_job *j) { return j->n_choices > 1 ? j->n_choices : 1; }
-
-/* Under qmu, queue not empty: take the job to run next. */
-static srv_job *pick(srv *s) {
-    srv_job **best = next_link(s);
-    srv_job *j = *best;
-    *best = j->next;
-    j->next = NULL;
-    s->n_queued--;
-    client_touch(s, j->client, ++s->n_served);
-    return j;
-}
-
-int srv_submit(srv *s, srv_job *j) {
-    pthread_mutex_lock(&s->qmu);
-    if (s->stop_worker || s->n_queued >= s->o.max_queue) {
-        pthread_mutex_unlock(&s->qmu);
-        return -1;
-    }
-    srv_job_ref(j);
-    j->arrival = ++s->n_arrivals;
-    srv_job **p = &s->queue;
-    while (*p) p = &(*p)->next;
-    *p = j;
-    s->n_queued++;
-    pthread_cond_broadcast(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
-    return 0;
-}
-
-int64_t srv_queue_depth(srv *s) {
-    pthread_mutex_lock(&s->qmu);
-    int64_t n = s->n_queued + s->n_running;
-    pthread_mutex_unlock(&s->qmu);
-    return n;
-}
-
-void srv_cancel_all(srv *s, int reason) {
-    pthread_mutex_lock(&s->qmu);
-    for (srv_job *j = s->queue; j; j = j->next) atomic_store(&j->cancel, reason);
-    for (int i = 0; i < s->n_running; i++) atomic_store(&s->running[i]->cancel, reason);
-    pthread_mutex_unlock(&s->qmu);
-}
 
 /* ---- one job ------------------------------------------------------------------ */
 
@@ -252,7 +176,10 @@ static void emit_text(srv *s, srv_job *j, gen *g, const char *r, size_t nr, cons
 static void clean_call(const ms_tool_call *tc, srv_buf *bn, srv_buf *ba, srv_call_out *out) {
     bn->n = ba->n = 0;
     srv_utf8_clean(bn, tc->name ? tc->name : "", tc->name ? strlen(tc->name) : 0);
-    srv_utf8_clean(ba, tc->arguments ? tc->arguments : "{}", tc->arguments ? strlen(tc->arguments) : 2);
+    srv_buf compact = {0};      /* the json segment keeps the model's whitespace: drop it */
+    if (tc->arguments) srv_json_compact(&compact, tc->arguments, strlen(tc->arguments));
+    srv_utf8_clean(ba, compact.p ? compact.p : "{}", compact.p ? compact.n : 2);
+    srv_buf_free(&compact);
     out->name = bn->p ? bn->p : "";
     out->arguments = ba->p ? ba->p : "{}";
 }
@@ -322,14 +249,18 @@ typedef struct srv_pick {
     srv_job *j;
     gen *g;
     ms_sampler *smp;
+    srv_tcall *tc;              /* tool calls constrained (tc->t set), else unused */
     const char *finish;
     int oom;
 } srv_pick;
 
 static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
     srv_pick *p = user;
-    int32_t id = ms_sampler_next(p->smp, logits, hist, n_hist);
+    int32_t id = -1;
+    const float *lg = p->tc->t ? srv_tcall_logits(p->tc, logits, &id) : logits;
+    if (id < 0) id = ms_sampler_next(p->smp, lg, hist, n_hist);     /* else forced markup: no draw */
     *stop = 1;
+    if (p->tc->t && srv_tcall_observe(p->tc, id) != 0) { p->oom = 1; return id; }
     if (gen_push(p->g, id) != 0) { p->oom = 1; return id; }
     if (p->j->logprobs >= 0) {
         srv_lp *e = lp_next(p->g);
@@ -378,6 +309,7 @@ typedef struct slot {
     gen g;
     ms_sampler *smp;
     ms_grammar *grammar;        /* response_format json_object / json_schema, else NULL */
+    srv_tcall tc;               /* tool calls' constraint (toolcall.c) */
     int32_t *full;              /* prompt + forced output */
     int64_t n_full, at;         /* ids read so far */
     int decoding;               /* the prompt is read */
@@ -441,6 +373,10 @@ static int slot_start(srv *s, slot *sl) {
     sl->smp = ms_sampler_open(&sp, s->info.n_vocab, sl->msg, sizeof sl->msg);
     if (!sl->smp) { sl->fail = sl->msg; sl->fail_status = 400; return -1; }
     if (j->json_mode && open_grammar(s, j, sl) < 0) return -1;
+    if (j->tools && !j->json_mode && srv_tcall_init(&sl->tc, s, j->tools, sl->smp) != 0) {
+        sl->fail = "out of memory";
+        return -1;
+    }
     /* the input: prompt + forced output (without a forced final stop token) */
     const int64_t n_forced_feed = j->n_forced - (j->forced_done ? 1 : 0);
     sl->n_full = j->n_prompt + n_forced_feed;
@@ -449,15 +385,19 @@ static int slot_start(srv *s, slot *sl) {
     memcpy(sl->full, j->prompt, (size_t)j->n_prompt * sizeof *sl->full);
     if (n_forced_feed > 0) memcpy(sl->full + j->n_prompt, j->forced, (size_t)n_forced_feed * sizeof *sl->full);
     for (int64_t i = 0; i < j->n_forced; i++)
-        if (gen_push(&sl->g, j->forced[i]) != 0) { sl->fail = "out of memory"; return -1; }
+        if (gen_push(&sl->g, j->forced[i]) != 0 || (sl->tc.t && srv_tcall_observe(&sl->tc, j->forced[i]) != 0)) {
+            sl->fail = "out of memory";
+            return -1;
+        }
     /* the longest prefix of the input the session or the prompt cache holds */
     int64_t have = 0;
     if (scores_prompt(j)) ms_session_reset(sl->ses);
     else ms_session_reuse(sl->ses, sl->full, sl->n_full, &have);
     sl->at = have;
     sl->res.n_cached = sl->at < j->n_prompt ? sl->at : j->n_prompt;
-    sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, NULL, 0 };
+    sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, &sl->tc, NULL, 0 };
     if (j->forced_done) sl->pk.finish = "tool_calls";
+    else if (sl->g.n >= j->max_tokens) sl->pk.finish = "length";   /* max_tokens cut the forced ids */
     return 0;
 }
 
@@ -482,14 +422,16 @@ static void slot_reply(srv *s, slot *sl, ms_reply *reply, srv_call_out **calls, 
     if (j->kind == SRV_CHAT) {
         if (ms_chat_parse_reply(s->e, g->ids, g->n, j->thinking, reply) != MS_OK) { sl->fail = "cannot parse the reply"; return; }
         size_t nc = strlen(reply->content);
+        /* a call cut inside its markup (max_tokens) is not presented */
+        int64_t n_calls = g->stopped ? 0 : reply->n_tool_calls;
+        if (n_calls > 0 && srv_tcall_in_call(&sl->tc)) n_calls--;
         if (j->stream) {
             emit_text(s, j, g, reply->reasoning, strlen(reply->reasoning), reply->content, nc, 1);
-            if (!g->stopped) emit_calls(s, j, g, reply, reply->n_tool_calls);
+            emit_calls(s, j, g, reply, n_calls);
         }
         if (g->stopped && g->stop_at < nc) nc = g->stop_at;
         srv_utf8_clean(clean_r, reply->reasoning, strlen(reply->reasoning));
         srv_utf8_clean(clean_c, reply->content, nc);
-        int64_t n_calls = g->stopped ? 0 : reply->n_tool_calls;
         if (n_calls > 0) {
             *calls = calloc((size_t)n_calls, sizeof **calls);
             *cbufs = calloc((size_t)n_calls * 2, sizeof **cbufs);
@@ -564,6 +506,7 @@ static void slot_end(srv *s, slot *sl) {
     free(g->ids);
     free(g->lp);
     free(sl->full);
+    srv_tcall_free(&sl->tc);
     ms_sampler_close(sl->smp);
     ms_grammar_close(sl->grammar);
     sl->grammar = NULL;
@@ -832,8 +775,8 @@ static void *worker_main(void *arg) {
         /* take queued jobs while slots are free (fair order); a job with n
            choices takes n slots at once, and waits (the others behind it
            too) until that many are free */
-        while (s->queue && n_active + choices_of(next_job(s)) <= P) {
-            srv_job *j = pick(s);
+        while (s->queue && n_active + choices_of(srv_queue_next(s)) <= P) {
+            srv_job *j = srv_queue_take(s);
             for (int c = 0; c < choices_of(j); c++) {
                 const int i = choose_slot(sl, P, j);
                 if (c > 0) srv_job_ref(j);  /* a reference per slot */

@@ -135,7 +135,9 @@ await step('tool-call round trip', async () => {
             parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } },
     ];
     const messages = [{ role: 'system', content: 'You can call tools.' }, user('What time is it?')];
-    const req = { model, messages, tools, tool_choice: { type: 'function', function: { name: 'get_time' } }, max_tokens: 16, temperature: 0 };
+    // the forced markup counts as completion tokens, so max_tokens must hold the whole call
+    // (with fewer, the reply is 'length' without a call: tests/server/tool_calls.py)
+    const req = { model, messages, tools, tool_choice: { type: 'function', function: { name: 'get_time' } }, max_tokens: 48, temperature: 0 };
     const r1 = await client.chat.completions.create(req);
     const m1 = r1.choices[0].message;
     const calls = m1.tool_calls || [];
