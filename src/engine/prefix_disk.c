@@ -184,7 +184,10 @@ static void remove_leftovers(const ms_pdisk *pd) {
     if (!d) { if (fd >= 0) close(fd); return; }
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
         long pid;
-        if (strncmp(de->d_name, PD_TMP, strlen(PD_TMP)) != 0 || sscanf(de->d_name + strlen(PD_TMP), "%ld", &pid) != 1)
+        const size_t len = strlen(de->d_name);
+        if (strncmp(de->d_name, PD_TMP, strlen(PD_TMP)) != 0 || len < strlen(PD_SUFFIX) ||
+            strcmp(de->d_name + len - strlen(PD_SUFFIX), PD_SUFFIX) != 0 ||
+            sscanf(de->d_name + strlen(PD_TMP), "%ld", &pid) != 1)
             continue;
         if (pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) unlinkat(pd->dirfd, de->d_name, 0);
     }
@@ -210,6 +213,16 @@ ms_status ms_pdisk_open(ms_engine *e, const char *dir, int64_t cap_bytes, int64_
     pd->fault_write = fault_write;
     pd->want = model_head(e);
     remove_leftovers(pd);
+    pd_file *all;
+    const int nf = scan(pd, &all);
+    int64_t bytes = 0, n_own = 0;
+    for (int i = 0; i < nf; i++) {
+        bytes += all[i].bytes;
+        n_own += all[i].model == pd->want.model_hash;
+    }
+    free(all);
+    ms_log(&e->log, MS_LOG_INFO, "prompt cache on disk: %s, %d entries (%lld of this model), %.1f of %.1f MB", dir, nf,
+           (long long)n_own, (double)bytes / 1e6, (double)pd->cap_bytes / 1e6);
     *out = pd;
     return MS_OK;
 }
@@ -272,7 +285,9 @@ static const char *check_head(const ms_pdisk *pd, const pd_file *f, const pd_hea
 static int load(ms_pdisk *pd, const pd_file *f, const int32_t *ids, ms_session *s) {
     char why[256];
     const char *bad = NULL;
-    const int fd = openat(pd->dirfd, f->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* not a symlink; O_NONBLOCK: a FIFO swapped in since the scan does not
+       block the open (it fails S_ISREG below; a regular file's reads ignore it) */
+    const int fd = openat(pd->dirfd, f->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return 0;                       /* removed since the scan */
     XXH3_state_t *x = XXH3_createState();
     char *scratch = malloc(PD_BUF);
@@ -282,6 +297,7 @@ static int load(ms_pdisk *pd, const pd_file *f, const int32_t *ids, ms_session *
     int64_t off = 0;
     int r = -1;
     if (!x || !scratch || !fid || fstat(fd, &sb) != 0) { r = 0; goto out; }   /* no memory: a miss */
+    if (!S_ISREG(sb.st_mode)) { bad = "not a regular file"; goto out; }
     XXH3_64bits_reset(x);
     if (take(fd, &h, sizeof h, &off, x, NULL) != 0) { bad = "truncated (no header)"; goto out; }
     if ((bad = check_head(pd, f, &h, (int64_t)sb.st_size, why, sizeof why)) != NULL) goto out;
