@@ -17,7 +17,8 @@
 # directory gives a cold run's generated ids and first logits (--dump-logits,
 # byte for byte) and reports the whole prompt cached (and a longer prompt its
 # prefix); a flipped byte, a truncated entry, another model's entry put under
-# this model's name: a warning naming it, the cold bits, exit 0; ENOSPC halfway
+# this model's name, an entry of other weights of the same model (a byte
+# changed in a shard): a warning naming it, the cold bits, exit 0; ENOSPC halfway
 # through a write (the test hook --fault-cache-write) and a real failing write
 # (ulimit -f): a warning, no file left; --prompt-cache-size: the directory stays
 # under it over many prompts. chat: a restarted chat resuming a saved
@@ -178,6 +179,14 @@ fi
 runj w7 $A --ids $IDS --prompt-cache $D
 same w7 cold && [ "$(cached_of w7)" = 18 ] && ! grep -q warning "$tmp/w7.err" && ok ||
     bad "after the refused entries were recomputed: cached $(cached_of w7), stderr: $(cat "$tmp/w7.err")"
+# stale: the same model (config, tensor table) with other weights: one byte near the end of a shard
+cp -r "$A" "$tmp/a2"
+last=$(ls "$tmp"/a2/*.safetensors | tail -n 1)
+$PY -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[-3] ^= 0x01; open(p, "wb").write(b)' "$last"
+runj cold_a2 "$tmp/a2" --ids $IDS --prompt-cache-ram 0
+runj w_a2 "$tmp/a2" --ids $IDS --prompt-cache $D
+same w_a2 cold_a2 && [ "$(cached_of w_a2)" = 0 ] && grep -q "prompt cache: .*other weights (stale" "$tmp/w_a2.err" && ok ||
+    bad "an entry of other weights: cached $(cached_of w_a2), stderr: $(cat "$tmp/w_a2.err")"
 # a full disk: the hook, and a real write failure (the file size limit)
 runj w8 $A --ids $IDS --prompt-cache $tmp/pc_full --fault-cache-write 1
 same w8 cold && grep -q "not written: No space left on device" "$tmp/w8.err" && [ -z "$(ls -A $tmp/pc_full)" ] && ok ||

@@ -63,7 +63,6 @@
 #define PD_MAGIC "MSPCACH1"
 #define PD_SUFFIX ".mspc"
 #define PD_TMP ".tmp-"
-#define PD_BUF ((size_t)1 << 20)        /* bytes read per call while checking */
 
 typedef struct pd_head {
     char magic[8];
@@ -182,6 +181,7 @@ static void remove_leftovers(const ms_pdisk *pd) {
     const int fd = dup(pd->dirfd);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) { if (fd >= 0) close(fd); return; }
+    rewinddir(d);                       /* the descriptor's offset is pd->dirfd's */
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
         long pid;
         const size_t len = strlen(de->d_name);
@@ -236,18 +236,18 @@ void ms_pdisk_close(ms_pdisk *pd) {
 
 /* ---- reading an entry ---- */
 
-/* Read n bytes at *off into p (NULL: into a scratch buffer) and hash them. */
-static int take(int fd, void *p, int64_t n, int64_t *off, XXH3_state_t *x, char *scratch) {
+/* Read n bytes at *off into p and hash them: 0, or -1 at a failure or the
+ * end of the file. */
+static int take(int fd, void *p, int64_t n, int64_t *off, XXH3_state_t *x) {
+    char *dst = p;
     while (n > 0) {
-        const size_t want = p ? (size_t)n : (size_t)(n < (int64_t)PD_BUF ? n : (int64_t)PD_BUF);
-        char *dst = p ? (char *)p : scratch;
-        const ssize_t got = pread(fd, dst, want, *off);
+        const ssize_t got = pread(fd, dst, (size_t)n, *off);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) return -1;
         XXH3_64bits_update(x, dst, (size_t)got);
         *off += got;
         n -= got;
-        if (p) p = (char *)p + got;
+        dst += got;
     }
     return 0;
 }
@@ -290,30 +290,29 @@ static int load(ms_pdisk *pd, const pd_file *f, const int32_t *ids, ms_session *
     const int fd = openat(pd->dirfd, f->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return 0;                       /* removed since the scan */
     XXH3_state_t *x = XXH3_createState();
-    char *scratch = malloc(PD_BUF);
     int32_t *fid = malloc((size_t)f->n * sizeof *fid);
     struct stat sb;
     pd_head h;
     int64_t off = 0;
     int r = -1;
-    if (!x || !scratch || !fid || fstat(fd, &sb) != 0) { r = 0; goto out; }   /* no memory: a miss */
+    if (!x || !fid || fstat(fd, &sb) != 0) { r = 0; goto out; }   /* no memory: a miss */
     if (!S_ISREG(sb.st_mode)) { bad = "not a regular file"; goto out; }
     XXH3_64bits_reset(x);
-    if (take(fd, &h, sizeof h, &off, x, NULL) != 0) { bad = "truncated (no header)"; goto out; }
+    if (take(fd, &h, sizeof h, &off, x) != 0) { bad = "truncated (no header)"; goto out; }
     if ((bad = check_head(pd, f, &h, (int64_t)sb.st_size, why, sizeof why)) != NULL) goto out;
-    if (take(fd, fid, h.n * (int64_t)sizeof *fid, &off, x, NULL) != 0) { bad = "truncated"; goto out; }
+    if (take(fd, fid, h.n * (int64_t)sizeof *fid, &off, x) != 0) { bad = "truncated"; goto out; }
     if (memcmp(fid, ids, (size_t)h.n * sizeof *fid) != 0) {
         if (ids_hash(fid, h.n) != f->hash) bad = "its ids do not match its name (damaged)";
         else r = 0;                             /* another prefix of the same hash */
         goto out;
     }
-    if (take(fd, s->logits, h.n_vocab * (int64_t)sizeof(float), &off, x, NULL) != 0) { bad = "truncated"; goto out; }
+    if (take(fd, s->logits, h.n_vocab * (int64_t)sizeof(float), &off, x) != 0) { bad = "truncated"; goto out; }
     for (int il = 0; il < pd->e->model.n_layer && !bad; il++) {
         float *part[2];
         int64_t k[2];
         ms_state_layer(&s->st, &pd->e->model, il, h.n, part, k);
         for (int j = 0; j < 2 && !bad; j++)
-            if (k[j] > 0 && take(fd, part[j], k[j] * (int64_t)sizeof(float), &off, x, NULL) != 0) bad = "truncated";
+            if (k[j] > 0 && take(fd, part[j], k[j] * (int64_t)sizeof(float), &off, x) != 0) bad = "truncated";
     }
     uint64_t sum = 0;
     if (!bad && pread(fd, &sum, sizeof sum, off) != (ssize_t)sizeof sum) bad = "truncated (no checksum)";
@@ -333,7 +332,6 @@ out:
     }
     close(fd);
     free(fid);
-    free(scratch);
     XXH3_freeState(x);
     return r;
 }
