@@ -135,10 +135,11 @@ static int parse_name(const char *name, pd_file *f) {
     unsigned long long model, hash;
     long long n;
     int used = 0;
-    if (strlen(name) >= sizeof f->name || sscanf(name, "%16llx-%16llx-%lld%n", &model, &hash, &n, &used) != 3 ||
+    const size_t len = strlen(name);
+    if (len >= sizeof f->name || sscanf(name, "%16llx-%16llx-%lld%n", &model, &hash, &n, &used) != 3 ||
         strcmp(name + used, PD_SUFFIX) != 0 || n < 1)
         return 0;
-    snprintf(f->name, sizeof f->name, "%s", name);
+    memcpy(f->name, name, len + 1);
     f->model = model;
     f->hash = hash;
     f->n = n;
@@ -349,7 +350,7 @@ int64_t ms_pdisk_restore(ms_pdisk *pd, const int32_t *ids, int64_t n, int64_t ab
     for (int i = 0; i < nf; i++)                /* this model's entries longer than `above` */
         if (all[i].model == pd->want.model_hash && all[i].n > above && all[i].n <= n && all[i].n <= s->st.max_ctx)
             all[nc++] = all[i];
-    qsort(all, (size_t)nc, sizeof *all, by_n_desc);
+    if (nc > 1) qsort(all, (size_t)nc, sizeof *all, by_n_desc);
     int64_t got = 0;
     for (int i = 0; i < nc && got == 0; i++) {
         if (ids_hash(ids, all[i].n) != all[i].hash) continue;
