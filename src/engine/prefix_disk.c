@@ -40,7 +40,9 @@
  *   3. After a write, the entry files of the directory (every model's) take at
  *      most cap_bytes, or the write did not happen: the files with the lowest
  *      tokens saved per byte held per second since their last use (a hit
- *      touches the file's mtime) are removed first.
+ *      touches the file's mtime) are removed first. (Processes writing to one
+ *      directory at the same moment can each count without the other's entry
+ *      in flight: the cap can be passed by those until the next write.)
  * Does not: lock (processes sharing a directory race only to a miss: a name
  *   is replaced whole or removed whole), hold anything in RAM but a readdir's
  *   listing and a prompt's ids, run in a pipeline (the cache is off there).
