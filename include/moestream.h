@@ -142,9 +142,23 @@ typedef struct ms_engine_params {
        (MS_E_BUDGET when the store's floor no longer fits); MS_PROMPT_CACHE_OFF: none.
        Off in a pipeline. The bits do not change (docs/ARCHITECTURE.md, "Prompt cache"). */
     int64_t prompt_cache_bytes;
+    /* the prompt cache on disk: snapshots also written as files in this directory
+       (created if missing), so that another process of the same model (a restarted
+       server, a new `run`) starts warm. NULL = none. Looked up after the RAM cache; a
+       hit is loaded into the session (and the RAM cache). Every file names the model
+       and weights it belongs to and carries a checksum: a damaged, truncated, foreign
+       or stale one is ignored with a warning and removed, never used. Off in a
+       pipeline. The bits do not change (docs/ARCHITECTURE.md, "Prompt cache on disk"). */
+    const char *prompt_cache_dir;
+    /* bytes the directory's entries may take: 0 = MS_PROMPT_CACHE_DISK_DEFAULT */
+    int64_t prompt_cache_disk_bytes;
+    /* tests only: the prompt_cache_fault_write-th file the disk cache writes (1 = the
+       first) fails with ENOSPC after half its bytes; 0 = none */
+    int64_t prompt_cache_fault_write;
 } ms_engine_params;
 #define MS_PROMPT_CACHE_OFF ((int64_t)-1)
 #define MS_PROMPT_CACHE_DEFAULT ((int64_t)2 << 30)
+#define MS_PROMPT_CACHE_DISK_DEFAULT ((int64_t)20 << 30)
 
 ms_engine_params ms_engine_default_params(void);
 
@@ -257,6 +271,10 @@ typedef struct ms_stats {
     int64_t prompt_tokens_reused, prompt_cache_hits;
     int64_t prompt_cache_bytes, prompt_cache_cap;
     int prompt_cache_entries;
+    /* the prompt cache on disk: restores from it, entries written, writes that failed (a
+       full disk: a warning, nothing partial left), entries refused at a check (damaged,
+       truncated, foreign, stale: a warning each) */
+    int64_t prompt_disk_hits, prompt_disk_writes, prompt_disk_write_failures, prompt_disk_rejected;
 } ms_stats;
 
 void ms_engine_stats(const ms_engine *e, ms_stats *st);

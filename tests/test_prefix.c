@@ -28,10 +28,13 @@
 
 #include "check.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { MAXN = 40, NCONT = 4, NSYS = 13 };
 
@@ -235,7 +238,242 @@ static void budget(const char *dir, const char *name) {
     }
 }
 
-static void model(const char *dir, const char *name) {
+/* ---- the cache on disk ---- */
+
+static int n_warn;
+static void on_log(void *user, ms_log_level level, const char *line) {
+    (void)user;
+    if (level == MS_LOG_WARN && strstr(line, "prompt cache:")) n_warn++;
+}
+
+/* An engine of model dir with the cache on disk in cdir (cap bytes, fault_write). */
+static ms_status open_disk(const char *dir, const char *cdir, int64_t ram_cache, int64_t cap, int64_t fault,
+                           ms_engine **e) {
+    ms_engine_params p = ms_engine_default_params();
+    p.model_dir = dir;
+    p.n_threads = 1;
+    p.prefill_chunk = 5;
+    p.prompt_cache_bytes = ram_cache;
+    p.prompt_cache_dir = cdir;
+    p.prompt_cache_disk_bytes = cap;
+    p.prompt_cache_fault_write = fault;
+    p.max_context = 64;
+    p.log = on_log;
+    p.log_level = MS_LOG_WARN;
+    char msg[512];
+    ms_status st = ms_engine_open(&p, e, msg, sizeof msg);
+    if (st != MS_OK) fprintf(stderr, "open %s with %s: %s\n", dir, cdir, msg);
+    return st;
+}
+
+typedef struct dir_list {
+    int n, n_tmp;
+    int64_t bytes;
+    char names[64][256];
+    int64_t len[64];            /* the entry's n, from its name */
+} dir_list;
+
+static void list_dir(const char *d, dir_list *l) {
+    memset(l, 0, sizeof *l);
+    DIR *dd = opendir(d);
+    for (struct dirent *de; dd && (de = readdir(dd)) != NULL;) {
+        char path[4200];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", d, de->d_name);
+        if (de->d_name[0] == '.' && strncmp(de->d_name, ".tmp-", 5) != 0) continue;
+        if (stat(path, &sb) != 0) continue;
+        l->bytes += (int64_t)sb.st_size;
+        if (de->d_name[0] == '.') { l->n_tmp++; continue; }
+        const char *dash = strrchr(de->d_name, '-');
+        if (l->n < 64) {
+            snprintf(l->names[l->n], sizeof l->names[l->n], "%s", de->d_name);
+            l->len[l->n++] = dash ? atoll(dash + 1) : -1;
+        }
+    }
+    if (dd) closedir(dd);
+}
+
+static void remove_dir(const char *d) {
+    dir_list l;
+    list_dir(d, &l);
+    DIR *dd = opendir(d);
+    for (struct dirent *de; dd && (de = readdir(dd)) != NULL;) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", d, de->d_name);
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) unlink(path);
+    }
+    if (dd) closedir(dd);
+    rmdir(d);
+}
+
+/* The NQ prompts in e, each checked against ref; got[i]: tokens reused. */
+static void disk_pass(ms_engine *e, const char *what, const seq *qs, const float *ref, int64_t V, int64_t *got) {
+    ms_session *s;
+    if (ms_session_open(e, &s) != MS_OK) { CHECK(0, "%s: session", what); return; }
+    float *rows = malloc((size_t)((NCONT + 1) * V) * sizeof *rows);
+    for (int i = 0; i < NQ; i++) {
+        const int r = run_seq(s, &qs[i], 1, V, rows, &got[i]);
+        CHECK(r == 0 && !memcmp(rows, ref + i * (NCONT + 1) * V, (size_t)((NCONT + 1) * V) * sizeof *rows),
+              "%s: prompt %d (%lld reused): logits differ from a cold feed", what, i, (long long)got[i]);
+    }
+    free(rows);
+    ms_session_close(s);
+}
+
+/* What to do to the files of entries of length n: flip a byte, cut it in
+ * half, or replace its bytes with those of `from` (another model's entry). */
+static int damage(const char *d, int64_t n, int how, const char *from) {
+    dir_list l;
+    list_dir(d, &l);
+    int done = 0;
+    for (int i = 0; i < l.n; i++) {
+        if (l.len[i] != n) continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", d, l.names[i]);
+        struct stat sb;
+        if (stat(path, &sb) != 0) continue;
+        if (how == 0) {
+            FILE *f = fopen(path, "r+b");
+            if (!f) continue;
+            fseek(f, (long)sb.st_size / 2, SEEK_SET);
+            const int c = fgetc(f);
+            fseek(f, (long)sb.st_size / 2, SEEK_SET);
+            fputc(c ^ 0x10, f);
+            fclose(f);
+        } else if (how == 1) {
+            if (truncate(path, sb.st_size / 2) != 0) continue;
+        } else {
+            FILE *in = fopen(from, "rb"), *out = fopen(path, "wb");
+            int c;
+            while (in && out && (c = fgetc(in)) != EOF) fputc(c, out);
+            if (in) fclose(in);
+            if (out) fclose(out);
+        }
+        done++;
+    }
+    return done;
+}
+
+/* Restarts (new engines on the same directory) get the bits of a cold feed
+ * and reuse whole prompts; damaged, truncated and foreign entries are refused
+ * with a warning; a write that fails halfway leaves nothing; the cap holds. */
+static void disk(const char *dir, const char *other, const char *name, const seq *qs, const float *ref, int64_t V) {
+    char d[] = "/tmp/test_prefix_XXXXXX", dc[] = "/tmp/test_prefix_XXXXXX";
+    if (!mkdtemp(d) || !mkdtemp(dc)) { CHECK(0, "%s: mkdtemp", name); return; }
+    int64_t got[NQ];
+    ms_stats st;
+    ms_engine *e;
+    /* the first process: the RAM cache and the disk */
+    if (open_disk(dir, d, 0, 0, 0, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    disk_pass(e, "disk, first", qs, ref, V, got);
+    ms_engine_stats(e, &st);
+    CHECK(st.prompt_disk_writes >= NQ - 1 && st.prompt_disk_write_failures == 0, "%s: %lld entries written", name,
+          (long long)st.prompt_disk_writes);
+    ms_engine_close(e);
+    /* a restart: every prompt is on disk whole (P1 again: in RAM by then) */
+    if (open_disk(dir, d, 0, 0, 0, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    disk_pass(e, "disk, restarted", qs, ref, V, got);
+    ms_engine_stats(e, &st);
+    for (int i = 0; i < NQ; i++)
+        CHECK(got[i] == qs[i].n, "%s: restarted: prompt %d reused %lld of %lld", name, i, (long long)got[i], (long long)qs[i].n);
+    CHECK(st.prompt_disk_hits == NQ - 1 && st.prompt_disk_rejected == 0, "%s: restarted: %lld disk hits, %lld refused", name,
+          (long long)st.prompt_disk_hits, (long long)st.prompt_disk_rejected);
+    ms_engine_close(e);
+    /* the other model's entry of P3 (same ids) */
+    dir_list lc;
+    char from[4200] = "";
+    if (open_disk(other, dc, MS_PROMPT_CACHE_OFF, 0, 0, &e) == MS_OK) {
+        ms_session *s;
+        int64_t nc;
+        if (ms_session_open(e, &s) == MS_OK) {
+            ms_session_feed_prompt(s, qs[2].ids, qs[2].n, &nc);
+            ms_session_close(s);
+        }
+        ms_engine_close(e);
+    }
+    list_dir(dc, &lc);
+    for (int i = 0; i < lc.n; i++)
+        if (lc.len[i] == qs[2].n) snprintf(from, sizeof from, "%s/%s", dc, lc.names[i]);
+    CHECK(from[0] != '\0', "%s: no entry of the other model", name);
+    /* P1 and P1E (18) flipped, P2 (20) truncated, P3 (15) the other model's */
+    const int n_bad = damage(d, qs[0].n, 0, NULL) + damage(d, qs[1].n, 1, NULL) + damage(d, qs[2].n, 2, from);
+    n_warn = 0;
+    if (open_disk(dir, d, 0, 0, 0, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    disk_pass(e, "disk, damaged", qs, ref, V, got);
+    ms_engine_stats(e, &st);
+    CHECK(n_bad == 4 && st.prompt_disk_rejected == n_bad && n_warn == n_bad, "%s: %d damaged, %lld refused, %d warnings",
+          name, n_bad, (long long)st.prompt_disk_rejected, n_warn);
+    CHECK(got[0] < qs[0].n && got[1] < qs[1].n && got[2] < qs[2].n, "%s: damaged entries used: %lld %lld %lld", name,
+          (long long)got[0], (long long)got[1], (long long)got[2]);
+    ms_engine_close(e);
+    remove_dir(d);
+    remove_dir(dc);
+}
+
+/* ENOSPC halfway through the first write: a warning, no file at all; the
+ * next write goes through. Then a cap of about two entries under twenty
+ * prompts: the directory stays under it. */
+static void disk_full(const char *dir, const char *name, const seq *qs, const float *ref, int64_t V) {
+    char d[] = "/tmp/test_prefix_XXXXXX";
+    if (!mkdtemp(d)) { CHECK(0, "%s: mkdtemp", name); return; }
+    ms_engine *e;
+    ms_session *s, *cold;
+    ms_stats st;
+    dir_list l;
+    int64_t nc;
+    n_warn = 0;
+    if (open_disk(dir, d, MS_PROMPT_CACHE_OFF, 0, 1, &e) != MS_OK || ms_session_open(e, &s) != MS_OK) {
+        CHECK(0, "%s: open", name);
+        return;
+    }
+    float *rows = malloc((size_t)((NCONT + 1) * V) * sizeof *rows), *want = malloc((size_t)((NCONT + 1) * V) * sizeof *want);
+    CHECK(run_seq(s, &qs[0], 1, V, rows, &nc) == 0 && !memcmp(rows, ref, (size_t)((NCONT + 1) * V) * sizeof *rows),
+          "%s: ENOSPC: logits differ", name);
+    list_dir(d, &l);
+    ms_engine_stats(e, &st);
+    CHECK(l.n == 0 && l.n_tmp == 0 && l.bytes == 0 && st.prompt_disk_write_failures == 1 && n_warn == 1,
+          "%s: ENOSPC: %d entries, %d temporary files, %lld failures, %d warnings", name, l.n, l.n_tmp,
+          (long long)st.prompt_disk_write_failures, n_warn);
+    run_seq(s, &qs[1], 1, V, rows, &nc);
+    list_dir(d, &l);
+    CHECK(l.n == 1 && l.n_tmp == 0, "%s: after ENOSPC: %d entries, %d temporary", name, l.n, l.n_tmp);
+    const int64_t one = l.bytes;
+    ms_session_close(s);
+    ms_engine_close(e);
+    remove_dir(d);
+    memcpy(d + strlen(d) - 6, "XXXXXX", 6);
+    if (!mkdtemp(d)) { CHECK(0, "%s: mkdtemp", name); return; }
+    const int64_t cap = one * 5 / 2;
+    if (open_disk(dir, d, MS_PROMPT_CACHE_OFF, cap, 0, &e) != MS_OK) { CHECK(0, "%s: open", name); return; }
+    ms_session_open(e, &s);
+    ms_session_open(e, &cold);
+    int n_bad = 0, n_over = 0, n_miss = 0;
+    for (int i = 0; i < 20; i++) {
+        int32_t sys[NSYS];
+        for (int k = 0; k < NSYS; k++) sys[k] = (int32_t)((SYS[k] + 37 * (i / 2 % 3)) % 256);
+        /* each prompt twice in a row: the second is restored from the disk */
+        const int32_t tail[3] = { (int32_t)(i / 2 * 11 % 256), (int32_t)(i / 2 * 7 % 256), 5 };
+        seq q = make(sys, NSYS, tail, 3);
+        int64_t nw = 0;
+        if (run_seq(s, &q, 1, V, rows, &nw) != 0 || run_seq(cold, &q, 0, V, want, &nc) != 0) { n_bad++; continue; }
+        n_bad += memcmp(rows, want, (size_t)((NCONT + 1) * V) * sizeof *rows) != 0;
+        n_miss += i % 2 == 1 && nw != q.n;
+        list_dir(d, &l);
+        n_over += l.bytes > cap;
+    }
+    ms_engine_stats(e, &st);
+    CHECK(n_bad == 0 && n_over == 0 && n_miss == 0 && st.prompt_disk_writes == 10 && st.prompt_disk_hits == 10,
+          "%s: cap %lld: %d differ, %d times over the cap, %d repeats missed, %lld written, %lld disk hits", name,
+          (long long)cap, n_bad, n_over, n_miss, (long long)st.prompt_disk_writes, (long long)st.prompt_disk_hits);
+    free(rows);
+    free(want);
+    ms_session_close(s);
+    ms_session_close(cold);
+    ms_engine_close(e);
+    remove_dir(d);
+}
+
+static void model(const char *dir, const char *other, const char *name) {
     seq qs[NQ];
     sequences(qs);
     int64_t V = 0;
@@ -251,6 +489,8 @@ static void model(const char *dir, const char *name) {
     cases(dir, name, &floor, qs, ref, V);
     eviction(dir, name, V);
     budget(dir, name);
+    disk(dir, other, name, qs, ref, V);
+    disk_full(dir, name, qs, ref, V);
     free(ref);
 }
 
@@ -356,9 +596,10 @@ int main(void) {
     if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_prefix"); }
     const char *models[] = { "a", "c" };
     for (int i = 0; i < 2; i++) {
-        char path[4096];
+        char path[4096], other[4096];
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
-        model(path, models[i]);
+        snprintf(other, sizeof other, "%s/%s", td, models[1 - i]);
+        model(path, other, models[i]);
     }
     return CHECK_DONE("test_prefix");
 }

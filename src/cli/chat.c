@@ -7,8 +7,14 @@
  *              (/help /save /load /reset /exit) and multi-line input.
  * Invariants:  (1) the session keeps its KDA state and MLA cache between
  *              turns: a turn feeds only the ids that close the previous answer
- *              plus the new user message, in one feed (ms_chat_close +
- *              ms_chat_tokens(append)), never the history.
+ *              plus the new user message (ms_chat_close +
+ *              ms_chat_tokens(append)), never the history. They go in as the
+ *              whole conversation's prompt through the prompt cache
+ *              (ms_session_feed_prompt): the session's own state is its
+ *              longest prefix unless the cache holds a longer one (the same
+ *              conversation replayed after a restart with --prompt-cache),
+ *              only the rest is fed (cut at the cache's marks: same bits), and
+ *              the turn's end is kept for the next process.
  *              (2) after a turn the session holds exactly the answer's ids as
  *              picked - all of them when it stopped at EOS, at the length
  *              limit or at Ctrl-C - so the conversation goes on as one fed the
@@ -260,11 +266,15 @@ static ms_status feed_message(chat *ch, const char *text) {
         fprintf(stderr, "moestream: cannot close the previous turn\n");
     if (st == MS_OK && (st = ms_chat_tokens(ch->e, msgs, n_msgs, &fmt, !ch->first, &ids, &n_ids, msg, sizeof msg)) != MS_OK)
         fprintf(stderr, "moestream: %s\n", msg);
-    if (st == MS_OK && !(all = malloc((size_t)(n_close + n_ids) * sizeof *all))) st = MS_E_NOMEM;
+    /* the whole conversation goes through the prompt cache (invariant 1) */
+    int64_t n_past = 0;
+    const int32_t *past = ms_session_tokens(ch->s, &n_past);
+    if (st == MS_OK && !(all = malloc((size_t)(n_past + n_close + n_ids) * sizeof *all))) st = MS_E_NOMEM;
     if (st == MS_OK) {
-        if (n_close) memcpy(all, close_ids, (size_t)n_close * sizeof *all);
-        memcpy(all + n_close, ids, (size_t)n_ids * sizeof *all);
-        st = ms_session_feed(ch->s, all, n_close + n_ids, NULL);
+        if (n_past) memcpy(all, past, (size_t)n_past * sizeof *all);
+        if (n_close) memcpy(all + n_past, close_ids, (size_t)n_close * sizeof *all);
+        memcpy(all + n_past + n_close, ids, (size_t)n_ids * sizeof *all);
+        st = ms_session_feed_prompt(ch->s, all, n_past + n_close + n_ids, NULL);
         if (st != MS_OK) fprintf(stderr, "moestream: %s: %s\n", ms_status_name(st), ms_session_error(ch->s));
     }
     free(all);

@@ -41,6 +41,9 @@ void cli_engine_params(const cli_opts *o, ms_engine_params *ep_out) {
     ep.n_seq = o->parallel;
     ep.prefill_chunk = o->chunk;
     ep.prompt_cache_bytes = o->prompt_cache;
+    ep.prompt_cache_dir = o->prompt_cache_dir;
+    ep.prompt_cache_disk_bytes = o->prompt_cache_size;
+    ep.prompt_cache_fault_write = o->prompt_cache_fault;
     ep.log = o->quiet ? NULL : cli_log;
     ep.log_level = o->verbose ? MS_LOG_INFO : MS_LOG_WARN;
     ep.stages = o->stages;
@@ -68,8 +71,12 @@ void cli_print_ids(FILE *f, const int32_t *ids, int64_t n) {
 void cli_print_stats_json(FILE *f, const ms_stats *st) {
     int64_t n_tok = st->n_tokens_decode + st->n_tokens_prefill;
     double s_per_tok = st->n_tokens_decode ? st->decode_s / (double)st->n_tokens_decode : 0.0;
-    fprintf(f, "{\"cached_tokens\": %lld, \"prompt_cache_hits\": %lld, \"prompt_cache_bytes\": %lld, ",
-            (long long)st->prompt_tokens_reused, (long long)st->prompt_cache_hits, (long long)st->prompt_cache_bytes);
+    fprintf(f, "{\"cached_tokens\": %lld, \"prompt_cache_hits\": %lld, \"prompt_cache_bytes\": %lld, "
+            "\"prompt_disk_hits\": %lld, \"prompt_disk_writes\": %lld, \"prompt_disk_write_failures\": %lld, "
+            "\"prompt_disk_rejected\": %lld, ",
+            (long long)st->prompt_tokens_reused, (long long)st->prompt_cache_hits, (long long)st->prompt_cache_bytes,
+            (long long)st->prompt_disk_hits, (long long)st->prompt_disk_writes, (long long)st->prompt_disk_write_failures,
+            (long long)st->prompt_disk_rejected);
     fprintf(f, "\"prefill_tokens\": %lld, \"prefill_s\": %.6f, \"decode_tokens\": %lld, "
             "\"decode_s\": %.6f, \"s_per_token\": %.6f, \"bytes_read\": %lld, \"trunk_bytes_read\": %lld, "
             "\"expert_bytes_read\": %lld, \"bytes_read_per_token\": %.1f, \"reads_issued\": %lld, "
@@ -125,6 +132,12 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
                 (double)st->trunk_bytes_read / 1e6,
                 (double)(st->trunk_bytes_read - st->trunk_packed_read + st->trunk_unpacked_bytes) / 1e6,
                 st->unpack_s, (long long)st->pack_fallbacks);
+    if (st->prompt_cache_hits > 0 || st->prompt_disk_writes > 0 || st->prompt_disk_write_failures > 0 ||
+        st->prompt_disk_rejected > 0)
+        fprintf(f, "moestream: prompt cache: %lld tokens reused in %lld restores (%lld from disk); "
+                "disk entries written %lld, failed %lld, refused %lld\n", (long long)st->prompt_tokens_reused,
+                (long long)st->prompt_cache_hits, (long long)st->prompt_disk_hits, (long long)st->prompt_disk_writes,
+                (long long)st->prompt_disk_write_failures, (long long)st->prompt_disk_rejected);
     if (st->spec_drafted > 0)
         fprintf(f, "moestream: speculation: %lld tokens in %lld passes (%.2f per pass); drafted %lld, accepted %lld (%.1f%%); "
                 "read per token %.1f MB (trunk %.1f, experts %.1f)\n",

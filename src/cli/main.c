@@ -224,6 +224,22 @@ static ms_status recompute(ms_session *s, int32_t pending) {
     return st;
 }
 
+/* The prompt through the prompt cache, after the ids the session holds (a
+ * --load-session): those are its own longest prefix unless the cache holds a
+ * longer one, and only the rest is fed. */
+static ms_status feed_prompt(ms_session *s, const run_prompt *p) {
+    int64_t n_past = 0;
+    const int32_t *past = ms_session_tokens(s, &n_past);
+    if (n_past == 0) return ms_session_feed_prompt(s, p->ids, p->n, NULL);
+    int32_t *all = malloc((size_t)(n_past + p->n) * sizeof *all);
+    if (!all) return MS_E_NOMEM;
+    memcpy(all, past, (size_t)n_past * sizeof *all);
+    memcpy(all + n_past, p->ids, (size_t)p->n * sizeof *all);
+    const ms_status st = ms_session_feed_prompt(s, all, n_past + p->n, NULL);
+    free(all);
+    return st;
+}
+
 /* cli_picker, then --stop: the text so far (seen) ends at a stop string. */
 typedef struct run_pick {
     cli_pick base;
@@ -247,9 +263,8 @@ static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x
                               FILE *stream, int *rc) {
     cli_pick *rp = &pk->base;
     ms_status st = MS_OK;
-    /* a prompt of its own goes through the prompt cache; after --load-session it continues the session */
-    if (p->n > 0)
-        st = o->load ? ms_session_feed(x->s, p->ids, p->n, NULL) : ms_session_feed_prompt(x->s, p->ids, p->n, NULL);
+    /* the prompt goes through the prompt cache; after --load-session it continues the session */
+    if (p->n > 0) st = feed_prompt(x->s, p);
     int32_t pending = -1;                   /* chosen, not fed yet */
     int32_t *step = malloc((size_t)(o->c.speculate + 1) * sizeof *step);
     if (!rp->gen || !step) st = MS_E_NOMEM;

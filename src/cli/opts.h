@@ -101,6 +101,9 @@ typedef struct cli_opts {
     const char *kernels;        /* --kernels NAME: the kernel table (auto, ref, avx2, avx512, avx512-l2) */
     int stage_groups;           /* --stage-groups N (0 = automatic) */
     int64_t prompt_cache;       /* --prompt-cache-ram SIZE (0 = the engine's choice; MS_PROMPT_CACHE_OFF = none) */
+    const char *prompt_cache_dir; /* --prompt-cache DIR (NULL: no cache on disk) */
+    int64_t prompt_cache_size;  /* --prompt-cache-size SIZE (0 = MS_PROMPT_CACHE_DISK_DEFAULT) */
+    int64_t prompt_cache_fault; /* --fault-cache-write N (tests: the N-th entry written fails with ENOSPC) */
     int verbose;                /* --verbose: the engine's info lines (the plan, the model) */
 } cli_opts;
 

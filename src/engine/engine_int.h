@@ -152,6 +152,7 @@ struct ms_engine {
     int64_t next_pipe_id;
     struct ms_pcache *pcache;   /* the prompt cache (engine/prefix_cache.c); NULL: none */
     int64_t pcache_bytes;       /* its size, from the budget (ms_prompt_cache_plan) */
+    struct ms_pdisk *pdisk;     /* the prompt cache on disk (engine/prefix_disk.c); NULL: none */
     int32_t eom_id;             /* <|end_of_msg|>, where prompt marks fall; -1: none */
     char error[512];
 };

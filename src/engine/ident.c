@@ -4,8 +4,8 @@
  * Owns: the sampled fingerprint of a checkpoint and the comparison of two
  *   identities. What is hashed is documented in docs/SECURITY.md, "Identity
  *   of the weights".
- * Idea: a saved session, a pipeline stage (and later a prompt-cache entry on
- *   disk) only make sense with the weights that computed them. With a
+ * Idea: a saved session, a pipeline stage and a prompt-cache entry on disk
+ *   (engine/prefix_disk.c) only make sense with the weights that computed them. With a
  *   checksum sidecar every weight byte is named by its digest (the XXH3-64 of
  *   its block hashes, ms_sums_content_hash). Without one the engine cannot
  *   afford to hash 1.5 TB at open, so it samples: per shard its name, its

@@ -301,6 +301,12 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
     /* the prompt cache: its share of the budget (plan_budget); none in a pipeline */
     e->eom_id = e->tok ? ms_tok_special_id(e->tok, "<|end_of_msg|>") : -1;
     if (e->n_stages == 1) e->pcache = ms_pcache_init(&e->model, e->cfg.vocab_size, e->pcache_bytes);
+    if (e->n_stages > 1 && e->p.prompt_cache_dir && e->stage == 0)
+        ms_log(&e->log, MS_LOG_WARN, "the prompt cache is off in a pipeline: %s is not used", e->p.prompt_cache_dir);
+    if (e->n_stages == 1 && e->p.prompt_cache_dir &&
+        (st = ms_pdisk_open(e, e->p.prompt_cache_dir, e->p.prompt_cache_disk_bytes, e->p.prompt_cache_fault_write,
+                            &e->pdisk, err)) != MS_OK)
+        return st;
     ms_engine_stats_reset(e);               /* counters describe feeds, not loading */
     return MS_OK;
 }
@@ -363,6 +369,7 @@ void ms_engine_close(ms_engine *e) {
     if (!e) return;
     if (e->pipe_up) e->pipe->close(e);
     ms_pcache_free(e->pcache);
+    ms_pdisk_close(e->pdisk);
     ms_fwd_free(e->fwd);
     free(e->batch_ids);
     free(e->batch_seg);

@@ -167,10 +167,21 @@ ms_status ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t
     *n_have = 0;
     if (!ids || n < 0) return MS_E_USAGE;
     if (n > s->st.max_ctx) n = s->st.max_ctx;
-    const int64_t own = s->sticky == MS_OK && s->has_logits && s->st.n_past <= n &&
+    int64_t own = s->sticky == MS_OK && s->has_logits && s->st.n_past <= n &&
                                 common(s->tokens, ids, s->st.n_past) == s->st.n_past ? s->st.n_past : -1;
     ms_engine *e = s->e;
     const int64_t hit = ms_pcache_lookup(e->pcache, ids, n, NULL);
+    /* RAM first; the disk only for a longer prefix, and its hit is kept in RAM */
+    int clobbered = 0;
+    const int64_t on_disk = ms_pdisk_restore(e->pdisk, ids, n, hit > own ? hit : own, s, &clobbered);
+    if (on_disk > 0) {
+        e->stats.prompt_cache_hits++;
+        e->stats.prompt_tokens_reused += on_disk;
+        ms_pcache_store(e->pcache, s);
+        *n_have = on_disk;
+        return MS_OK;
+    }
+    if (clobbered) own = -1;            /* a refused entry was half read into s: it was reset */
     if (hit > 0 && hit > own) {
         char msg[512];
         const ms_status ps = ms_engine_pipe_op(e, MS_PIPE_RESET, s->st.pipe_id, 0, msg, sizeof msg);
@@ -190,7 +201,7 @@ ms_status ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t
 
 int64_t ms_session_prompt_mark(const ms_session *s, const int32_t *ids, int64_t n, int64_t from) {
     const ms_engine *e = s->e;
-    if (!e->pcache || from >= n) return n;
+    if ((!e->pcache && !e->pdisk) || from >= n) return n;
     int64_t first = -1, last = -1, lcp = 0;
     for (int64_t i = 0; e->eom_id >= 0 && i + 1 < n; i++)
         if (ids[i] == e->eom_id) {
@@ -207,9 +218,10 @@ int64_t ms_session_prompt_mark(const ms_session *s, const int32_t *ids, int64_t 
 
 void ms_session_remember(ms_session *s, int if_room) {
     ms_pcache *pc = s->e->pcache;
-    if (!pc || (if_room && pc->used_bytes + ms_pcache_entry_bytes(pc->m, pc->n_vocab, s->st.n_past) > pc->cap_bytes))
-        return;
-    ms_pcache_store(pc, s);
+    if (pc && !(if_room && pc->used_bytes + ms_pcache_entry_bytes(pc->m, pc->n_vocab, s->st.n_past) > pc->cap_bytes))
+        ms_pcache_store(pc, s);
+    /* the disk takes the marks only (docs/ARCHITECTURE.md, "Prompt cache on disk") */
+    if (!if_room) ms_pdisk_store(s->e->pdisk, s);
 }
 
 ms_status ms_session_feed_prompt(ms_session *s, const int32_t *ids, int64_t n, int64_t *n_cached) {
@@ -219,7 +231,7 @@ ms_status ms_session_feed_prompt(ms_session *s, const int32_t *ids, int64_t n, i
     if (st != MS_OK) return st;
     if (at == n && n > 0 && s->has_logits) return MS_OK;
     /* without a cache there are no marks: the rest in one feed (one progress step) */
-    if (!s->e->pcache) return ms_session_feed(s, ids + at, n - at, NULL);
+    if (!s->e->pcache && !s->e->pdisk) return ms_session_feed(s, ids + at, n - at, NULL);
     const int64_t chunk = s->e->p.prefill_chunk;
     /* one progress step for the whole prompt, not one per piece */
     ms_progress_step ps;

@@ -16,10 +16,13 @@
  *      last use plus the tokens a hit saves per byte it holds; the lowest goes
  *      first and sets the clock.
  * Does not: hold state of a pipeline's other stages (the cache is off with a
- *   pipeline), write to disk.
+ *   pipeline). The same snapshots on disk: engine/prefix_disk.c, declared
+ *   below (ms_pdisk_*).
  */
 #ifndef MS_ENGINE_PREFIX_CACHE_H
 #define MS_ENGINE_PREFIX_CACHE_H
+
+#include "base/err.h"
 
 #include <stdint.h>
 
@@ -45,5 +48,28 @@ void ms_pcache_store(ms_pcache *pc, const struct ms_session *s);
 int64_t ms_pcache_used(const ms_pcache *pc);
 int64_t ms_pcache_cap(const ms_pcache *pc);
 int ms_pcache_count(const ms_pcache *pc);
+
+/* ---- the prompt cache on disk (engine/prefix_disk.c: the file format, the
+ * checks, the eviction) ---- */
+typedef struct ms_pdisk ms_pdisk;
+struct ms_engine;
+/* A cache in directory dir (created if missing) of at most cap_bytes (0:
+ * MS_PROMPT_CACHE_DISK_DEFAULT) for engine e, opened (its model hash, weights
+ * identity and state dimensions known); temporary files of dead writers are
+ * removed. fault_write (tests): that write (1 = the first) fails with ENOSPC
+ * halfway. MS_E_IO when dir cannot be created or opened. */
+ms_status ms_pdisk_open(struct ms_engine *e, const char *dir, int64_t cap_bytes, int64_t fault_write, ms_pdisk **out,
+                        ms_err *err);
+void ms_pdisk_close(ms_pdisk *pd);
+/* Restore into s the longest entry of this model whose ids are a prefix of
+ * ids[0, n) and that is longer than `above` (and fits s): its length, 0 when
+ * none passed the checks. Entries that fail them are warned about and removed;
+ * if one was half read into s, *clobbered = 1 and s is reset. */
+int64_t ms_pdisk_restore(ms_pdisk *pd, const int32_t *ids, int64_t n, int64_t above, struct ms_session *s,
+                         int *clobbered);
+/* Write s's state at its n_past as an entry (a no-op for an unsound session
+ * or without logits; an entry already there is touched). A failure (a full
+ * disk) is a warning and leaves no file behind. */
+void ms_pdisk_store(ms_pdisk *pd, const struct ms_session *s);
 
 #endif
