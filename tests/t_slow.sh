@@ -27,10 +27,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 PY=${PYTHON:-/usr/bin/python3}
 export PYTHONDONTWRITEBYTECODE=1
 M=models/k3-tiny
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "t_slow: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
+. tests/lib.sh
 . tests/lib_serve.sh                   # $tmp, serve_start, and the cleanup
 
 [ -x "$BIN" ] || { bad "$BIN is not built"; finish; }

@@ -111,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     srv *s = &g_srv;
     int completion = data[0] == 'P';
     json_error_t je;
-    json_t *req = json_loadb((const char *)data + 1, size - 1, 0, &je);
+    json_t *req = json_loadb((const char *)data + 1, size - 1, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(req)) {
         json_decref(req);
         return 0;
