@@ -30,12 +30,14 @@
 #       memory, which a cgroup charges but the engine does not count.
 #   The checks:
 #     - the unlimited run completes (reference ids);
-#     - the budgeted run under the limit exits 0 (not killed) with equal ids;
-#     - the engine's reported peak RSS is within the budget;
+#     - the budgeted run under the limit exits 0 (not killed) with equal ids,
+#       in each of MS_MEMLIMIT_RUNS runs (default 50: a cap that fails now and
+#       then must fail the test);
+#     - the engine's reported peak RSS is within the budget in every run;
 #     - control: the same limit without --ram does NOT complete - the limit is
 #       real and below what the unbudgeted engine needs, so the test can fail.
 # Env: MS_MEMLIMIT_MODE=cgroup|rlimit forces a mechanism (cgroup fails the
-#   test when unavailable).
+#   test when unavailable); MS_MEMLIMIT_RUNS=N budgeted runs (default 50).
 #   A sanitizer build of $MS_BIN is skipped (0 passed, 0 failed): its shadow memory
 #   makes every limit meaningless.
 # Does not: measure speed (bench/), test the planner's arithmetic (test_budget).
@@ -103,6 +105,7 @@ elif [ "$mode" = cgroup ]; then
     finish
 else
     mode=rlimit
+    echo "t_memlimit: no cgroup v2 here with the memory controller delegated to this shell's cgroup: the limit is RLIMIT_AS"
 fi
 
 # run_limited LIMIT_BYTES OUT ARGS...: the engine under the limit; prints nothing, returns its exit
@@ -134,17 +137,25 @@ echo "t_memlimit: model $((model_bytes >> 20)) MiB, --ram ${budget_mib}M, $mode 
 ref=$(ids_of "$tmp/ref")
 [ $rc -eq 0 ] && [ -n "$ref" ] && ok || bad "unlimited run exited $rc: $(head -c 300 "$tmp/ref.err")"
 
-# 2. budgeted run under the real limit
-run_limited $limit "$tmp/lim" "${RUN_ARGS[@]}" --ram "${budget_mib}M"; rc=$?
-got=$(ids_of "$tmp/lim")
-if [ $rc -ge 128 ]; then bad "budgeted run killed by signal $((rc - 128)) under the $mode limit $(cat "$tmp/lim.err" | head -c 300)"
-elif [ $rc -ne 0 ]; then bad "budgeted run exited $rc under the $mode limit: $(head -c 300 "$tmp/lim.err")"
-else ok; fi
-[ -n "$got" ] && [ "$got" = "$ref" ] && ok || bad "ids under the limit '$got' != unlimited '$ref'"
+# 2. budgeted runs under the real limit: RUNS of them, every one must complete
+#    (an allocation that fails now and then under a cap is a failure here)
+RUNS=${MS_MEMLIMIT_RUNS:-50}
+n_ok=0; worst=0; why=""
+for i in $(seq "$RUNS"); do
+    run_limited $limit "$tmp/lim" "${RUN_ARGS[@]}" --ram "${budget_mib}M"; rc=$?
+    got=$(ids_of "$tmp/lim")
+    rss=$(rss_of "$tmp/lim")
+    [ -n "$rss" ] && [ "$rss" -gt "$worst" ] && worst=$rss
+    if [ $rc -ge 128 ]; then why="run $i killed by signal $((rc - 128)): $(head -c 300 "$tmp/lim.err")"
+    elif [ $rc -ne 0 ]; then why="run $i exited $rc: $(head -c 300 "$tmp/lim.err")"
+    elif [ -z "$got" ] || [ "$got" != "$ref" ]; then why="run $i: ids '$got' != unlimited '$ref'"
+    else n_ok=$((n_ok + 1)); continue; fi
+    break
+done
+[ $n_ok -eq "$RUNS" ] && ok || bad "$n_ok of $RUNS budgeted runs completed under the $mode limit; $why"
 
-# 3. the engine's own peak RSS within the budget
-rss=$(rss_of "$tmp/lim")
-[ -n "$rss" ] && [ "$rss" -le "$budget" ] && ok || bad "peak RSS '${rss}' bytes is over the budget $budget"
+# 3. the engine's own peak RSS within the budget, in every run
+[ "$worst" -gt 0 ] && [ "$worst" -le "$budget" ] && ok || bad "peak RSS '${worst}' bytes is over the budget $budget"
 
 # 4. control: the limit is real - without --ram the engine cannot complete under it
 run_limited $limit "$tmp/ctl" "${RUN_ARGS[@]}"; rc=$?
