@@ -3,6 +3,8 @@
 #
 # Owns: OUTDIR and everything in it. Writes
 #   OUTDIR/a, b, c, d         tiny models (tools/msgen.py presets) + golden/ (tools/msref.py)
+#   OUTDIR/d_odd              preset d with every shard's header 1 byte longer: the same
+#                               tensors, most of them (BF16 included) at odd file offsets
 #   OUTDIR/trap_NAME          one fixture per trap of spec/kimi-k3.md:
 #                               golden/        the correct reference
 #                               golden_wrong/  the reference with that one rule wrong
@@ -13,7 +15,7 @@
 # Idea: idempotent and cheap. Nothing is done when STAMP matches; otherwise everything is
 #   rebuilt in OUTDIR.tmp (two jobs at a time) and swapped in only when all of it worked,
 #   so a failed run never leaves a half-current OUTDIR behind.
-# Checks while building: msref --check on a, b, c and d (greedy == teacher-forced argmax,
+# Checks while building: msref --check on a, b, c, d and d_odd (greedy == teacher-forced argmax,
 #   deterministic, incremental == from scratch), and every trap's wrong logits differ
 #   from the correct ones by more than MIN_TRAP_MARGIN. Exits non-zero on any failure.
 set -u
@@ -50,9 +52,9 @@ print("%s: smallest top-2 logit gap %.4g" % (sys.argv[1], gap))
 sys.exit(0 if gap >= float(sys.argv[2]) else 1)' "$1" "$MIN_ARGMAX_GAP"
 }
 
-job_model() {       # preset
+job_model() {       # name [preset header-pad]
     local d=$TMP/$1
-    $PY tools/msgen.py "$d" --preset "$1" --check-template &&
+    $PY tools/msgen.py "$d" --preset "${2:-$1}" --header-pad "${3:-0}" --check-template &&
     $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" --check &&
     check_gaps "$d/golden"
 }
@@ -89,6 +91,7 @@ spawn() {           # name, command...
 t0=$(date +%s)
 NAMES=""
 for p in a b c d; do spawn "$p" job_model "$p"; NAMES="$NAMES $p"; done
+spawn d_odd job_model d_odd d 1; NAMES="$NAMES d_odd"
 for t in $TRAPS; do spawn "trap_$t" job_trap "$t"; NAMES="$NAMES trap_$t"; done
 wait
 

@@ -1,8 +1,8 @@
 /* tests/test_golden.c - the engine against the Python reference (tools/msref.py).
  *
  * For each tiny model in $MS_TESTDATA (a, b, c, d: differently shaped, d with
- * odd expert, head and width counts and F32 data at unaligned offsets; see
- * tests/make_testdata.sh):
+ * odd expert, head and width counts and F32 data at unaligned offsets; d_odd:
+ * d's tensors with BF16 data at odd offsets; see tests/make_testdata.sh):
  *   - teacher forcing over tf_ids: argmax at every position equals the
  *     reference's, logits within TOL of the reference's float64 logits;
  *   - the same feed one token at a time gives the same logits BITS as one
@@ -14,6 +14,7 @@
  *     .kernels) gives the same bits as the automatic choice, chunked and token by token;
  *   - greedy decode of the prompt reproduces greedy_ids exactly, and a full
  *     recompute at every step gives the same ids and logits bits.
+ * d and d_odd give the same logits bits, resident and at --ram min.
  * For each trap fixture (trap_NAME): the engine matches the correct reference
  * (golden/) and the reference with the trap sprung (golden_wrong/) differs
  * from it by far more than TOL - so a plausible wrong engine fails here.
@@ -282,15 +283,41 @@ static void check_trap(const char *dir, const char *name) {
     free_golden(&w);
 }
 
+/* The same tensors at other file offsets give the same logits bits: d_odd is
+ * d with every shard's header one byte longer (BF16 data at odd offsets,
+ * which the store moves to even addresses), resident and at the floor. */
+static void check_same_bits(const char *dir, const char *other) {
+    golden g;
+    char gdir[4200];
+    snprintf(gdir, sizeof gdir, "%s/golden", dir);
+    if (load_golden(gdir, &g) != 0) { CHECK(0, "load golden %s", gdir); return; }
+    const int64_t n = g.n_tf, V = g.n_vocab;
+    const int64_t ram[] = { 0, MS_RAM_MIN };
+    for (int k = 0; k < 2; k++) {
+        ms_engine *a = open_engine_with(dir, 2, NULL, ram[k]), *b = open_engine_with(other, 2, NULL, ram[k]);
+        float *la = a ? teacher_force(a, g.tf, n, V, 0) : NULL, *lb = b ? teacher_force(b, g.tf, n, V, k) : NULL;
+        CHECK(la && lb && memcmp(la, lb, (size_t)(n * V) * sizeof *la) == 0,
+              "%s and %s (%s): different logits bits", dir, other, ram[k] ? "--ram min" : "resident");
+        free(la); free(lb);
+        ms_engine_close(a);
+        ms_engine_close(b);
+    }
+    free_golden(&g);
+}
+
 int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { fprintf(stderr, "MS_TESTDATA not set\n"); CHECK(0, "MS_TESTDATA"); return CHECK_DONE("test_golden"); }
     char path[4096];
-    const char *models[] = { "a", "b", "c", "d" };
-    for (int i = 0; i < 4; i++) {
+    const char *models[] = { "a", "b", "c", "d", "d_odd" };
+    for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
         check_model(path, models[i]);
     }
+    char odd[4200];
+    snprintf(path, sizeof path, "%s/d", td);
+    snprintf(odd, sizeof odd, "%s/d_odd", td);
+    check_same_bits(path, odd);
     DIR *d = opendir(td);
     int n_traps = 0;
     if (d) {

@@ -87,13 +87,18 @@ static int64_t carve(fixture *fx, int shard, int64_t n) {
     return off;
 }
 
-/* Describe region i: n ranges of the given sizes on the given shards. */
+/* Describe region i: n ranges of the given sizes on the given shards. A
+ * range at an odd offset is marked `down` (moved to an even place once it
+ * has landed, as BF16 data at an odd offset is) unless it is the first range
+ * of every fourth region: both kinds go through every test below. */
 static int describe(fixture *fx, ms_region_class cls, int n, const int64_t *bytes, const int *shard) {
     int i = fx->n++;
     fx->cls[i] = cls;
     fx->n_ranges[i] = n;
-    for (int k = 0; k < n; k++)
-        fx->ranges[i][k] = (ms_range){ shard[k], carve(fx, shard[k], bytes[k]), bytes[k] };
+    for (int k = 0; k < n; k++) {
+        const int64_t off = carve(fx, shard[k], bytes[k]);
+        fx->ranges[i][k] = (ms_range){ shard[k], off, bytes[k], (int)(off & 1) && (k > 0 || i % 4 != 3) };
+    }
     if (cls == MS_REGION_TRUNK) fx->trunk[fx->n_trunk++] = i;
     return i;
 }
@@ -466,6 +471,38 @@ static void test_plan_hand(void) {
 }
 
 /* --------------------------------------------------------------- budgets */
+
+/* ms_store_layout: a range lands at a place congruent to its file offset mod
+ * 4096 and a `down` one sits one byte below it (so data at an odd offset
+ * in it is at an even address); no two ranges' landing pages
+ * (their I/O supersets) or final bytes overlap; the size covers them all. */
+static void test_layout(void) {
+    const ms_range r[] = {
+        { 0, 8193, 100, 1 },        /* odd, down, skew 1: one byte below on its page */
+        { 0, 4096, 10, 1 },         /* down at a page's start: a page more (its odd data follows
+                                       an odd-sized tensor) */
+        { 1, 4095, 4097, 1 },       /* down across pages */
+        { 1, 77, 3, 0 },            /* odd, not down */
+        { 0, 0, 0, 1 },             /* empty */
+        { 1, 12288, 4096, 0 },      /* whole page */
+    };
+    const int n = (int)(sizeof r / sizeof r[0]);
+    int64_t pos[sizeof r / sizeof r[0]];
+    const int64_t bytes = ms_store_layout(r, n, pos);
+    CHECK(bytes > 0 && bytes % 4096 == 0, "layout: size %lld", (long long)bytes);
+    int64_t io_end = 0, data_end = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t land = pos[i] + r[i].down, io0 = land - r[i].offset % 4096;
+        CHECK(land % 4096 == r[i].offset % 4096, "layout: range %d lands at %lld", i, (long long)land);
+        CHECK((pos[i] - r[i].offset + r[i].down) % 2 == 0, "layout: range %d: %lld is not its offset - down, mod 2", i,
+              (long long)pos[i]);
+        CHECK(io0 >= io_end && pos[i] >= data_end, "layout: range %d overlaps the one before", i);
+        CHECK(land + r[i].n_bytes <= bytes, "layout: range %d ends past the buffer", i);
+        io_end = (land + r[i].n_bytes + 4095) / 4096 * 4096;
+        data_end = pos[i] + r[i].n_bytes;
+    }
+    CHECK(ms_store_layout(r, 0, pos) == 4096, "layout: no ranges, one page");
+}
 
 static void test_budgets(fixture *fx) {
     ms_store *s = NULL;
@@ -1243,6 +1280,7 @@ static void test_prefault(fixture *fx) {
 
 int main(void) {
     test_plan_hand();
+    test_layout();
     test_cache_states();
     fixture fx;
     if (fixture_make(&fx) != 0) {

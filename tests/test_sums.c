@@ -158,10 +158,10 @@ static void store_run_one(const ms_ckpt *ck, const ms_sums *sums, const char *s1
     int g = -1, sparse = -1;
     int64_t pos = 0;
     if (out->st == MS_OK) {
-        ms_range ra = { ta0->shard, ta0->offset, ta3->offset + ta3->n_bytes - ta0->offset };
-        ms_range rb = { tb->shard, tb->offset, tb->n_bytes };
+        ms_range ra = { ta0->shard, ta0->offset, ta3->offset + ta3->n_bytes - ta0->offset, 0 };
+        ms_range rb = { tb->shard, tb->offset, tb->n_bytes, 0 };
         const ms_tensor_info *t1 = ms_ckpt_find(ck, "exactly.one"), *t2 = ms_ckpt_find(ck, "tail");
-        ms_range re1 = { t1->shard, t1->offset, t1->n_bytes }, re2 = { t2->shard, t2->offset, t2->n_bytes };
+        ms_range re1 = { t1->shard, t1->offset, t1->n_bytes, 0 }, re2 = { t2->shard, t2->offset, t2->n_bytes, 0 };
         if (ms_store_add_region(s, MS_REGION_EXPERT, &re1, 1, NULL, &err) < 0 ||
             ms_store_add_region(s, MS_REGION_EXPERT, &re2, 1, NULL, &err) < 0)
             out->st = MS_E_INTERNAL;

@@ -8,7 +8,7 @@ Idea: a checkpoint is planned first (config, tensor names/shapes/dtypes, data or
   own random stream (seeded by (seed, tensor number)), so the same plan can be
   written whole (tiny presets) or block by block (wide) with identical layout.
 
-  shard 1:  [8-byte LE header length][JSON header, space-padded to 8][data ...]
+  shard 1:  [8-byte LE header length][JSON header, space-padded to 8 (+ --header-pad)][data ...]
             data = globals (embed_tokens, norm, output_attn_res_*), then layers
   each layer inside one shard:
             [ non-expert tensors: one contiguous run ][ expert 0: w1p w1s w2p w2s w3p w3s ]
@@ -25,7 +25,7 @@ Invariants:
   - the wide preset never holds more than one block (<= 64 MiB of elements) per tensor.
 Does not: compute the model (msref.py does), read checkpoints.
 
-Usage: msgen.py OUT_DIR --preset a|b|c|d|wide [--seed N] [--trap NAME] [wide flags]
+Usage: msgen.py OUT_DIR --preset a|b|c|d|wide [--seed N] [--trap NAME] [--header-pad N] [wide flags]
        msgen.py OUT_DIR --trap NAME          (the trap's fixture on its base preset)
 """
 
@@ -461,8 +461,9 @@ def fill_blocks(init, dtype, shape, rng):
 # safetensors writing (by hand; spec section 1).
 # ---------------------------------------------------------------------------
 
-def shard_header(tensors):
-    """JSON header bytes (space-padded to 8) and each tensor's data offsets."""
+def shard_header(tensors, extra_pad=0):
+    """JSON header bytes (space-padded to 8, then extra_pad more spaces) and each
+    tensor's data offsets."""
     hdr, off = {}, 0
     for name, dt, shape, _ in tensors:
         nb = DTYPE_BYTES[dt] * int(np.prod(shape))
@@ -472,18 +473,18 @@ def shard_header(tensors):
     for k in sorted(hdr):
         keyed[k] = hdr[k]
     text = json.dumps(keyed, separators=(",", ":")).encode()
-    text += b" " * ((-len(text)) % 8)
+    text += b" " * ((-len(text)) % 8 + extra_pad)
     return text, off
 
 
-def write_checkpoint(out_dir, cfg, shards, seed, meta):
+def write_checkpoint(out_dir, cfg, shards, seed, meta, header_pad=0):
     os.makedirs(out_dir, exist_ok=True)
     n = len(shards)
     weight_map, total = {}, 0
     number = 0
     for i, tensors in enumerate(shards):
         fname = mslib.shard_name(i + 1, n)
-        header, data_bytes = shard_header(tensors)
+        header, data_bytes = shard_header(tensors, header_pad)
         tmp = os.path.join(out_dir, fname + ".tmp")
         with open(tmp, "wb") as f:
             f.write(len(header).to_bytes(8, "little"))
@@ -520,6 +521,10 @@ def main(argv):
                     help="required unless --trap is given (then: the fixture's base preset)")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--trap", choices=mslib.TRAPS)
+    ap.add_argument("--header-pad", type=int, default=0,
+                    help="spaces added to every shard's header after its padding to 8: an odd "
+                    "count puts the data section, and so most tensors, at odd file offsets "
+                    "(safetensors does not require aligned data)")
     ap.add_argument("--check-template", action="store_true",
                     help="fail if the released config file differs from the embedded copy")
     for k, v in WIDE_DEFAULTS.items():
@@ -568,8 +573,8 @@ def main(argv):
         n_shards = max(3, -(-total // (4 << 30)))
     shards = split_items(items, max(3, n_shards))
     meta = {"preset": a.preset, "seed": p["seed"], "trap": a.trap,
-            "generator": "tools/msgen.py", "params": p}
-    total, count = write_checkpoint(a.out_dir, cfg, shards, p["seed"], meta)
+            "generator": "tools/msgen.py", "params": p, "header_pad": a.header_pad}
+    total, count = write_checkpoint(a.out_dir, cfg, shards, p["seed"], meta, a.header_pad)
     print("msgen: %s: preset %s%s, %d tensors, %d bytes in %d shards, %.2f s"
           % (a.out_dir, a.preset, " trap " + a.trap if a.trap else "", count, total,
              len(shards), time.time() - t0), file=sys.stderr)

@@ -114,18 +114,6 @@ static const ms_tensor_info *want(binder *bd, group *g, ms_wt *wt, int64_t *ext_
                    flat ? " (any shape with that many elements)" : "", ms_dtype_name(ti->dtype), got_s);
         return NULL;
     }
-    /* safetensors does not align data offsets: F32 tensors are read at any
-     * alignment (forward_int.h, ms_ld_f32), so a writer that does not pad
-     * (odd expert, head or width counts leave F32 data at 2 mod 4) is read
-     * as is. BF16 data is read in place as 16-bit elements and must start
-     * on an even offset. A tensor synthesised from the config (dry run) has
-     * no file: its place only sizes its region. */
-    if (bd->ck && ti->dtype == MS_DT_BF16 && ti->offset % 2 != 0) {
-        ms_err_set(err, MS_E_MODEL, "%s: tensor '%s': data offset %lld is not aligned to its %lld-byte elements",
-                   shard_file(bd, ti->shard), name, (long long)ti->offset,
-                   (long long)ms_dtype_size(ti->dtype));
-        return NULL;
-    }
     MS_ASSERT(g->n < MAX_REGION_TENSORS);
     g->wt[g->n] = wt;
     g->ti[g->n] = ti;
@@ -147,9 +135,8 @@ static int cmp_by_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Turn a group into one store region; fill every member's offset. */
-/* Dry run: record the size the store would give the region (same layout rule). */
-static int plan_region(ms_model *m, ms_region_class cls, const ms_range *r, int n, ms_err *err) {
+/* Dry run: record the size the store would give the region (its layout). */
+static int plan_region(ms_model *m, ms_region_class cls, int64_t bytes, ms_err *err) {
     if (m->n_plan_regions == m->cap_plan_regions) {
         int cap = m->cap_plan_regions ? 2 * m->cap_plan_regions : 1024;
         ms_plan_region *p = realloc(m->plan_regions, (size_t)cap * sizeof *p);
@@ -157,11 +144,9 @@ static int plan_region(ms_model *m, ms_region_class cls, const ms_range *r, int 
         m->plan_regions = p;
         m->cap_plan_regions = cap;
     }
-    int64_t at = 0;
-    for (int i = 0; i < n; i++) at = (at + 4095) / 4096 * 4096 + r[i].offset % 4096 + r[i].n_bytes;
     ms_plan_region *pr = &m->plan_regions[m->n_plan_regions];
     pr->cls = cls;
-    pr->bytes = (at + 4095) / 4096 * 4096;
+    pr->bytes = bytes;
     pr->sparse = 0;
     return m->n_plan_regions++;
 }
@@ -170,35 +155,43 @@ static int64_t region_bytes(const binder *bd, int id) {
     return bd->store ? ms_store_region_bytes(bd->store, id) : bd->m->plan_regions[id].bytes;
 }
 
+/* A region of ranges r[0..n): declared to the store, or (dry run) laid out
+ * by the store's rule and recorded for the plan. */
 static int add_region(binder *bd, ms_region_class cls, const ms_range *r, int n, int64_t *pos, ms_err *err) {
     if (bd->store) return ms_store_add_region(bd->store, cls, r, n, pos, err);
-    int64_t at = 0;
-    for (int i = 0; i < n; i++) {
-        at = (at + 4095) / 4096 * 4096 + r[i].offset % 4096;
-        pos[i] = at;
-        at += r[i].n_bytes;
-    }
-    return plan_region(bd->m, cls, r, n, err);
+    return plan_region(bd->m, cls, ms_store_layout(r, n, pos), err);
 }
 
+/* safetensors does not align data offsets. F32 tensors are read at any
+ * alignment (forward_int.h, ms_ld_f32); BF16 data is read in place as 16-bit
+ * elements, so a BF16 tensor at an odd file offset lies in a range the store
+ * moves one byte down (ms_range.down): -1 (no BF16 tensor: either way), or
+ * the `down` a tensor t needs. */
+static int down_for(const ms_tensor_info *t) { return t->dtype == MS_DT_BF16 ? (int)(t->offset & 1) : -1; }
+
+/* Turn a group into one store region; fill every member's offset. Tensors
+ * adjacent in their file share a range unless they need different `down`s. */
 static int make_region(binder *bd, ms_region_class cls, group *g, ms_err *err) {
     const ms_tensor_info *sorted[MAX_REGION_TENSORS];
     memcpy(sorted, g->ti, (size_t)g->n * sizeof *sorted);
     qsort(sorted, (size_t)g->n, sizeof *sorted, cmp_by_offset);
     ms_range ranges[MAX_REGION_TENSORS];
+    int down[MAX_REGION_TENSORS];
     int n_ranges = 0;
     for (int i = 0; i < g->n; i++) {
         const ms_tensor_info *t = sorted[i];
-        if (n_ranges > 0 && ranges[n_ranges - 1].shard == t->shard &&
-            ranges[n_ranges - 1].offset + ranges[n_ranges - 1].n_bytes == t->offset) {
-            ranges[n_ranges - 1].n_bytes += t->n_bytes;
+        const int d = down_for(t);
+        ms_range *last = n_ranges > 0 ? &ranges[n_ranges - 1] : NULL;
+        if (last && last->shard == t->shard && last->offset + last->n_bytes == t->offset &&
+            (d < 0 || down[n_ranges - 1] < 0 || d == down[n_ranges - 1])) {
+            last->n_bytes += t->n_bytes;
+            if (d >= 0) down[n_ranges - 1] = d;
         } else {
-            ranges[n_ranges].shard = t->shard;
-            ranges[n_ranges].offset = t->offset;
-            ranges[n_ranges].n_bytes = t->n_bytes;
-            n_ranges++;
+            ranges[n_ranges] = (ms_range){ t->shard, t->offset, t->n_bytes, 0 };
+            down[n_ranges++] = d;
         }
     }
+    for (int r = 0; r < n_ranges; r++) ranges[r].down = down[r] > 0;
     int64_t pos[MAX_REGION_TENSORS];
     int id = add_region(bd, cls, ranges, n_ranges, pos, err);
     if (id < 0) return id;
@@ -490,7 +483,7 @@ static ms_status bind_lm_head(binder *bd, ms_err *err) {
     if (!m->lm_region || !m->lm_row0 || !m->lm_off) return ms_err_set(err, MS_E_NOMEM, "out of memory");
     for (int ic = 0; ic < m->n_lm_chunks; ic++) {
         int64_t r0 = (int64_t)ic * rows_per, r1 = r0 + rows_per < V ? r0 + rows_per : V;
-        ms_range rg = { lt->shard, lt->offset + r0 * row_bytes, (r1 - r0) * row_bytes };
+        ms_range rg = { lt->shard, lt->offset + r0 * row_bytes, (r1 - r0) * row_bytes, (int)(lt->offset & 1) };
         int64_t pos;
         const int id = add_region(bd, MS_REGION_TRUNK, &rg, 1, &pos, err);
         if (id < 0) return (ms_status)id;

@@ -219,7 +219,7 @@ ms_status store_submit_prio(ms_store *s, const region *r, uint8_t *buf, int prio
     for (int i = 0; i < r->n_ranges; i++) {
         const ms_range *g = &r->ranges[i];
         s->reqs[i] = (ms_io_req){ s->file_of[g->shard], g->offset, g->n_bytes,
-                                  buf + r->pos[i] - ms_io_skew(g->offset),
+                                  buf + r->pos[i] + g->down - ms_io_skew(g->offset),
                                   s->sums && !s->p.verify_sync };
     }
     ms_status st = ms_io_submit_prio(s->io, s->reqs, r->n_ranges, prio, ticket, err);
@@ -255,14 +255,25 @@ ms_status store_check_sync(ms_store *s, int shard, int64_t off, int64_t n, const
     return st;
 }
 
-/* Check the bytes of region r in buf against the sums on the compute thread. */
+/* Check the bytes of region r in buf against the sums on the compute thread:
+ * where they landed (not yet moved down), or where a packed image decoded them. */
 static ms_status check_region(ms_store *s, const region *r, const uint8_t *buf, ms_err *err) {
     ms_status st = MS_OK;
     for (int i = 0; i < r->n_ranges && st == MS_OK; i++) {
         const ms_range *g = &r->ranges[i];
-        if (g->n_bytes > 0) st = store_check_sync(s, g->shard, g->offset, g->n_bytes, buf + r->pos[i], err);
+        const int64_t at = r->pos[i] + (packed(r) ? 0 : g->down);
+        if (g->n_bytes > 0) st = store_check_sync(s, g->shard, g->offset, g->n_bytes, buf + at, err);
     }
     return st;
+}
+
+/* Region r's bytes in buf have landed and passed: move every `down` range
+ * to its place (store.h, ms_store_layout). A packed image decodes straight
+ * to the places. */
+static void settle(const region *r, uint8_t *buf) {
+    if (packed(r)) return;
+    for (int i = 0; i < r->n_ranges; i++)
+        if (r->ranges[i].down) memmove(buf + r->pos[i], buf + r->pos[i] + 1, (size_t)r->ranges[i].n_bytes);
 }
 
 /* The verdict on region r's bytes in buf, whose ticket returned *check:
@@ -281,7 +292,10 @@ ms_status store_land(ms_store *s, region *r, uint8_t *buf, uint64_t ticket, int6
     ms_err_clear(&first);
     ms_status st = store_wait(s, ticket, ns_extra, &check, err);
     if (st != MS_OK) return st;
-    if (verdict(s, r, buf, &check, &first) == MS_OK) return MS_OK;
+    if (verdict(s, r, buf, &check, &first) == MS_OK) {
+        settle(r, buf);
+        return MS_OK;
+    }
     if (packed(r)) {    /* the checkpoint is the truth: give the packed image up for good */
         s->stats.pack_fallbacks++;
         r->pk_gone = 1;
@@ -296,5 +310,6 @@ ms_status store_land(ms_store *s, region *r, uint8_t *buf, uint64_t ticket, int6
     if (st == MS_OK) st = store_wait(s, t, NULL, &check, err);
     if (st == MS_OK) st = verdict(s, r, buf, &check, err);
     if (st != MS_OK) s->stats.verify_failures++;
+    if (st == MS_OK) settle(r, buf);
     return st;
 }

@@ -196,6 +196,23 @@ static ms_status grow_tables(ms_store *s, int n_ranges, ms_err *err) {
     return MS_OK;
 }
 
+/* Range i lands at a buffer offset congruent to its file offset mod 4096, so
+ * its aligned read superset starts on a page of the buffer; a `down` range
+ * needs one byte below that on the same page (a page more when it lands at a
+ * page's start), where its bytes move once they have landed. */
+int64_t ms_store_layout(const ms_range *r, int n, int64_t *pos) {
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t skew = r[i].offset % STORE_ALIGN;
+        MS_ASSERT(r[i].down == 0 || r[i].down == 1);
+        at = (at + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN + (skew < r[i].down ? STORE_ALIGN : 0) + skew;
+        pos[i] = at - r[i].down;
+        at += r[i].n_bytes;
+    }
+    at = (at + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN;
+    return at ? at : STORE_ALIGN;
+}
+
 int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges,
                         int n_ranges, int64_t *range_pos, ms_err *err) {
     MS_ASSERT(!s->started && !s->start_failed && n_ranges >= 1);
@@ -215,20 +232,12 @@ int ms_store_add_region(ms_store *s, ms_region_class cls, const ms_range *ranges
         free(r->ranges); free(r->pos);
         return ms_err_set(err, MS_E_NOMEM, "store: out of memory");
     }
-    /* range i starts at a buffer offset congruent to its file offset mod 4096
-     * (store.h), so its aligned read superset starts on a page of the buffer */
-    int64_t at = 0;
+    r->buf_bytes = ms_store_layout(ranges, n_ranges, r->pos);
     for (int i = 0; i < n_ranges; i++) {
-        const ms_range *g = &ranges[i];
-        at = (at + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN + g->offset % STORE_ALIGN;
-        r->ranges[i] = *g;
-        r->pos[i] = at;
-        if (range_pos) range_pos[i] = at;
-        at += g->n_bytes;
-        r->data_bytes += g->n_bytes;
+        r->ranges[i] = ranges[i];
+        if (range_pos) range_pos[i] = r->pos[i];
+        r->data_bytes += ranges[i].n_bytes;
     }
-    r->buf_bytes = (at + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN;
-    if (r->buf_bytes == 0) r->buf_bytes = STORE_ALIGN;
     if (cls == MS_REGION_EXPERT) r->key = s->n_expert++;
     if (cls == MS_REGION_TRUNK && s->pk.pack) r->pk = store_pack_entry(s, r);
     return s->n_regions++;

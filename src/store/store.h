@@ -7,7 +7,9 @@
  * Idea: a region's bytes are laid out in one buffer; range i of the region
  *   starts at byte range_pos[i] of it, with range_pos[i] % 4096 equal to the
  *   range's file offset % 4096, so a tensor's alignment in memory is its
- *   alignment in the file and O_DIRECT can read the aligned superset.
+ *   alignment in the file and O_DIRECT can read the aligned superset. A range
+ *   marked `down` (BF16 data at an odd file offset: safetensors does not align
+ *   data) lands one byte above range_pos[i] and is then moved down to it.
  *
  *   region buffer:  |skew| range 0 bytes ... |pad to 4096|skew| range 1 ...|
  *
@@ -87,7 +89,18 @@ typedef struct ms_range {
     int shard;
     int64_t offset;             /* absolute offset in the shard file */
     int64_t n_bytes;
+    int down;                   /* 0 or 1: the range's bytes sit this many bytes below
+                                   their file alignment in the buffer (moved down once
+                                   they have landed), so 16-bit data at an odd file
+                                   offset starts at an even address */
 } ms_range;
+
+/* The layout of a region buffer holding ranges r[0..n): range i starts at
+ * pos[i]; returns the buffer's size (a multiple of 4096, >= 4096). A range
+ * lands at pos[i] + r[i].down, congruent to its file offset modulo 4096 (the
+ * I/O layer's aligned superset), and is then moved down to pos[i]. Pure: the
+ * store and the dry-run plan (model/bind.c) lay regions out by this alone. */
+int64_t ms_store_layout(const ms_range *r, int n, int64_t *pos);
 
 /* Every field after `log` means "default" when zero / NULL, so a caller may
  * fill only the first two. Strings are copied by ms_store_open. */
