@@ -10,7 +10,8 @@
 #   -fsanitize=fuzzer,address,undefined. A run copies the committed seeds
 #   tests/fuzz/corpus/NAME/ into build-fuzz/corpus/NAME/ (kept between runs,
 #   so coverage accumulates there) and fuzzes only that copy: the committed
-#   corpus never grows by itself. Each target runs FUZZ_SECONDS; crashes,
+#   corpus never grows by itself. Each target runs FUZZ_SECONDS (or FUZZ_RUNS
+#   executions, if that comes first; -1: no limit); crashes,
 #   leaks, UB and violated properties land in build-fuzz/crashes/NAME-*.
 #   The summary line per target ("fuzz_NAME: N execs in S s, ...") comes from
 #   libFuzzer's -print_final_stats; the run fails if any target failed.
@@ -18,6 +19,8 @@
 #   make fuzz FUZZ_SECONDS=60     every target for 60 s (default 60)
 #   make fuzz-smoke               every target for ~10 s (CI)
 #   make fuzz FUZZ_TARGETS="config index"   a subset
+#   make fuzz FUZZ_SECONDS=3600 FUZZ_RUNS=10000000
+#                                 10 M executions or an hour, whichever comes first
 #   make fuzz-clean               remove build-fuzz/
 #   reproduce: build-fuzz/fuzz_NAME path/to/crash-file   (from the repository
 #     root; the server, session, sums and packfile targets read their model
@@ -30,6 +33,7 @@
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS    ?= -1
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  = -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -ffp-contract=off -fno-fast-math \
                -fno-strict-aliasing -pthread -Wall -Wextra -Wno-unused-parameter $(FUZZ_SAN) $(MPI_CFLAGS)
@@ -107,7 +111,7 @@ define FUZZ_RUN_ONE
 	mkdir -p $$work $(FUZZ_BUILD)/logs $(FUZZ_BUILD)/crashes; \
 	if [ -d tests/fuzz/corpus/$$name ]; then cp -n tests/fuzz/corpus/$$name/* $$work/ 2>/dev/null; fi; \
 	dict=""; [ -f tests/fuzz/dict/$$name.dict ] && dict=-dict=tests/fuzz/dict/$$name.dict; \
-	MS_FUZZ_MODEL=$(FUZZ_MODEL) $$bin $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(2) \
+	MS_FUZZ_MODEL=$(FUZZ_MODEL) $$bin $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(2) -runs=$(FUZZ_RUNS) \
 	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$$name- $$work > $$log 2>&1; rc=$$?; \
 	execs=$$(grep -o 'stat::number_of_executed_units: *[0-9]*' $$log | grep -o '[0-9]*$$'); \
 	secs=$$(grep -o 'stat::average_exec_per_sec: *[0-9]*' $$log | grep -o '[0-9]*$$'); \
