@@ -9,7 +9,7 @@
  *     separator, the index keeps its newer half at its bound;
  *   - prompt lookup drafts a short cycle for its whole length;
  *   - the drafter: an output remembered by one session drafts for another
- *     (fixed and automatic length), automatic drafting stops where it
+ *     (fixed and automatic length), not for itself while its run goes on, automatic drafting stops where it
  *     cannot pay, and a missing corpus is a usage error naming the flag.
  */
 #include "engine/draft.h"
@@ -66,7 +66,7 @@ static void test_chain(void) {
     double q[8];
     /* h = 7 1 2 7 1 3 7 1 2 | 7: "7 1 2 7" (4 ids) is seen once, followed by 1 */
     const int32_t ctx[] = { 7, 1, 2, 7, 1, 3, 7, 1, 2 };
-    int64_t m = ms_draft_chain(NULL, ctx, 9, 7, 2, out, q);
+    int64_t m = ms_draft_chain(NULL, 0, ctx, 9, 7, 2, out, q);
     CHECK(m == 2 && out[0] == 1 && out[1] == 3 && q[0] == 1.0 && q[1] == 1.0,
           "context chain: m %lld, %d %d (want 1 3: the longest suffix, not the most frequent)", (long long)m, out[0],
           out[1]);
@@ -76,7 +76,7 @@ static void test_chain(void) {
     const int32_t seq[] = { 5, 1, 2, -1, 5, 1, 2, -1, 5, 1, 3 };
     ms_draft_index_add(&x, seq, 11);
     const int32_t c5[] = { 5 };
-    m = ms_draft_chain(&x, c5, 1, 1, 4, out, q);
+    m = ms_draft_chain(&x, x.n, c5, 1, 1, 4, out, q);
     CHECK(m == 1 && out[0] == 2 && fabs(q[0] - 2.0 / 3.0) < 1e-12, "counted chain: m %lld, %d, q %g", (long long)m,
           out[0], q[0]);
     ms_draft_index_free(&x);
@@ -84,7 +84,7 @@ static void test_chain(void) {
     CHECK(ms_draft_index_init(&x, 1000) == 0, "index init");
     const int32_t tie[] = { 1, 2, -1, 1, 3 };
     ms_draft_index_add(&x, tie, 5);
-    m = ms_draft_chain(&x, NULL, 0, 1, 1, out, q);
+    m = ms_draft_chain(&x, x.n, NULL, 0, 1, 1, out, q);
     CHECK(m == 1 && out[0] == 3 && q[0] == 0.5, "tie: %d q %g (want the newest, 3)", out[0], q[0]);
     ms_draft_index_free(&x);
     /* the bound: at most max ids, the newest kept */
@@ -92,7 +92,7 @@ static void test_chain(void) {
     for (int32_t i = 0; i < 40; i++) ms_draft_index_add(&x, &i, 1);
     CHECK(x.n <= 16 && x.tok[x.n - 1] == 39, "bounded index: %lld ids, last %d", (long long)x.n, x.tok[x.n - 1]);
     const int32_t c36[] = { 36 };
-    m = ms_draft_chain(&x, c36, 1, 37, 3, out, q);
+    m = ms_draft_chain(&x, x.n, c36, 1, 37, 3, out, q);
     CHECK(m == 2 && out[0] == 38 && out[1] == 39, "bounded index still chains: m %lld", (long long)m);
     ms_draft_index_free(&x);
 }
@@ -120,15 +120,17 @@ static void test_drafter(void) {
     int32_t out[8];
     int src = -1;
     const int32_t mine[] = { 10, 11 };
-    int64_t m = ms_drafter_draft(&d, mine, 2, 12, 4, out, &src);
+    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
     CHECK(m == 2 && src == MS_DRAFT_HISTORY && out[0] == 13 && out[1] == 14,
           "fixed length: another session drafts from the history (m %lld, source %d)", (long long)m, src);
+    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, out, &src);
+    CHECK(m == 0, "a session's own current run is not drafted from the history (m %lld)", (long long)m);
     d.auto_len = 1;
-    m = ms_drafter_draft(&d, mine, 2, 12, 4, out, &src);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
     CHECK(m >= 1 && src == MS_DRAFT_HISTORY, "auto, pass-dominated: drafts (m %lld)", (long long)m);
     /* measured: a pass reads nothing beyond its tokens: no draft pays */
     ms_drafter_passed(&d, MS_DRAFT_CONTEXT, 0, 0, 0, 1000, 1);
-    m = ms_drafter_draft(&d, mine, 2, 12, 4, out, &src);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
     CHECK(m == 0, "auto, measured token-only costs: no draft (m %lld)", (long long)m);
     ms_drafter_free(&d);
     ms_err_clear(&err);

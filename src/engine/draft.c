@@ -77,6 +77,7 @@ static void link_pos(ms_draft_index *x, int64_t p) {
 /* keep the newer half of the ids; the chains are built again */
 static void keep_newer_half(ms_draft_index *x) {
     const int64_t keep = x->n / 2;
+    x->dropped += x->n - keep;
     memmove(x->tok, x->tok + (x->n - keep), (size_t)keep * sizeof *x->tok);
     x->n = keep;
     memset(x->head, 0xff, MS_DRAFT_BUCKETS * sizeof *x->head);
@@ -150,13 +151,13 @@ static int64_t match_len_self(const hview *h, int64_t p) {
     return t;
 }
 
-static void tally_step(const ms_draft_index *x, const hview *h, tally *t) {
+static void tally_step(const ms_draft_index *x, int64_t below, const hview *h, tally *t) {
     memset(t, 0, sizeof *t);
     const int32_t key = h_at(h, h->len - 1);
     int64_t seen = 0;
     if (x) {
         for (int64_t p = x->head[bucket(key)]; p >= 0 && seen < MS_DRAFT_SCAN; p = x->prev[p]) {
-            if (x->tok[p - 1] != key || x->tok[p] < 0) continue;
+            if (p >= below || x->tok[p - 1] != key || x->tok[p] < 0) continue;
             seen++;
             tally_add(t, match_len(x->tok, h, p), x->tok[p]);
         }
@@ -169,13 +170,13 @@ static void tally_step(const ms_draft_index *x, const hview *h, tally *t) {
     }
 }
 
-int64_t ms_draft_chain(const ms_draft_index *x, const int32_t *ctx, int64_t n_ctx, int32_t pending, int64_t want,
-                       int32_t *out, double *q) {
+int64_t ms_draft_chain(const ms_draft_index *x, int64_t below, const int32_t *ctx, int64_t n_ctx, int32_t pending,
+                       int64_t want, int32_t *out, double *q) {
     hview h = { ctx, out, n_ctx, n_ctx + 1, pending };
     int64_t m = 0;
     for (; m < want; m++) {
         tally t;
-        tally_step(x, &h, &t);
+        tally_step(x, below, &h, &t);
         if (t.total == 0) break;
         int best = 0;
         for (int i = 1; i < t.n; i++)
@@ -288,9 +289,17 @@ static const ms_draft_index *source(const ms_drafter *d, int s) {
     return s == MS_DRAFT_HISTORY ? &d->hist : s == MS_DRAFT_CORPUS ? &d->corpus : NULL;
 }
 
+/* the positions of x a session drafts from: the history without the
+ * session's own run (its context source has those ids already) */
+static int64_t below(const ms_drafter *d, const ms_draft_index *x, int64_t sid) {
+    if (x != &d->hist || d->owner != sid) return x ? x->n : 0;
+    const int64_t dropped = d->hist.dropped - d->run_dropped;   /* ids the history let go since */
+    return d->run0 - dropped > 0 ? d->run0 - dropped : 0;
+}
+
 /* auto: each source's chain cut by the choice rule; the best gain */
-static int64_t draft_auto(ms_drafter *d, const int32_t *tok, int64_t n_past, int32_t pending, int64_t want,
-                          int32_t *out, int *src) {
+static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
+                          int64_t want, int32_t *out, int *src) {
     int32_t buf[MS_MAX_DRAFT_IDS];
     double q[MS_MAX_DRAFT_IDS], p[MS_MAX_DRAFT_IDS];
     double c_pass, c_tok, best;
@@ -300,8 +309,10 @@ static int64_t draft_auto(ms_drafter *d, const int32_t *tok, int64_t n_past, int
     for (int s = 0; s < MS_DRAFT_SOURCES; s++) {
         const ms_draft_index *x = source(d, s);
         if (x && x->n == 0) continue;
-        const int64_t mm = ms_draft_chain(x, tok, n_past, pending, want, buf, q);
-        const double r = (double)(d->accepted[s] + 1) / (double)(d->drafted[s] + 2);
+        const int64_t mm = ms_draft_chain(x, below(d, x, sid), tok, n_past, pending, want, buf, q);
+        /* a drafted id is verified only when every one before it was accepted: the
+           chance that one is, given that, is accepted / (accepted + rejections) */
+        const double r = (double)(d->accepted[s] + 1) / (double)(d->accepted[s] + d->rejected[s] + 2);
         for (int64_t i = 0; i < mm; i++) p[i] = q[i] * r;
         double g;
         const int k = ms_draft_choose(p, (int)mm, c_pass, c_tok, &g);
@@ -315,19 +326,20 @@ static int64_t draft_auto(ms_drafter *d, const int32_t *tok, int64_t n_past, int
     return m;
 }
 
-int64_t ms_drafter_draft(ms_drafter *d, const int32_t *tok, int64_t n_past, int32_t pending, int64_t want,
-                         int32_t *out, int *src) {
+int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
+                         int64_t want, int32_t *out, int *src) {
     double q[MS_MAX_DRAFT_IDS];
     if (want > MS_MAX_DRAFT_IDS) want = MS_MAX_DRAFT_IDS;
     *src = MS_DRAFT_CONTEXT;
     pthread_mutex_lock(&d->mu);
     int64_t m;
     if (d->auto_len) {
-        m = draft_auto(d, tok, n_past, pending, want, out, src);
+        m = draft_auto(d, sid, tok, n_past, pending, want, out, src);
     } else {
         m = ms_draft_lookup(tok, n_past, pending, want, out);
         for (int s = MS_DRAFT_HISTORY; m == 0 && s < MS_DRAFT_SOURCES; s++)
-            if (source(d, s)->n > 0 && (m = ms_draft_chain(source(d, s), tok, n_past, pending, want, out, q)) > 0)
+            if (source(d, s)->n > 0 &&
+                (m = ms_draft_chain(source(d, s), below(d, source(d, s), sid), tok, n_past, pending, want, out, q)) > 0)
                 *src = s;
     }
     pthread_mutex_unlock(&d->mu);
@@ -340,6 +352,7 @@ void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted
     if (drafted > 0 && src >= 0 && src < MS_DRAFT_SOURCES) {
         d->drafted[src] += drafted;
         d->accepted[src] += accepted;
+        d->rejected[src] += accepted < drafted;
     }
     d->m_trunk += trunk;
     d->m_expert += expert;
@@ -351,6 +364,8 @@ void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted
 void ms_drafter_remember(ms_drafter *d, int64_t sid, int64_t *end, const int32_t *tok, int64_t n0, int64_t n1) {
     pthread_mutex_lock(&d->mu);
     if (d->owner != sid || *end != n0) {
+        d->run0 = d->hist.n;
+        d->run_dropped = d->hist.dropped;
         const int32_t sep = -1;
         const int64_t lead = n0 < MS_DRAFT_LEAD ? n0 : MS_DRAFT_LEAD;
         ms_draft_index_add(&d->hist, &sep, 1);

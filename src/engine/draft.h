@@ -57,6 +57,7 @@ typedef struct ms_draft_index {
     int32_t *prev;              /* [cap] the previous position whose preceding id hashes alike; -1 */
     int32_t *head;              /* [MS_DRAFT_BUCKETS] the newest one; -1 */
     int64_t n, cap, max;
+    int64_t dropped;            /* ids let go at the bound so far */
 } ms_draft_index;
 
 /* An empty index of at most max ids (max >= 2); -1 when out of memory. */
@@ -71,12 +72,12 @@ int64_t ms_draft_index_bytes(const ms_draft_index *x);
 /* A draft chained from continuation counts: h = ctx[0..n_ctx) + pending,
  * extended by each drafted id. Per step: the longest suffix of h (up to
  * MS_DRAFT_MAX_NGRAM ids) found followed by an id in the source (x, or h
- * itself when x is NULL), among the MS_DRAFT_SCAN newest occurrences of h's
+ * itself when x is NULL; of x, positions below `below` only), among the MS_DRAFT_SCAN newest occurrences of h's
  * last id; the id that follows it most often (ties: the newest) is drafted,
  * q[i] = its count / the count of every continuation of that suffix. Up to
  * want ids into out; returns how many. Pure. */
-int64_t ms_draft_chain(const ms_draft_index *x, const int32_t *ctx, int64_t n_ctx, int32_t pending, int64_t want,
-                       int32_t *out, double *q);
+int64_t ms_draft_chain(const ms_draft_index *x, int64_t below, const int32_t *ctx, int64_t n_ctx, int32_t pending,
+                       int64_t want, int32_t *out, double *q);
 
 /* The choice rule: the k in [0, K] maximising the expected tokens a pass
  * emits per cost, (1 + sum_{i<=k} prod_{j<=i} p[j]) / (c_pass + (k + 1) c_tok),
@@ -93,9 +94,10 @@ typedef struct ms_drafter {
     ms_draft_index hist;        /* earlier outputs (ms_drafter_remember) */
     ms_draft_index corpus;      /* --draft-corpus (n 0: none); fixed after open */
     int64_t owner;              /* the session whose run the history ends with (0: none) */
+    int64_t run0, run_dropped;  /* where that run begins, and hist.dropped then */
     int64_t next_sid;
     /* running acceptance per source (never reset: it steers drafts, not reports) */
-    int64_t drafted[MS_DRAFT_SOURCES], accepted[MS_DRAFT_SOURCES];
+    int64_t drafted[MS_DRAFT_SOURCES], accepted[MS_DRAFT_SOURCES], rejected[MS_DRAFT_SOURCES];
     /* decode passes measured: bytes read, passes and tokens fed */
     int64_t m_trunk, m_expert, m_passes, m_fed;
     /* what a pass and a token touch when nothing is read (resident) */
@@ -115,17 +117,18 @@ ms_status ms_drafter_corpus(ms_drafter *d, const char *path, const ms_tok *tok, 
 ms_status ms_draft_corpus_check(const char *path, ms_err *err);
 /* A new session's id for ms_drafter_remember. */
 int64_t ms_drafter_sid(ms_drafter *d);
-/* The draft for h = tok[0..n_past) + pending: up to want ids into out, the
- * source in *src. Fixed length (auto_len 0): prompt lookup, else the history's
+/* The draft for session sid's h = tok[0..n_past) + pending: up to want ids
+ * into out, the source in *src (the history without sid's own current run). Fixed length (auto_len 0): prompt lookup, else the history's
  * chain, else the corpus's, as long as it goes. Auto: each source's chain,
- * p[i] = q[i] x its running acceptance, cut to the length the choice rule
+ * p[i] = q[i] x its running acceptance ((accepted + 1) / (accepted +
+ * rejections + 2), a drafted id's chance once those before it held), cut to the length the choice rule
  * picks with this run's costs; the source with the best gain (0 ids when
  * none is expected to pay). */
-int64_t ms_drafter_draft(ms_drafter *d, const int32_t *tok, int64_t n_past, int32_t pending, int64_t want,
-                         int32_t *out, int *src);
+int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
+                         int64_t want, int32_t *out, int *src);
 /* After a decode pass of `fed` tokens that read trunk / expert bytes and
  * verified `drafted` ids of source src (any when drafted is 0), `accepted`
- * of them kept. */
+ * of them kept (fewer: one rejection). */
 void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted, int64_t trunk, int64_t expert,
                        int64_t fed);
 /* Session sid fed tok[n0..n1) in a decode step: append them to the history,

@@ -526,7 +526,7 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     int64_t m = 0, want = n_draft < s->max_draft ? n_draft : s->max_draft;
     if (want > s->st.max_ctx - s->st.n_past - 1) want = s->st.max_ctx - s->st.n_past - 1;
     int src = MS_DRAFT_CONTEXT;
-    if (want > 0) m = ms_drafter_draft(e->draft, s->tokens, s->st.n_past, pending, want, s->ver_ids + 1, &src);
+    if (want > 0) m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, s->ver_ids + 1, &src);
     const int64_t nb = s->st.n_past;
     int64_t t0 = 0, x0 = 0;
     if (e->draft) bytes_read(e, &t0, &x0);
