@@ -304,7 +304,8 @@ static ms_status open_drafter(ms_engine *e, ms_err *err) {
     if (!e->draft) return ms_err_set(err, MS_E_NOMEM, "out of memory");
     ms_status st = ms_drafter_init(e->draft, e->p.draft_auto, trunk, per_tok, err);
     if (st != MS_OK) { free(e->draft); e->draft = NULL; return st; }
-    if (e->p.draft_corpus) st = ms_drafter_corpus(e->draft, e->p.draft_corpus, e->tok, err);
+    if (e->p.draft_corpus && e->stage == 0)     /* the stage that decodes */
+        st = ms_drafter_corpus(e->draft, e->p.draft_corpus, e->tok, err);
     if (st == MS_OK && e->draft->corpus.n > 0)
         ms_log(&e->log, MS_LOG_INFO, "draft corpus %s: %lld tokens", e->p.draft_corpus, (long long)e->draft->corpus.n);
     return st;
