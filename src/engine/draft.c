@@ -6,8 +6,9 @@
  *   costs).
  * Idea: a source offers, for the longest suffix of the text it has seen, the
  *   ids that followed it with their counts; chaining the most frequent one
- *   gives a draft whose i-th id is accepted with probability about
- *   q_1 ... q_i times the source's running acceptance. Verifying k drafted
+ *   gives a draft whose i-th id is accepted with probability about the
+ *   product over j <= i of q_j x the source's running acceptance (q_j: the
+ *   chosen id's share of the counts at step j). Verifying k drafted
  *   ids costs a pass plus k + 1 tokens' bytes, so the draft is cut where the
  *   expected emitted tokens per byte peak (ms_draft_choose).
  * Invariants: deterministic (ids, the order of remembered outputs and

@@ -1,7 +1,8 @@
 /* engine/engine_int.h - the engine's private structures, shared by the
  * files of src/engine/ (open.c: open/close; engine.c: sessions and feeds;
  * plan.c: the budget; split.c: a pipeline's layer split; text.c, chat.c:
- * tokenizer and chat wrappers; session_io.c: sessions on disk) and by the
+ * tokenizer and chat wrappers; session_io.c: sessions on disk; draft.c:
+ * speculation's draft sources) and by the
  * pipeline above them (pipe.c). Nothing outside src/engine includes it but
  * tests.
  *
