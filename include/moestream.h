@@ -101,6 +101,19 @@ typedef struct ms_engine_params {
        session (~ n_kda_layers x (KDA state + (max_draft + 1) x (4P + nh) floats) +
        (max_draft + 1) logits rows) is counted in the plan. 0 = no speculation. */
     int max_draft;
+    /* with max_draft > 0: 1 = every pass drafts the length that maximises the expected
+       emitted tokens per byte (this run's measured bytes per pass and per fed token; at a
+       resident budget the bytes the compute touches), from the source expected to gain
+       most (--speculate auto); 0 = every pass drafts what its source offers, up to the
+       n_draft asked (--speculate K). The bits do not change either way. */
+    int draft_auto;
+    /* with max_draft > 0: a text file (at most 8 MiB) tokenized at open, a draft source
+       beside the session's own tokens and the engine's earlier outputs; its index (at
+       most 2 Mi tokens, 8 bytes each) and the history of outputs (at most 1 Mi tokens,
+       8 bytes each) are not counted in the plan. NULL = none. MS_E_USAGE at open when
+       the file cannot be read or is too large (before the model loads) or the model has
+       no tokenizer. */
+    const char *draft_corpus;
     /* prompt chunks: a feed of several tokens runs through the model prefill_chunk tokens
        at a time, and each chunk is one pass over the weights: a streamed trunk, and the
        experts the chunk's tokens use, are read once per chunk. A prompt of n tokens
@@ -211,6 +224,10 @@ typedef struct ms_model_info {
 
 void ms_engine_info(const ms_engine *e, ms_model_info *info);
 
+/* Where ms_session_decode's drafts come from: the session's own tokens, the
+ * engine's earlier outputs (every session's decode steps), the draft corpus. */
+enum { MS_DRAFT_CONTEXT = 0, MS_DRAFT_HISTORY = 1, MS_DRAFT_CORPUS = 2, MS_DRAFT_SOURCES = 3 };
+
 /* Counters since the engine was opened (or since ms_engine_stats_reset). */
 typedef struct ms_stats {
     int64_t n_tokens_prefill;   /* tokens fed through multi-token feeds */
@@ -249,6 +266,8 @@ typedef struct ms_stats {
        drafted tokens verified, drafted tokens accepted; tokens emitted by those
        passes = n_tokens_decode */
     int64_t spec_passes, spec_drafted, spec_accepted;
+    /* the same drafted / accepted tokens by where the draft came from (MS_DRAFT_*) */
+    int64_t spec_src_drafted[MS_DRAFT_SOURCES], spec_src_accepted[MS_DRAFT_SOURCES];
     /* packed trunk: trunk_bytes_read counts the packed bytes read; these are the
        checkpoint bytes they stood for, and the decode time (on the I/O threads) */
     int pack_on;                /* 1: a pack is loaded */
@@ -347,9 +366,12 @@ typedef int32_t (*ms_pick_fn)(void *user, const float *logits, const int32_t *hi
  * chosen last and not fed yet (-1: none, the first token after a prompt: pick
  * once from ms_session_logits, feed nothing). Otherwise, without a draft (or
  * with n_draft = 0): feed `pending`, pick once. With n_draft > 0 (clamped to
- * the engine's max_draft and the context), draft up to n_draft tokens by prompt
- * lookup (the most recent earlier occurrence of the last 3, else 2, else 1
- * ids of the history + pending, and what followed it), feed pending + draft
+ * the engine's max_draft and the context), draft up to n_draft tokens: by
+ * prompt lookup (the most recent earlier occurrence of the last 3, else 2,
+ * else 1 ids of the history + pending, and what followed it), else from the
+ * engine's earlier outputs or the draft corpus (ms_engine_params.draft_corpus);
+ * with draft_auto, from the source and of the length (possibly 0) expected to
+ * emit most tokens per byte read (docs/ARCHITECTURE.md, "Drafts"); feed pending + draft
  * in ONE pass over the weights, then pick from each row in turn while the
  * token picked equals the next drafted one, and roll the session back to just
  * after the last position kept. The tokens picked land in out[0..*n_out)
@@ -357,6 +379,8 @@ typedef int32_t (*ms_pick_fn)(void *user, const float *logits, const int32_t *hi
  * Exactness: the picker is called with exactly the logits bits and history a
  * plain one-token-per-feed loop would give it, the same number of times; the
  * session afterwards (state, logits, ids) equals that loop's (docs/DETERMINISM.md).
+ * The tokens a step feeds join the engine's history of outputs (a later
+ * session, or a later request of a server, drafts from it).
  * Errors: those of ms_session_feed (the session is then unsound); tokens
  * picked before the failure are in out. */
 ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick_fn pick,

@@ -10,8 +10,19 @@
 #     decode_tokens) and rejected some (accepted < drafted);
 #  2. EOS: a text prompt stops at <|end_of_msg|> at the same token with or
 #     without --speculate (the answer ends at the same place);
-#  3. `serve --speculate 4` answers completions (greedy and seeded) with the
-#     same text and token counts as `serve` without it.
+#     --speculate auto, alone and with --draft-corpus (the model's held-out
+#     text), give the same ids, first logits and saved session too;
+#  3. `serve --speculate 4` and `serve --speculate auto` answer completions
+#     (greedy and seeded) with the same text and token counts as `serve`
+#     without it; the auto server accepts no history draft for a first
+#     request and some when the same request comes again (GET /metrics);
+#  4. a corpus the answer quotes (the prompt and its plain answer): the ids of
+#     plain decoding at the smallest plan and resident, drafts accepted from
+#     the corpus source, fewer passes (and bytes) than auto without it; a
+#     corpus of unrelated words: the same ids;
+#  5. a bad --draft-corpus (missing, a directory, over 8 MiB, a model without
+#     tokenizer, no --speculate) is exit 2 naming the flag, before the model
+#     loads (a missing model directory is not what is reported).
 # Prints "t_spec: N passed, N failed" as its last line.
 set -u
 cd "$(dirname "$0")/.."
@@ -33,14 +44,21 @@ for ram in min all; do
     for samp in greedy seeded; do
         sargs=()
         [ $samp = seeded ] && sargs=(--temperature 0.8 --top-k 20 --repeat-penalty 1.1 --seed 99)
-        for k in 0 1 3 8; do
+        for k in 0 1 3 8 auto autoc; do
+            kargs=(--speculate $k)
+            [ $k = autoc ] && kargs=(--speculate auto --draft-corpus $M/heldout.txt)
             "$BIN" run $M --ram $ram --prompt "$P1" --max-tokens 40 --ignore-eos --json --quiet \
-                --speculate $k "${sargs[@]}" --dump-logits "$tmp/l$k.f32" \
+                "${kargs[@]}" "${sargs[@]}" --dump-logits "$tmp/l$k.f32" \
                 --save-session "$tmp/s$k.bin" > "$tmp/r$k.json" 2> "$tmp/e$k.txt" || bad "run --speculate $k exited $?: $(cat "$tmp/e$k.txt")"
         done
         ids0=$(field "$tmp/r0.json" 'd["generated_ids"]')
         [ "$(field "$tmp/r0.json" 'len(d["generated_ids"])')" = 40 ] && ok || bad "$ram $samp: plain run did not generate 40 tokens"
         acc=0; dr=0
+        for k in auto autoc; do
+            [ "$(field "$tmp/r$k.json" 'd["generated_ids"]')" = "$ids0" ] && ok || bad "$ram $samp: --speculate $k: ids differ"
+            cmp -s "$tmp/l0.f32" "$tmp/l$k.f32" && ok || bad "$ram $samp: --speculate $k: first logits differ"
+            cmp -s "$tmp/s0.bin" "$tmp/s$k.bin" && ok || bad "$ram $samp: --speculate $k: saved sessions differ"
+        done
         for k in 1 3 8; do
             [ "$(field "$tmp/r$k.json" 'd["generated_ids"]')" = "$ids0" ] && ok || bad "$ram $samp: --speculate $k: ids differ"
             cmp -s "$tmp/l0.f32" "$tmp/l$k.f32" && ok || bad "$ram $samp: --speculate $k: first logits differ"
@@ -87,17 +105,72 @@ start() {   # k -> URL in $tmp/url$k
     for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv$1.log" && break; sleep 0.1; done
     grep -o 'listening on http://[^/]*' "$tmp/srv$1.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url$1"
 }
-start 0; start 4
-u0=$(cat "$tmp/url0"); u4=$(cat "$tmp/url4")
-if [ -n "$u0" ] && [ -n "$u4" ]; then
+start 0; start 4; start auto
+u0=$(cat "$tmp/url0"); u4=$(cat "$tmp/url4"); ua=$(cat "$tmp/urlauto")
+if [ -n "$u0" ] && [ -n "$u4" ] && [ -n "$ua" ]; then
     for body in "{\"model\":\"k3-tiny\",\"prompt\":\"$P1\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}" \
                 "{\"model\":\"k3-tiny\",\"prompt\":\"$P1\",\"max_tokens\":33,\"temperature\":0.9,\"seed\":5}" \
                 "{\"model\":\"k3-tiny\",\"prompt\":\"$P1\",\"max_tokens\":40,\"temperature\":0,\"stop\":[\"Moses\"]}"; do
         a=$(curl -s "$u0/v1/completions" -d "$body" | $PY -c "import json,sys; d=json.load(sys.stdin); print(repr(d['choices'][0]['text']), d['choices'][0]['finish_reason'], d['usage'])")
         b=$(curl -s "$u4/v1/completions" -d "$body" | $PY -c "import json,sys; d=json.load(sys.stdin); print(repr(d['choices'][0]['text']), d['choices'][0]['finish_reason'], d['usage'])")
         [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "serve --speculate 4: '$b' != '$a' for $body"
+        c=$(curl -s "$ua/v1/completions" -d "$body" | $PY -c "import json,sys; d=json.load(sys.stdin); print(repr(d['choices'][0]['text']), d['choices'][0]['finish_reason'], d['usage'])")
+        [ -n "$a" ] && [ "$a" = "$c" ] && ok || bad "serve --speculate auto: '$c' != '$a' for $body"
     done
+    # the auto server, a new prompt twice: history drafts are accepted the second time only
+    hist() { curl -s "$ua/metrics" | sed -n "s/^moestream_accepted_tokens_total{source=\"history\"} //p"; }
+    h0=$(hist)
+    P2="And it came to pass after these things, that God did tempt Abraham"
+    body="{\"model\":\"k3-tiny\",\"prompt\":\"$P2\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true}"
+    a=$(curl -s "$u0/v1/completions" -d "$body" | $PY -c "import json,sys; d=json.load(sys.stdin); print(repr(d['choices'][0]['text']), d['usage']['completion_tokens'])")
+    for i in 1 2; do   # (the repeat's prompt comes from the prompt cache: cached_tokens differ)
+        b=$(curl -s "$ua/v1/completions" -d "$body" | $PY -c "import json,sys; d=json.load(sys.stdin); print(repr(d['choices'][0]['text']), d['usage']['completion_tokens'])")
+        [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "serve --speculate auto, request $i: '$b' != '$a'"
+        eval "h$i=\$(hist)"
+    done
+    [ -n "$h0" ] && [ -n "$h1" ] && [ -n "$h2" ] && [ $((h2 - h1)) -gt $((h1 - h0)) ] && [ $((h2 - h1)) -gt 0 ] && ok || \
+        bad "serve --speculate auto: history drafts accepted: $h0, after the first request $h1, after the same again $h2"
 else
-    bad "the servers did not start: $(tail -n 3 "$tmp/srv0.log" "$tmp/srv4.log")"
+    bad "the servers did not start: $(tail -n 3 "$tmp/srv0.log" "$tmp/srv4.log" "$tmp/srvauto.log")"
 fi
+# ---- 4. a corpus the answer quotes -------------------------------------------------------
+P2="And it came to pass after these things, that God did tempt Abraham"
+"$BIN" run $M --prompt "$P2" --max-tokens 48 --ignore-eos --json --quiet > "$tmp/q0.json"
+$PY - "$tmp/q0.json" "$P2" "$tmp/quote.txt" "$tmp/words.txt" <<'PYEOF'
+import json, random, sys
+d = json.load(open(sys.argv[1]))
+open(sys.argv[3], "w").write("Some other text first.\n" + sys.argv[2] + d["text"] + "\nAnd more after it.\n")
+r = random.Random(5)
+w = ["alpha", "quartz", "nebula", "copper", "violin", "glacier", "syntax", "orbit", "lantern", "mosaic"]
+open(sys.argv[4], "w").write(" ".join(r.choice(w) for _ in range(3000)) + "\n")
+PYEOF
+qids=$(field "$tmp/q0.json" 'd["generated_ids"]')
+for ram in min all; do
+    for c in quote words; do
+        "$BIN" run $M --ram $ram --prompt "$P2" --max-tokens 48 --ignore-eos --json --quiet --speculate auto \
+            --draft-corpus "$tmp/$c.txt" > "$tmp/q$c.json" 2> "$tmp/qe.txt" || bad "corpus $c $ram: exit $?: $(cat "$tmp/qe.txt")"
+        [ "$(field "$tmp/q$c.json" 'd["generated_ids"]')" = "$qids" ] && ok || bad "corpus $c $ram: ids differ from plain decoding"
+    done
+    "$BIN" run $M --ram $ram --prompt "$P2" --max-tokens 48 --ignore-eos --json --quiet --speculate auto > "$tmp/qa.json"
+    [ "$(field "$tmp/qquote.json" 'd["stats"]["accepted_by_source"]["corpus"] > 0')" = True ] && ok || \
+        bad "corpus $ram: no corpus draft accepted"
+    [ "$(field "$tmp/qquote.json" 'd["stats"]["decode_passes"]')" -lt "$(field "$tmp/qa.json" 'd["stats"]["decode_passes"]')" ] && ok || \
+        bad "corpus $ram: no fewer passes than without the corpus"
+    if [ $ram = min ]; then
+        [ "$(field "$tmp/qquote.json" 'd["stats"]["bytes_read"]')" -lt "$(field "$tmp/qa.json" 'd["stats"]["bytes_read"]')" ] && ok || \
+            bad "corpus min: no fewer bytes read than without the corpus"
+    fi
+done
+
+# ---- 5. a bad --draft-corpus ---------------------------------------------------------------
+truncate -s 9M "$tmp/big.txt"
+for c in "$tmp/missing.txt" "$tmp" "$tmp/big.txt"; do
+    "$BIN" run "$tmp/no-model" --prompt x --speculate auto --draft-corpus "$c" > /dev/null 2> "$tmp/ce.txt"; rc=$?
+    [ $rc = 2 ] && grep -q -- "--draft-corpus $c" "$tmp/ce.txt" && ok || bad "--draft-corpus $c: exit $rc, '$(cat "$tmp/ce.txt")'"
+done
+"$BIN" run $M --prompt x --draft-corpus "$tmp/quote.txt" > /dev/null 2> "$tmp/ce.txt"; rc=$?
+[ $rc = 2 ] && grep -q -- "--speculate" "$tmp/ce.txt" && ok || bad "--draft-corpus without --speculate: exit $rc, '$(cat "$tmp/ce.txt")'"
+"$BIN" run "${MS_TESTDATA:-$BUILD/testdata}/a" --ids 1,2,3 --speculate auto --draft-corpus "$tmp/quote.txt" > /dev/null 2> "$tmp/ce.txt"; rc=$?
+[ $rc = 2 ] && grep -q -- "no tokenizer" "$tmp/ce.txt" && ok || bad "--draft-corpus, model without tokenizer: exit $rc, '$(cat "$tmp/ce.txt")'"
+
 echo "t_spec: $pass passed, $fail failed"

@@ -10,7 +10,9 @@
  *     (so the history handed to the sampler matters): --speculate 1, 3, 8
  *     give the ids, the final logits bits and the saved session bytes of a
  *     plain one-token-per-feed loop; the repeated-pattern prompts make drafts
- *     get accepted (counter > 0) and rejected (accepted < drafted);
+ *     get accepted (counter > 0) and rejected (accepted < drafted); the same
+ *     with draft_auto (one thread), where k3-tiny's greedy runs accept drafts
+ *     from the engine's history (the plain loop's output, repeated);
  *   - stops: a stop token and every length limit 1..12 cut exactly where the
  *     plain loop cuts, with the same session afterwards.
  */
@@ -29,8 +31,11 @@ static const char *tmpdir(void) {
     return b ? b : "build";
 }
 
+static int draft_auto;          /* open_engine: ms_engine_params.draft_auto */
+
 static ms_engine *open_engine(const char *dir, int64_t ram, int threads, int max_draft) {
     ms_engine_params p = ms_engine_default_params();
+    p.draft_auto = draft_auto;
     p.model_dir = dir;
     p.ram_bytes = ram;
     p.n_threads = threads;
@@ -184,7 +189,7 @@ static int64_t run_spec(ms_session *s, ms_sampler *smp, const int32_t *prompt, i
     return p.n;
 }
 
-typedef struct counts { int64_t drafted, accepted; } counts;
+typedef struct counts { int64_t drafted, accepted, history; } counts;
 
 /* one configuration: plain vs --speculate 1, 3, 8 */
 static void check_decode(ms_engine *e, const char *what, const int32_t *prompt, int64_t n_prompt,
@@ -216,6 +221,7 @@ static void check_decode(ms_engine *e, const char *what, const int32_t *prompt, 
         same_session(r, s, what);
         cnt->drafted += b.spec_drafted - a.spec_drafted;
         cnt->accepted += b.spec_accepted - a.spec_accepted;
+        cnt->history += b.spec_src_accepted[MS_DRAFT_HISTORY] - a.spec_src_accepted[MS_DRAFT_HISTORY];
         CHECK(b.n_tokens_decode - a.n_tokens_decode == n_gen - 1, "%s: decode tokens counted", what);
         ms_session_close(s);
     }
@@ -227,8 +233,11 @@ static void check_decode(ms_engine *e, const char *what, const int32_t *prompt, 
 static void check_model(const char *dir, const int32_t *prompt, int64_t n_prompt) {
     static const int64_t rams[] = { 0, MS_RAM_MIN };
     for (int ir = 0; ir < 2; ir++)
-        for (int threads = 1; threads <= 2; threads++) {
-            ms_engine *e = open_engine(dir, rams[ir], threads, 8);
+        for (int threads = 1; threads <= 3; threads++) {
+            /* threads 3: one thread, draft_auto (each pass's length and source chosen) */
+            draft_auto = threads == 3;
+            ms_engine *e = open_engine(dir, rams[ir], threads == 3 ? 1 : threads, 8);
+            draft_auto = 0;
             if (!e) continue;
             for (int samp = 0; samp < 3; samp++) {
                 ms_sample_params sp = ms_sample_default_params();
@@ -241,17 +250,21 @@ static void check_model(const char *dir, const int32_t *prompt, int64_t n_prompt
                 }
                 char what[600];
                 static const char *names[] = { "greedy", "sampled", "restricted argmax" };
-                snprintf(what, sizeof what, "%s %s, %d threads, %s", dir, ir ? "--ram min" : "resident",
-                         threads, names[samp]);
-                counts c = { 0, 0 };
+                snprintf(what, sizeof what, "%s %s, %d threads%s, %s", dir, ir ? "--ram min" : "resident",
+                         threads == 3 ? 1 : threads, threads == 3 ? ", auto" : "", names[samp]);
+                counts c = { 0, 0, 0 };
                 check_decode(e, what, prompt, n_prompt, 40, samp == 2 ? NULL : &sp, &c);
                 /* greedy k3-tiny falls into cycles; random weights need the restricted picker */
                 if (samp == 2 || (samp == 0 && strstr(dir, "k3-tiny")))
                     CHECK(c.accepted > 0, "%s: no draft was accepted", what);
-                if (samp < 2)
+                /* auto: the plain loop's output, repeated by each speculative run, is in the
+                   engine's history by then */
+                if (threads == 3 && samp == 0 && strstr(dir, "k3-tiny"))
+                    CHECK(c.history > 0, "%s: no history draft was accepted", what);
+                if (samp < 2 && threads < 3)
                     CHECK(c.accepted < c.drafted, "%s: no draft was rejected (%lld of %lld)", what,
                           (long long)c.accepted, (long long)c.drafted);
-                if (threads == 1 && ir == 0)
+                if (threads != 2 && ir == 0)
                     printf("%s: drafted %lld, accepted %lld\n", what, (long long)c.drafted, (long long)c.accepted);
             }
             ms_engine_close(e);

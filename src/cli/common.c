@@ -38,6 +38,8 @@ void cli_engine_params(const cli_opts *o, ms_engine_params *ep_out) {
     ep.pack_path = o->pack_path;
     ep.no_pack = o->no_pack;
     ep.max_draft = o->speculate;
+    ep.draft_auto = o->speculate_auto;
+    ep.draft_corpus = o->draft_corpus;
     ep.n_seq = o->parallel;
     ep.prefill_chunk = o->chunk;
     ep.prompt_cache_bytes = o->prompt_cache;
@@ -87,7 +89,7 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             "\"verify\": %s, \"verify_bytes\": %lld, \"verify_retries\": %lld, \"verify_failures\": %lld, "
             "\"verify_s\": %.6f, \"verify_sync_s\": %.6f, \"decode_passes\": %lld, \"drafted\": %lld, \"accepted\": %lld, "
             "\"pack\": %s, \"packed_regions\": %lld, \"trunk_packed_read\": %lld, \"trunk_unpacked_bytes\": %lld, \"unpack_s\": %.6f, "
-            "\"pack_fallbacks\": %lld, \"stage_bytes_read\": [",
+            "\"pack_fallbacks\": %lld, ",
             (long long)st->n_tokens_prefill, st->prefill_s, (long long)st->n_tokens_decode,
             st->decode_s, s_per_tok, (long long)(st->trunk_bytes_read + st->expert_bytes_read),
             (long long)st->trunk_bytes_read, (long long)st->expert_bytes_read,
@@ -102,6 +104,16 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             st->pack_on ? "true" : "false", (long long)st->packed_regions, (long long)st->trunk_packed_read,
             (long long)st->trunk_unpacked_bytes,
             st->unpack_s, (long long)st->pack_fallbacks);
+    /* drafted / accepted tokens by the source of the draft */
+    static const char *src_name[MS_DRAFT_SOURCES] = { "context", "history", "corpus" };
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "\"%s_by_source\": {", k ? "accepted" : "drafted");
+        for (int i = 0; i < MS_DRAFT_SOURCES; i++)
+            fprintf(f, "%s\"%s\": %lld", i ? ", " : "", src_name[i],
+                    (long long)(k ? st->spec_src_accepted[i] : st->spec_src_drafted[i]));
+        fputs("}, ", f);
+    }
+    fputs("\"stage_bytes_read\": [", f);
     /* a pipeline's bytes per stage (each process reads its own disk) */
     for (int r = 0; r < st->n_stages; r++)
         fprintf(f, "%s{\"trunk\": %lld, \"experts\": %lld, \"peak_rss\": %lld}", r ? ", " : "",
@@ -148,6 +160,11 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
                 st->n_tokens_decode ? (double)(st->trunk_bytes_read + st->expert_bytes_read) / 1e6 / (double)st->n_tokens_decode : 0.0,
                 st->n_tokens_decode ? (double)st->trunk_bytes_read / 1e6 / (double)st->n_tokens_decode : 0.0,
                 st->n_tokens_decode ? (double)st->expert_bytes_read / 1e6 / (double)st->n_tokens_decode : 0.0);
+    if (st->spec_drafted > 0)
+        fprintf(f, "moestream: drafts accepted by source: context %lld/%lld, history %lld/%lld, corpus %lld/%lld\n",
+                (long long)st->spec_src_accepted[MS_DRAFT_CONTEXT], (long long)st->spec_src_drafted[MS_DRAFT_CONTEXT],
+                (long long)st->spec_src_accepted[MS_DRAFT_HISTORY], (long long)st->spec_src_drafted[MS_DRAFT_HISTORY],
+                (long long)st->spec_src_accepted[MS_DRAFT_CORPUS], (long long)st->spec_src_drafted[MS_DRAFT_CORPUS]);
 }
 
 /* ---- stop strings -------------------------------------------------------------- */

@@ -31,6 +31,23 @@ static int parse_fault(void *dst, const char *v, char *why, size_t why_len) {
     return 0;
 }
 
+/* --speculate K or auto (K = MS_SPECULATE_AUTO, the length chosen per pass). */
+#define MS_SPECULATE_AUTO 8
+static int parse_speculate(void *dst, const char *v, char *why, size_t why_len) {
+    cli_opts *o = (cli_opts *)((char *)dst - offsetof(cli_opts, speculate));
+    char *end = NULL;
+    const long k = strcmp(v, "auto") && *v >= '0' && *v <= '9' ? strtol(v, &end, 10) : -1;
+    if (!strcmp(v, "auto")) {
+        o->speculate = MS_SPECULATE_AUTO;
+        o->speculate_auto = 1;
+        return 0;
+    }
+    if (k < 0 || *end || k > 31) { snprintf(why, why_len, "an integer from 0 to 31, or auto"); return -1; }
+    o->speculate = (int)k;
+    o->speculate_auto = 0;
+    return 0;
+}
+
 #define C(f) offsetof(cli_opts, f)
 /* --prompt-cache-ram: a size; 0 = no prompt cache (MS_PROMPT_CACHE_OFF). */
 static int parse_prompt_cache(void *dst, const char *v, char *why, size_t why_len) {
@@ -70,8 +87,11 @@ const cli_opt cli_common_opts[] = {
     { "--no-predict-experts", CLI_FLAG, C(no_predict_experts), NULL, 0, 0, NULL,
       "do not prefetch the experts the next layer's router predicts", 1, NULL, NULL },
     { "--predict-experts", CLI_FLAG, C(no_predict_experts), NULL, 0, 0, NULL, NULL, 0, NULL, NULL },
-    { "--speculate", CLI_INT, C(speculate), "K", 0, 31, "0 = off",
-      "decode: verify up to K prompt-lookup drafts in one pass (same bits)", 0, NULL, NULL },
+    { "--speculate", CLI_CUSTOM, C(speculate), "K|auto", 0, 0, "0 = off",
+      "decode: verify up to K drafted tokens per pass (same bits); auto: up to 8, as many as pay;"
+      " --draft-corpus FILE: also draft from this text", 0, parse_speculate, NULL },
+    /* in --speculate's help (--help stays within 60 lines) */
+    { "--draft-corpus", CLI_STR, C(draft_corpus), "FILE", 0, 0, NULL, NULL, 0, NULL, NULL },
     { "--chunk", CLI_I64, C(chunk), "N", 1, 65536, "chosen for --ram, else 32",
       "prompt tokens per pass over the weights (same bits)", 0, NULL, NULL },
     { "--parallel", CLI_INT, C(parallel), "N", 1, 64, "1",

@@ -9,7 +9,7 @@
  * hooks engine/pipe.c registers (ms_engine_pipe_*, e->pipe). A session that failed mid-forward is unsound: its state may hold a
  * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
  * ms_session_decode is the decode step of every front end: plain (feed the
- * pending token, pick once) or speculative (prompt-lookup draft, one
+ * pending token, pick once) or speculative (a draft from engine/draft.c, one
  * recorded verify feed, pick per row while the draft holds, roll back to the
  * last kept position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
  */
@@ -152,6 +152,8 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
         if ((st = ms_rollback_init(&s->rb, &e->model, s->max_draft + 1, &err)) != MS_OK) goto fail;
         s->ver_logits = malloc((size_t)((s->max_draft + 1) * e->cfg.vocab_size) * sizeof(float));
         s->ver_ids = malloc((size_t)(s->max_draft + 1) * sizeof(int32_t));
+        s->draft_sid = e->draft ? ms_drafter_sid(e->draft) : 0;
+        s->draft_end = -1;
         if (!s->ver_logits || !s->ver_ids) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
     }
     if (e->pipe_up) {
@@ -479,30 +481,30 @@ ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits
     return MS_OK;
 }
 
-/* Prompt lookup: the most recent earlier occurrence of the last n ids of
- * h = tokens[0..n_past) + pending (n = MS_DRAFT_NGRAM, else fewer, down to 1)
- * and up to `want` ids that followed it. The continuation is read from h
- * extended by the draft itself, so a cycle shorter than `want` is drafted for
- * its whole length. Longer n first: a longer match predicts better; n = 1 still
- * catches the short cycles greedy decoding falls into. Deterministic: a
- * function of the ids only. */
-#define MS_DRAFT_NGRAM 3
-static int64_t draft_lookup(const int32_t *tok, int64_t n_past, int32_t pending, int64_t want,
-                            int32_t *out) {
-    const int64_t N = n_past + 1;
-#define HID(i) ((i) < n_past ? tok[i] : (i) == n_past ? pending : out[(i) - N])
-    for (int64_t n = MS_DRAFT_NGRAM; n >= 1; n--) {
-        for (int64_t i = N - n - 1; i >= 0; i--) {
-            int64_t j = 0;
-            while (j < n && HID(i + j) == HID(N - n + j)) j++;
-            if (j < n) continue;
-            int64_t m = 0;
-            for (; m < want; m++) out[m] = HID(i + n + m);   /* i + n + m < N + m */
-            return m;
-        }
+/* Weight bytes read so far: trunk (with the pinned ones) and experts. */
+static void bytes_read(const ms_engine *e, int64_t *trunk, int64_t *experts) {
+    ms_store_stats ss;
+    ms_store_get_stats(e->store, &ss);
+    *trunk = ss.trunk_bytes_read + ss.global_bytes_read;
+    *experts = ss.expert_bytes_read;
+}
+
+/* After a decode pass that fed tok[n0..n_past) and verified m ids of source
+ * src, i of them kept: the drafter's counts and history, the stats. */
+static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t i, int64_t t0, int64_t x0) {
+    ms_engine *e = s->e;
+    e->stats.spec_passes++;
+    e->stats.spec_drafted += m;
+    e->stats.spec_accepted += i;
+    if (m > 0) {
+        e->stats.spec_src_drafted[src] += m;
+        e->stats.spec_src_accepted[src] += i;
     }
-#undef HID
-    return 0;
+    if (!e->draft) return;
+    int64_t t1, x1;
+    bytes_read(e, &t1, &x1);
+    ms_drafter_passed(e->draft, src, m, i, t1 - t0, x1 - x0, m + 1);
+    ms_drafter_remember(e->draft, s->draft_sid, &s->draft_end, s->tokens, n0, s->st.n_past);
 }
 
 ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick_fn pick,
@@ -523,14 +525,18 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     }
     int64_t m = 0, want = n_draft < s->max_draft ? n_draft : s->max_draft;
     if (want > s->st.max_ctx - s->st.n_past - 1) want = s->st.max_ctx - s->st.n_past - 1;
-    if (want > 0) m = draft_lookup(s->tokens, s->st.n_past, pending, want, s->ver_ids + 1);
+    int src = MS_DRAFT_CONTEXT;
+    if (want > 0) m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, s->ver_ids + 1, &src);
+    const int64_t nb = s->st.n_past;
+    int64_t t0 = 0, x0 = 0;
+    if (e->draft) bytes_read(e, &t0, &x0);
     double dt = 0.0;
     ms_status st;
     if (m == 0) {
         st = feed(s, &pending, 1, NULL, NULL, 0, 0, 1, &dt);
         e->stats.decode_s += dt;
         if (st != MS_OK) return st;
-        e->stats.spec_passes++;
+        decode_passed(s, nb, src, 0, 0, t0, x0);
         e->stats.n_tokens_decode++;
         out[0] = pick(user, s->logits, s->tokens, s->st.n_past, &stop);
         *n_out = 1;
@@ -558,13 +564,14 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
         if (stop || i == m || out[i] != s->ver_ids[i + 1]) break;
     }
     const int64_t keep = i + 1;
-    e->stats.spec_passes++;
-    e->stats.spec_drafted += m;
-    e->stats.spec_accepted += i;
     e->stats.n_tokens_decode += keep;
     *n_out = keep;
-    if (keep < m + 1) return ms_session_rollback(s, keep, s->ver_logits + i * V);
-    s->rb.n_rec = 0;
+    if (keep < m + 1) {
+        if ((st = ms_session_rollback(s, keep, s->ver_logits + i * V)) != MS_OK) return st;
+    } else {
+        s->rb.n_rec = 0;
+    }
+    decode_passed(s, nb, src, m, i, t0, x0);
     return MS_OK;
 }
 

@@ -1,7 +1,8 @@
 /* engine/engine_int.h - the engine's private structures, shared by the
  * files of src/engine/ (open.c: open/close; engine.c: sessions and feeds;
  * plan.c: the budget; split.c: a pipeline's layer split; text.c, chat.c:
- * tokenizer and chat wrappers; session_io.c: sessions on disk) and by the
+ * tokenizer and chat wrappers; session_io.c: sessions on disk; draft.c:
+ * speculation's draft sources) and by the
  * pipeline above them (pipe.c). Nothing outside src/engine includes it but
  * tests.
  *
@@ -27,6 +28,7 @@
 #include "model/model.h"
 #include "store/store.h"
 #include "text/tokenizer.h"
+#include "engine/draft.h"
 
 #define MS_DEFAULT_CONTEXT 4096
 /* Automatic groups of a pipeline's batched pass (ms_engine_params.stage_groups
@@ -154,6 +156,8 @@ struct ms_engine {
     int64_t pcache_bytes;       /* its size, from the budget (ms_prompt_cache_plan) */
     struct ms_pdisk *pdisk;     /* the prompt cache on disk (engine/prefix_disk.c); NULL: none */
     int32_t eom_id;             /* <|end_of_msg|>, where prompt marks fall; -1: none */
+    ms_drafter *draft;          /* ms_session_decode's draft sources (engine/draft.c); NULL
+                                   without speculation */
     char error[512];
 };
 
@@ -169,6 +173,8 @@ struct ms_session {
     ms_rollback rb;
     float *ver_logits;          /* [max_draft + 1, n_vocab] the verify pass's rows */
     int32_t *ver_ids;           /* [max_draft + 1] pending token + draft */
+    int64_t draft_sid;          /* names its runs in the engine's history (ms_drafter_remember) */
+    int64_t draft_end;          /* where its run in the history ends */
     ms_status sticky;
     char error[512];
 };

@@ -111,6 +111,9 @@ static ms_status resolve_params(ms_engine *e, const ms_engine_params *p, ms_err 
     }
     e->n_threads = n_threads < 1 ? 1 : n_threads;
     if (!p->model_dir) return ms_err_set(err, MS_E_USAGE, "no model directory given");
+    if (p->draft_corpus && e->p.max_draft == 0)
+        return ms_err_set(err, MS_E_USAGE, "--draft-corpus %s: drafts need speculation (--speculate)", p->draft_corpus);
+    if (p->draft_corpus) return ms_draft_corpus_check(p->draft_corpus, err);
     return MS_OK;
 }
 
@@ -284,6 +287,30 @@ static ms_status open_store(ms_engine *e, int64_t store_ram, ms_err *err) {
 /* 6. The store's plan and resident reads, the load-time checks, the thread
  * pool, the forward scratch and a feed's buffers, the tokenizer (when the
  * model ships one). */
+/* 6b. The draft sources (speculation): the bytes a pass and a token touch
+ * (the trunk's regions; the experts' share a token uses) for the choice
+ * rule when nothing is read, and the corpus. */
+static ms_status open_drafter(ms_engine *e, ms_err *err) {
+    double trunk = 0, experts = 0;
+    for (int r = 0; r < ms_store_n_regions(e->store); r++) {
+        ms_region_class cls;
+        ms_store_region_layout(e->store, r, &cls, NULL, NULL);
+        if (cls == MS_REGION_EXPERT) experts += (double)ms_store_region_bytes(e->store, r);
+        else trunk += (double)ms_store_region_bytes(e->store, r);
+    }
+    const double per_tok = e->cfg.num_experts > 0
+        ? experts * (double)e->cfg.num_experts_per_token / (double)e->cfg.num_experts : 0;
+    e->draft = calloc(1, sizeof *e->draft);
+    if (!e->draft) return ms_err_set(err, MS_E_NOMEM, "out of memory");
+    ms_status st = ms_drafter_init(e->draft, e->p.draft_auto, trunk, per_tok, err);
+    if (st != MS_OK) { free(e->draft); e->draft = NULL; return st; }
+    if (e->p.draft_corpus && e->stage == 0)     /* the stage that decodes */
+        st = ms_drafter_corpus(e->draft, e->p.draft_corpus, e->tok, err);
+    if (st == MS_OK && e->draft->corpus.n > 0)
+        ms_log(&e->log, MS_LOG_INFO, "draft corpus %s: %lld tokens", e->p.draft_corpus, (long long)e->draft->corpus.n);
+    return st;
+}
+
 static ms_status start_runtime(ms_engine *e, ms_err *err) {
     ms_status st;
     if ((st = ms_store_start(e->store, err)) != MS_OK) return st;
@@ -307,6 +334,7 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
         (st = ms_pdisk_open(e, e->p.prompt_cache_dir, e->p.prompt_cache_disk_bytes, e->p.prompt_cache_fault_write,
                             &e->pdisk, err)) != MS_OK)
         return st;
+    if (e->p.max_draft > 0 && (st = open_drafter(e, err)) != MS_OK) return st;
     ms_engine_stats_reset(e);               /* counters describe feeds, not loading */
     return MS_OK;
 }
@@ -368,6 +396,7 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
     if (e->pipe_up) e->pipe->close(e);
+    if (e->draft) { ms_drafter_free(e->draft); free(e->draft); }
     ms_pcache_free(e->pcache);
     ms_pdisk_close(e->pdisk);
     ms_fwd_free(e->fwd);

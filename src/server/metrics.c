@@ -133,6 +133,19 @@ char *srv_metrics_text(srv *s) {
              "moestream_disk_read_bytes_total{part=\"trunk\"} %lld\nmoestream_disk_read_bytes_total{part=\"experts\"} %lld\n",
              (long long)m.est.trunk_bytes_read, (long long)m.est.expert_bytes_read);
     srv_buf_adds(&b, line);
+    /* speculation: drafted and accepted tokens by the source of the draft */
+    static const char *src_name[MS_DRAFT_SOURCES] = { "context", "history", "corpus" };
+    for (int k = 0; k < 2; k++) {
+        snprintf(line, sizeof line, "# HELP moestream_%s_tokens_total drafted tokens %s, by source\n"
+                 "# TYPE moestream_%s_tokens_total counter\n", k ? "accepted" : "drafted",
+                 k ? "accepted" : "verified", k ? "accepted" : "drafted");
+        srv_buf_adds(&b, line);
+        for (int i = 0; i < MS_DRAFT_SOURCES; i++) {
+            snprintf(line, sizeof line, "moestream_%s_tokens_total{source=\"%s\"} %lld\n", k ? "accepted" : "drafted",
+                     src_name[i], (long long)(k ? m.est.spec_src_accepted[i] : m.est.spec_src_drafted[i]));
+            srv_buf_adds(&b, line);
+        }
+    }
     put(&b, "moestream_expert_requests_total", "counter", "(layer, expert) uses", (double)m.est.expert_requests);
     put(&b, "moestream_expert_cache_hits_total", "counter", "expert uses served from memory without a read", (double)m.est.expert_hits);
     put(&b, "moestream_peak_rss_bytes", "gauge", "the process's peak resident memory", (double)m.est.peak_rss_bytes);

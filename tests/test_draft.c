@@ -1,0 +1,148 @@
+/* tests/test_draft.c - the draft sources and the choice rule (engine/draft.c).
+ *
+ *   - the choice rule: K3-like costs (a pass 100 GB, a token 25.8 GB) draft
+ *     at p = 0.5 and not at p = 0.1; a pass-dominated cost drafts longer; a
+ *     pass that costs nothing beyond its tokens never drafts; the chosen k is
+ *     the brute-force maximum of the formula on random inputs;
+ *   - chains: the longest suffix wins over a more frequent shorter one,
+ *     counts give q, ties go to the newest occurrence, no match crosses a
+ *     separator, the index keeps its newer half at its bound;
+ *   - prompt lookup drafts a short cycle for its whole length;
+ *   - the drafter: an output remembered by one session drafts for another
+ *     (fixed and automatic length), not for itself while its run goes on, automatic drafting stops where it
+ *     cannot pay, and a missing corpus is a usage error naming the flag.
+ */
+#include "engine/draft.h"
+
+#include "check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_choose(void) {
+    double p[8];
+    const double GB = 1e9;
+    for (int i = 0; i < 8; i++) p[i] = 0.5;
+    int k = ms_draft_choose(p, 8, 100 * GB, 25.8 * GB, NULL);
+    CHECK(k >= 1, "K3 costs, p 0.5: k %d, want >= 1", k);
+    for (int i = 0; i < 8; i++) p[i] = 0.1;
+    k = ms_draft_choose(p, 8, 100 * GB, 25.8 * GB, NULL);
+    CHECK(k == 0, "K3 costs, p 0.1: k %d, want 0", k);
+    for (int i = 0; i < 8; i++) p[i] = 0.7;
+    const int k_k3 = ms_draft_choose(p, 8, 100 * GB, 25.8 * GB, NULL);
+    const int k_pass = ms_draft_choose(p, 8, 100 * GB, 1 * GB, NULL);
+    CHECK(k_pass > k_k3, "a pass-dominated cost drafts longer: %d vs %d", k_pass, k_k3);
+    for (int i = 0; i < 8; i++) p[i] = 1.0;
+    CHECK(ms_draft_choose(p, 8, 100, 1, NULL) == 8, "certain drafts, cheap tokens: the whole draft");
+    for (int i = 0; i < 8; i++) p[i] = 0.99;
+    CHECK(ms_draft_choose(p, 8, 0, 1, NULL) == 0, "no cost per pass: drafting never pays");
+    CHECK(ms_draft_choose(p, 8, 0, 0, NULL) == 0, "no costs: 0");
+    CHECK(ms_draft_choose(p, 0, 100, 1, NULL) == 0, "K 0: 0");
+    /* the brute-force maximum (ties to the shorter draft) */
+    srand(7);
+    int bad = 0;
+    for (int t = 0; t < 2000; t++) {
+        const int K = rand() % 9;
+        for (int i = 0; i < K; i++) p[i] = (double)rand() / RAND_MAX;
+        const double cp = (double)(rand() % 1000), ct = 1 + (double)(rand() % 300);
+        double g;
+        const int kk = ms_draft_choose(p, K, cp, ct, &g);
+        double best = -1;
+        int arg = -1;
+        for (int k2 = 0; k2 <= K; k2++) {
+            double num = 1, prod = 1;
+            for (int i = 1; i <= k2; i++) { prod *= p[i - 1]; num += prod; }
+            const double v = num / (cp + (k2 + 1) * ct);
+            if (v > best * (1 + 1e-12)) { best = v; arg = k2; }
+        }
+        if (kk != arg || fabs(g - best) > 1e-12 * best) bad++;
+    }
+    CHECK(bad == 0, "choice rule differs from the brute-force maximum in %d of 2000 cases", bad);
+}
+
+static void test_chain(void) {
+    int32_t out[8];
+    double q[8];
+    /* h = 7 1 2 7 1 3 7 1 2 | 7: "7 1 2 7" (4 ids) is seen once, followed by 1 */
+    const int32_t ctx[] = { 7, 1, 2, 7, 1, 3, 7, 1, 2 };
+    int64_t m = ms_draft_chain(NULL, 0, ctx, 9, 7, 2, out, q);
+    CHECK(m == 2 && out[0] == 1 && out[1] == 3 && q[0] == 1.0 && q[1] == 1.0,
+          "context chain: m %lld, %d %d (want 1 3: the longest suffix, not the most frequent)", (long long)m, out[0],
+          out[1]);
+    /* counts: after "5 1", 2 twice and 3 once; "1 2" is followed only by separators */
+    ms_draft_index x;
+    CHECK(ms_draft_index_init(&x, 1000) == 0, "index init");
+    const int32_t seq[] = { 5, 1, 2, -1, 5, 1, 2, -1, 5, 1, 3 };
+    ms_draft_index_add(&x, seq, 11);
+    const int32_t c5[] = { 5 };
+    m = ms_draft_chain(&x, x.n, c5, 1, 1, 4, out, q);
+    CHECK(m == 1 && out[0] == 2 && fabs(q[0] - 2.0 / 3.0) < 1e-12, "counted chain: m %lld, %d, q %g", (long long)m,
+          out[0], q[0]);
+    ms_draft_index_free(&x);
+    /* ties: the newest */
+    CHECK(ms_draft_index_init(&x, 1000) == 0, "index init");
+    const int32_t tie[] = { 1, 2, -1, 1, 3 };
+    ms_draft_index_add(&x, tie, 5);
+    m = ms_draft_chain(&x, x.n, NULL, 0, 1, 1, out, q);
+    CHECK(m == 1 && out[0] == 3 && q[0] == 0.5, "tie: %d q %g (want the newest, 3)", out[0], q[0]);
+    ms_draft_index_free(&x);
+    /* the bound: at most max ids, the newest kept */
+    CHECK(ms_draft_index_init(&x, 16) == 0, "index init");
+    for (int32_t i = 0; i < 40; i++) ms_draft_index_add(&x, &i, 1);
+    CHECK(x.n <= 16 && x.tok[x.n - 1] == 39, "bounded index: %lld ids, last %d", (long long)x.n, x.tok[x.n - 1]);
+    const int32_t c36[] = { 36 };
+    m = ms_draft_chain(&x, x.n, c36, 1, 37, 3, out, q);
+    CHECK(m == 2 && out[0] == 38 && out[1] == 39, "bounded index still chains: m %lld", (long long)m);
+    ms_draft_index_free(&x);
+}
+
+static void test_lookup(void) {
+    int32_t out[8];
+    const int32_t tok[] = { 1, 2, 3, 1, 2 };
+    const int64_t m = ms_draft_lookup(tok, 5, 3, 5, out);
+    const int32_t want[] = { 1, 2, 3, 1, 2 };
+    CHECK(m == 5 && !memcmp(out, want, sizeof want), "prompt lookup drafts the cycle: m %lld", (long long)m);
+    CHECK(ms_draft_lookup(tok, 5, 9, 5, out) == 0, "prompt lookup: no match, no draft");
+}
+
+static void test_drafter(void) {
+    ms_drafter d;
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_drafter_init(&d, 0, 100, 1, &err) == MS_OK, "drafter init");
+    const int64_t a = ms_drafter_sid(&d), b = ms_drafter_sid(&d);
+    CHECK(a != b, "session ids differ");
+    const int32_t run[] = { 40, 41, 10, 11, 12, 13, 14 };
+    int64_t end_a = -1;
+    ms_drafter_remember(&d, a, &end_a, run, 2, 7);
+    CHECK(end_a == 7 && d.hist.n == 1 + 2 + 5, "remembered: separator, lead, output (%lld ids)", (long long)d.hist.n);
+    int32_t out[8];
+    int src = -1;
+    const int32_t mine[] = { 10, 11 };
+    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
+    CHECK(m == 2 && src == MS_DRAFT_HISTORY && out[0] == 13 && out[1] == 14,
+          "fixed length: another session drafts from the history (m %lld, source %d)", (long long)m, src);
+    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, out, &src);
+    CHECK(m == 0, "a session's own current run is not drafted from the history (m %lld)", (long long)m);
+    d.auto_len = 1;
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
+    CHECK(m >= 1 && src == MS_DRAFT_HISTORY, "auto, pass-dominated: drafts (m %lld)", (long long)m);
+    /* measured: a pass reads nothing beyond its tokens: no draft pays */
+    ms_drafter_passed(&d, MS_DRAFT_CONTEXT, 0, 0, 0, 1000, 1);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
+    CHECK(m == 0, "auto, measured token-only costs: no draft (m %lld)", (long long)m);
+    ms_drafter_free(&d);
+    ms_err_clear(&err);
+    const ms_status st = ms_draft_corpus_check("/nonexistent/corpus.txt", &err);
+    CHECK(st == MS_E_USAGE && strstr(err.msg, "--draft-corpus") && strstr(err.msg, "/nonexistent/corpus.txt"),
+          "missing corpus: %d '%s'", (int)st, err.msg);
+}
+
+int main(void) {
+    test_choose();
+    test_chain();
+    test_lookup();
+    test_drafter();
+    return CHECK_DONE("test_draft");
+}
