@@ -10,7 +10,9 @@
 #   -fsanitize=fuzzer,address,undefined. A run copies the committed seeds
 #   tests/fuzz/corpus/NAME/ into build-fuzz/corpus/NAME/ (kept between runs,
 #   so coverage accumulates there) and fuzzes only that copy: the committed
-#   corpus never grows by itself. Each target runs FUZZ_SECONDS (or FUZZ_RUNS
+#   corpus never grows by itself; tests/fuzz/grown/NAME/ (inputs of long runs
+#   that added coverage, merged in by hand: see "Does not") is copied too.
+#   Each target runs FUZZ_SECONDS (or FUZZ_RUNS
 #   executions, if that comes first; -1: no limit); crashes,
 #   leaks, UB and violated properties land in build-fuzz/crashes/NAME-*.
 #   The summary line per target ("fuzz_NAME: N execs in S s, ...") comes from
@@ -27,8 +29,9 @@
 #     from MS_FUZZ_MODEL, default build-fuzz/model)
 # Does not: touch build/ (but for the server page's generated header, which
 #   the main Makefile's rule writes there) or the committed corpus; minimise
-#   corpora (run `build-fuzz/fuzz_NAME -merge=1 NEW tests/fuzz/corpus/NAME`
-#   by hand).
+#   corpora (after a long run, by hand: `build-fuzz/fuzz_NAME -merge=1
+#   tests/fuzz/grown/NAME build-fuzz/corpus/NAME` keeps the inputs that add
+#   coverage; tests/fuzz/mkseeds.py rewrites corpus/, never grown/).
 
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
@@ -109,7 +112,8 @@ define FUZZ_RUN_ONE
 	name=$(1); bin=$(FUZZ_BUILD)/fuzz_$$name; work=$(FUZZ_BUILD)/corpus/$$name; \
 	log=$(FUZZ_BUILD)/logs/$$name.log; \
 	mkdir -p $$work $(FUZZ_BUILD)/logs $(FUZZ_BUILD)/crashes; \
-	if [ -d tests/fuzz/corpus/$$name ]; then cp -n tests/fuzz/corpus/$$name/* $$work/ 2>/dev/null; fi; \
+	for d in tests/fuzz/corpus/$$name tests/fuzz/grown/$$name; do \
+	    if [ -d $$d ]; then cp -n $$d/* $$work/ 2>/dev/null; fi; done; \
 	dict=""; [ -f tests/fuzz/dict/$$name.dict ] && dict=-dict=tests/fuzz/dict/$$name.dict; \
 	MS_FUZZ_MODEL=$(FUZZ_MODEL) $$bin $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(2) -runs=$(FUZZ_RUNS) \
 	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$$name- $$work > $$log 2>&1; rc=$$?; \
