@@ -107,7 +107,7 @@ static pd_head model_head(const ms_engine *e) {
         float *part[2];
         int64_t k[2];
         ms_state_layer(NULL, &e->model, il, 1, part, k);
-        if (e->model.layers[il].is_mla) { h.n_mla++; h.mla_pos = k[0] + k[1]; }
+        if (e->model.layers[il].pos_index >= 0) { h.n_mla++; h.mla_pos = k[0] + k[1]; }
         else { h.n_kda++; h.kda_floats = k[0] + k[1]; }
     }
     return h;

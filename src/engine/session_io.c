@@ -45,8 +45,8 @@ static dims session_dims(const ms_session *s) {
     d.kda_S = c->kda_num_heads * c->kda_head_dim * c->kda_head_dim;
     d.kda_conv = 3 * c->kda_num_heads * c->kda_head_dim * (c->short_conv_kernel_size - 1);
     d.n_kda = c->n_kda_layers;
-    d.mla_pos = c->kv_lora_rank + c->qk_rope_head_dim;
-    d.n_mla = c->n_mla_layers;
+    d.mla_pos = c->pos_floats;
+    d.n_mla = c->n_pos_layers;
     d.has_logits = s->has_logits;
     return d;
 }
@@ -114,7 +114,7 @@ static ms_status all_states(ms_session *s, int saving, const dims *d, io *f, cha
     ms_status st = MS_OK;
     for (int pass = 0; pass < 2 && st == MS_OK; pass++)
         for (int il = 0; il < m->n_layer && st == MS_OK; il++)
-            if (m->layers[il].is_mla == pass) st = layer_state(s, il, saving, d, scratch, f, msg, len);
+            if ((m->layers[il].pos_index >= 0) == pass) st = layer_state(s, il, saving, d, scratch, f, msg, len);
     free(scratch);
     return st;
 }

@@ -17,10 +17,12 @@
  *             "format": "mxfp4-pack-quantized", "weights": { "group_size": 32 } } } } } }
  * Invariants: on success every field of ms_config was read from the file (no
  *   defaults) and passed its check; on failure *out is all zero.
- * Does not: look at weights or the tokenizer.
+ * Does not: look at weights or the tokenizer, read gpt-oss's config
+ *   (config_oss.c; ms_config_parse hands it the parsed JSON).
  */
 #include "format/config.h"
 #include "base/file.h"
+#include "format/config_int.h"
 #include "format/json_util.h"
 
 #include <jansson.h>
@@ -39,14 +41,7 @@
 #define P_GROUP "text_config.quantization_config.config_groups.group_0"
 #define P_WEIGHTS "text_config.quantization_config.config_groups.group_0.weights"
 
-typedef struct problems {
-    char buf[4096];
-    size_t len;
-    int n;
-} problems;
-
-static void problem(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void problem(problems *p, const char *fmt, ...) {
+void ms_config_problem(ms_config_problems *p, const char *fmt, ...) {
     p->n++;
     if (p->len + 1 >= sizeof p->buf) return;
     if (p->n > 1) p->len += (size_t)snprintf(p->buf + p->len, sizeof p->buf - p->len, "; ");
@@ -58,6 +53,8 @@ static void problem(problems *p, const char *fmt, ...) {
     if (w > 0) p->len += (size_t)w;
     if (p->len >= sizeof p->buf) p->len = sizeof p->buf - 1;
 }
+#define problem ms_config_problem
+typedef ms_config_problems problems;
 
 enum { O_TEXT, O_LIN, O_WEIGHTS, O_COUNT };
 static const char *const obj_path[O_COUNT] = { P_TEXT, P_LIN, P_WEIGHTS };
@@ -432,8 +429,11 @@ ms_status ms_config_parse(const char *text, size_t n, const char *file,
         return ms_err_set(err, MS_E_NOMEM, "%.200s: cannot allocate the reader", file);
     }
     r->c = out;
+    const json_t *mt = json_is_object(root) ? json_object_get(root, "model_type") : NULL;
     if (!json_is_object(root)) {
         problem(&r->pr, "top level: expected object, found %s", ms_json_type_name(root));
+    } else if (json_is_string(mt) && strcmp(json_string_value(mt), "gpt_oss") == 0) {
+        ms_config_read_oss(root, out, &r->pr);
     } else if (!json_object_get(root, "text_config")) {
         problem(&r->pr, "text_config missing (expected the nested layout of the released "
                         "config.json, with the model's fields under text_config)");
@@ -450,6 +450,8 @@ ms_status ms_config_parse(const char *text, size_t n, const char *file,
         check_string(r, r->obj[O_TEXT], P_TEXT, "topk_method", "noaux_tc");
         check_string(r, g0, P_GROUP, "format", "mxfp4-pack-quantized");
         check_values(r);
+        out->n_pos_layers = out->n_mla_layers;
+        out->pos_floats = out->kv_lora_rank + out->qk_rope_head_dim;
     }
     json_decref(root);
     ms_status st = MS_OK;

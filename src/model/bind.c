@@ -15,7 +15,7 @@
  * it does not exist for that layer.
  * Does not: read weight bytes (except ms_model_validate's few), open files.
  */
-#include "model/model.h"
+#include "model/bind_int.h"
 
 #include "format/sums.h"
 
@@ -25,29 +25,6 @@
 #include <string.h>
 
 #define PFX "language_model.model."
-#define MAX_REGION_TENSORS 64
-
-enum { DT_BF16 = 1 << MS_DT_BF16, DT_F32 = 1 << MS_DT_F32, DT_U8 = 1 << MS_DT_U8 };
-
-typedef struct group {
-    int n;
-    ms_tensor_info synth[MAX_REGION_TENSORS];   /* dry run only */
-    ms_wt *wt[MAX_REGION_TENSORS];
-    const ms_tensor_info *ti[MAX_REGION_TENSORS];
-    int64_t *ext_off[MAX_REGION_TENSORS];   /* where to store the offset instead of wt */
-} group;
-
-/* What a binding works against: a real checkpoint and store, or (dry run,
- * ck == NULL and store == NULL) tensors synthesised from the config with the
- * expected shapes laid out contiguously, and regions recorded as sizes only
- * (m->plan_regions) - so a plan can be made from a config.json alone. */
-typedef struct binder {
-    ms_model *m;
-    const ms_ckpt *ck;
-    ms_store *store;
-    int64_t synth_off;
-} binder;
-
 static void fmt_shape(char *buf, size_t n, int nd, const int64_t *d) {
     size_t at = 0;
     at += (size_t)snprintf(buf + at, n - at, "[");
@@ -70,7 +47,7 @@ static const char *shard_file(const binder *bd, int shard) {
     return bd->ck ? ms_ckpt_shard(bd->ck, shard)->file : "(config)";
 }
 
-static const ms_tensor_info *find(const binder *bd, const char *name) {
+const ms_tensor_info *ms_bind_find(const binder *bd, const char *name) {
     return bd->ck ? ms_ckpt_find(bd->ck, name) : NULL;
 }
 
@@ -89,9 +66,8 @@ static const ms_tensor_info *synth(binder *bd, group *g, int dt_mask, int nd, co
     return t;
 }
 
-static const ms_tensor_info *want(binder *bd, group *g, ms_wt *wt, int64_t *ext_off,
-                                  const char *name, int dt_mask, int nd, const int64_t *dims,
-                                  int flat, ms_err *err) {
+const ms_tensor_info *ms_bind_want(binder *bd, group *g, ms_wt *wt, int64_t *ext_off, const char *name,
+                                   int dt_mask, int nd, const int64_t *dims, int flat, ms_err *err) {
     const ms_tensor_info *ti = bd->ck ? ms_ckpt_find(bd->ck, name) : synth(bd, g, dt_mask, nd, dims);
     char exp_s[128], got_s[128];
     fmt_shape(exp_s, sizeof exp_s, nd, dims);
@@ -126,6 +102,21 @@ static const ms_tensor_info *want(binder *bd, group *g, ms_wt *wt, int64_t *ext_
         for (int i = (flat || nd == 1) ? 0 : 1; i < (flat ? 1 : nd); i++) wt->cols *= dims[i];
     }
     return ti;
+}
+
+void ms_bind_slice(group *g, int64_t *ext_off, const ms_tensor_info *fused, int64_t e) {
+    MS_ASSERT(g->n < MAX_REGION_TENSORS && fused->n_dim >= 2 && e >= 0 && e < fused->shape[0]);
+    ms_tensor_info *t = &g->synth[g->n];
+    *t = *fused;
+    t->n_dim = fused->n_dim - 1;
+    for (int i = 0; i < t->n_dim; i++) t->shape[i] = fused->shape[i + 1];
+    t->numel = fused->numel / fused->shape[0];
+    t->n_bytes = fused->n_bytes / fused->shape[0];
+    t->offset = fused->offset + e * t->n_bytes;
+    g->wt[g->n] = NULL;
+    g->ti[g->n] = t;
+    g->ext_off[g->n] = ext_off;
+    g->n++;
 }
 
 static int cmp_by_offset(const void *a, const void *b) {
@@ -171,7 +162,7 @@ static int down_for(const ms_tensor_info *t) { return t->dtype == MS_DT_BF16 ? (
 
 /* Turn a group into one store region; fill every member's offset. Tensors
  * adjacent in their file share a range unless they need different `down`s. */
-static int make_region(binder *bd, ms_region_class cls, group *g, ms_err *err) {
+int ms_bind_region(binder *bd, ms_region_class cls, group *g, ms_err *err) {
     const ms_tensor_info *sorted[MAX_REGION_TENSORS];
     memcpy(sorted, g->ti, (size_t)g->n * sizeof *sorted);
     qsort(sorted, (size_t)g->n, sizeof *sorted, cmp_by_offset);
@@ -218,18 +209,15 @@ static int make_region(binder *bd, ms_region_class cls, group *g, ms_err *err) {
     return id;
 }
 
-#define D1(a) 1, (int64_t[]){ (a) }
-#define D2(a, b) 2, (int64_t[]){ (a), (b) }
-#define D3(a, b, c) 3, (int64_t[]){ (a), (b), (c) }
 
 /* A layer's tensor by its name after "layers.<il>.", into group g: WANT with
  * the exact shape, WANTV a 1-D weight of n elements in BF16 or F32 (any
  * shape with that many elements). Each returns from the function on error. */
 #define NAME(...) (snprintf(name, sizeof name, PFX "layers.%d." __VA_ARGS__), name)
 #define WANT(wt, dtm, ...) \
-    if (!want(bd, g, (wt), NULL, name, (dtm), __VA_ARGS__, 0, err)) return err->status
+    if (!ms_bind_want(bd, g, (wt), NULL, name, (dtm), __VA_ARGS__, 0, err)) return err->status
 #define WANTV(wt, n) \
-    if (!want(bd, g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
+    if (!ms_bind_want(bd, g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
 
 /* The norms and projections of the attention residuals around layer il. */
 static ms_status bind_residuals(binder *bd, group *g, ms_layer *L, int il, ms_err *err) {
@@ -279,7 +267,7 @@ static ms_status bind_kda(binder *bd, group *g, ms_layer *L, int il, ms_err *err
     NAME("self_attn.v_conv1d.weight", il);       WANT(&L->v_conv, DT_F32, D3(P, 1, K));
     /* f_a_proj's rank is not in the config: take it from the tensor */
     NAME("self_attn.f_a_proj.weight", il);
-    const ms_tensor_info *fa = find(bd, name);
+    const ms_tensor_info *fa = ms_bind_find(bd, name);
     int64_t rank = fa && fa->n_dim == 2 ? fa->shape[0] : hd;
     WANT(&L->f_a, DT_BF16, D2(rank, H));
     NAME("self_attn.f_b_proj.weight", il);       WANT(&L->f_b, DT_BF16, D2(P, rank));
@@ -342,10 +330,10 @@ static ms_status bind_experts(binder *bd, ms_layer *L, int il, ms_err *err) {
             int64_t rows = is_w2 ? lat : I, in = is_w2 ? I : lat;
             int64_t cols = is_scale ? in / gs : in / 2;
             snprintf(name, sizeof name, PFX "layers.%d.block_sparse_moe.experts.%lld.%s", il, (long long)ie, part[k]);
-            if (!want(bd, &eg, NULL, &L->expert_off[ie][k], name, DT_U8, D2(rows, cols), 0, err))
+            if (!ms_bind_want(bd, &eg, NULL, &L->expert_off[ie][k], name, DT_U8, D2(rows, cols), 0, err))
                 return err->status;
         }
-        int rid = make_region(bd, MS_REGION_EXPERT, &eg, err);
+        int rid = ms_bind_region(bd, MS_REGION_EXPERT, &eg, err);
         if (rid < 0) return (ms_status)rid;
         if (ie == 0) L->expert_region0 = rid;
         MS_ASSERT(rid == L->expert_region0 + ie);
@@ -361,12 +349,12 @@ static ms_status bind_layer(binder *bd, int il, ms_err *err) {
     ms_status st = bind_residuals(bd, &g, L, il, err);
     if (st == MS_OK) st = L->is_mla ? bind_mla(bd, &g, L, il, err) : bind_kda(bd, &g, L, il, err);
     if (st != MS_OK) return st;
-    int id = make_region(bd, MS_REGION_TRUNK, &g, err);
+    int id = ms_bind_region(bd, MS_REGION_TRUNK, &g, err);
     if (id < 0) return (ms_status)id;
     L->attn_region = id;
     memset(&g, 0, sizeof g);
     if ((st = bind_ffn(bd, &g, L, il, err)) != MS_OK) return st;
-    if ((id = make_region(bd, MS_REGION_TRUNK, &g, err)) < 0) return (ms_status)id;
+    if ((id = ms_bind_region(bd, MS_REGION_TRUNK, &g, err)) < 0) return (ms_status)id;
     L->ffn_region = id;
     return L->is_dense ? MS_OK : bind_experts(bd, L, il, err);
 }
@@ -388,19 +376,31 @@ static ms_status model_init(ms_model *m, const ms_config *cfg, int layer0, int l
     m->layer0 = layer0;
     m->layer1 = layer1;
     m->head = head;
-    int n_kda = 0, n_mla = 0;
+    const int oss = c->family == MS_FAMILY_GPT_OSS;
+    int n_kda = 0, n_pos = 0;
     for (int il = 0; il < m->n_layer; il++) {
         ms_layer *L = &m->layers[il];
         L->index = il;
         L->is_mla = c->layer_is_mla[il];
+        L->is_sliding = c->layer_is_sliding[il];
         L->is_dense = il < c->first_k_dense_replace;
-        if (il == layer0) { m->kda0 = n_kda; m->mla0 = n_mla; }
-        L->kda_index = L->is_mla ? -1 : n_kda++;
-        L->mla_index = L->is_mla ? n_mla++ : -1;
-        if (il == layer1 - 1) { m->kda1 = n_kda; m->mla1 = n_mla; }
+        if (il == layer0) { m->kda0 = n_kda; m->pos0 = n_pos; }
+        /* K3: an MLA layer keeps a cache per position, a KDA layer a state;
+         * gpt-oss: every layer keeps its keys and values per position */
+        const int pos = oss || L->is_mla;
+        L->kda_index = pos ? -1 : n_kda++;
+        L->pos_index = pos ? n_pos++ : -1;
+        if (il == layer1 - 1) { m->kda1 = n_kda; m->pos1 = n_pos; }
         L->attn_region = L->ffn_region = L->expert_region0 = -1;
     }
     m->embed_region = m->final_region = -1;
+    if (oss) {
+        /* an expert's six slices: gate_up [2I, H] and down [H, I] as blocks,
+         * scales and BF16 biases */
+        const int64_t H = c->hidden_size, I = c->intermediate_size;
+        m->expert_bytes = 2 * I * (H / 2 + H / 32 + 2) + H * (I / 2 + I / 32 + 2);
+        return MS_OK;
+    }
     m->expert_bytes = c->num_experts > 0 ?
         2 * (c->moe_intermediate_size * c->routed_expert_hidden_size / 2 +
              c->moe_intermediate_size * c->routed_expert_hidden_size / c->quant_group_size) +
@@ -409,14 +409,14 @@ static ms_status model_init(ms_model *m, const ms_config *cfg, int layer0, int l
     return MS_OK;
 }
 
-/* The embedding: GLOBAL, read by rows only. */
-static ms_status bind_embed(binder *bd, ms_err *err) {
+/* The embedding (tensor `name`): GLOBAL, read by rows only. */
+ms_status ms_bind_embed(binder *bd, const char *name, ms_err *err) {
     ms_model *m = bd->m;
     group g = {0};
-    if (!want(bd, &g, &m->embed, NULL, PFX "embed_tokens.weight", DT_BF16, D2(m->cfg.vocab_size, m->cfg.hidden_size),
+    if (!ms_bind_want(bd, &g, &m->embed, NULL, name, DT_BF16, D2(m->cfg.vocab_size, m->cfg.hidden_size),
               0, err))
         return err->status;
-    const int id = make_region(bd, MS_REGION_GLOBAL, &g, err);
+    const int id = ms_bind_region(bd, MS_REGION_GLOBAL, &g, err);
     if (id < 0) return (ms_status)id;
     m->embed_region = id;
     if (bd->store) ms_store_mark_sparse(bd->store, id);     /* read by rows only (ms_store_read_part) */
@@ -429,11 +429,11 @@ static ms_status bind_final(binder *bd, ms_err *err) {
     ms_model *m = bd->m;
     const int64_t H = m->cfg.hidden_size;
     group g = {0};
-    if (!want(bd, &g, &m->final_norm, NULL, PFX "norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
-        !want(bd, &g, &m->out_res_norm, NULL, PFX "output_attn_res_norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
-        !want(bd, &g, &m->out_res_proj, NULL, PFX "output_attn_res_proj.weight", DT_BF16 | DT_F32, D1(H), 1, err))
+    if (!ms_bind_want(bd, &g, &m->final_norm, NULL, PFX "norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
+        !ms_bind_want(bd, &g, &m->out_res_norm, NULL, PFX "output_attn_res_norm.weight", DT_BF16 | DT_F32, D1(H), 1, err) ||
+        !ms_bind_want(bd, &g, &m->out_res_proj, NULL, PFX "output_attn_res_proj.weight", DT_BF16 | DT_F32, D1(H), 1, err))
         return err->status;
-    const int id = make_region(bd, MS_REGION_GLOBAL, &g, err);
+    const int id = ms_bind_region(bd, MS_REGION_GLOBAL, &g, err);
     if (id < 0) return (ms_status)id;
     m->final_region = id;
     return MS_OK;
@@ -467,13 +467,13 @@ static int64_t lm_rows_per_chunk(const binder *bd) {
     return rows_per;
 }
 
-/* lm_head, split by rows into TRUNK regions (after the layers: sized by them). */
-static ms_status bind_lm_head(binder *bd, ms_err *err) {
+/* lm_head (tensor `name`), split by rows into TRUNK regions (after the
+ * layers: sized by them). */
+ms_status ms_bind_lm_head(binder *bd, const char *name, ms_err *err) {
     ms_model *m = bd->m;
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, row_bytes = H * 2;
     group g = {0};
-    const ms_tensor_info *lt = want(bd, &g, &m->lm_head, NULL, "language_model.lm_head.weight",
-                                    DT_BF16, D2(V, H), 0, err);
+    const ms_tensor_info *lt = ms_bind_want(bd, &g, &m->lm_head, NULL, name, DT_BF16, D2(V, H), 0, err);
     if (!lt) return err->status;
     const int64_t rows_per = lm_rows_per_chunk(bd);
     m->n_lm_chunks = (int)((V + rows_per - 1) / rows_per);
@@ -503,12 +503,13 @@ ms_status ms_model_bind_part(ms_model *m, const ms_config *cfg, const ms_ckpt *c
     ms_status st = model_init(m, cfg, layer0, layer1, head, err);
     if (st != MS_OK) return st;
     /* the regions in the order of use: embedding, layers, final norms, lm_head */
-    if (head && (st = bind_embed(&b, err)) != MS_OK) return st;
+    if (cfg->family == MS_FAMILY_GPT_OSS) return ms_oss_bind(&b, err);
+    if (head && (st = ms_bind_embed(&b, PFX "embed_tokens.weight", err)) != MS_OK) return st;
     for (int il = layer0; il < layer1; il++)
         if ((st = bind_layer(&b, il, err)) != MS_OK) return st;
     if (!head) return MS_OK;
     if ((st = bind_final(&b, err)) != MS_OK) return st;
-    return bind_lm_head(&b, err);
+    return ms_bind_lm_head(&b, "language_model.lm_head.weight", err);
 }
 
 static ms_status check_finite(const ms_wt *w, ms_store *store, float *buf, int64_t cap, ms_err *err) {
@@ -530,7 +531,8 @@ ms_status ms_model_validate(const ms_model *m, ms_store *store, ms_err *err) {
     const ms_config *c = &m->cfg;
     int64_t cap = c->hidden_size;
     int64_t dims[] = { c->kda_num_heads * c->kda_head_dim, c->num_experts, c->q_lora_rank,
-                       c->kv_lora_rank, c->routed_expert_hidden_size, c->kda_head_dim };
+                       c->kv_lora_rank, c->routed_expert_hidden_size, c->kda_head_dim,
+                       c->num_attention_heads * c->head_dim };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) if (dims[i] > cap) cap = dims[i];
     float *buf = malloc((size_t)cap * sizeof(float));
     if (!buf) return ms_err_set(err, MS_E_NOMEM, "out of memory");
@@ -541,7 +543,8 @@ ms_status ms_model_validate(const ms_model *m, ms_store *store, ms_err *err) {
         const ms_layer *L = &m->layers[il];
         const ms_wt *v[] = { &L->input_norm, &L->post_attn_norm, &L->attn_res_norm, &L->attn_res_proj,
                              &L->mlp_res_norm, &L->mlp_res_proj, &L->dt_bias, &L->a_log, &L->o_norm,
-                             &L->q_a_norm, &L->kv_a_norm, &L->router_bias, &L->lat_norm };
+                             &L->q_a_norm, &L->kv_a_norm, &L->router_bias, &L->lat_norm,
+                             &L->q_bias, &L->k_bias, &L->v_bias, &L->o_bias, &L->sinks };
         for (size_t i = 0; i < sizeof v / sizeof v[0] && st == MS_OK; i++)
             if (v[i]->name) st = check_finite(v[i], store, buf, cap, err);
     }

@@ -18,6 +18,7 @@
  * scratch), or choose the cache's eviction policy (the store does).
  */
 #include "model/forward_int.h"
+#include "model/oss/oss.h"
 
 #include <string.h>
 
@@ -36,11 +37,15 @@ static int64_t guesses_per_layer(const ms_config *cf) {
 static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const uint8_t *nb, int64_t n_max) {
     const ms_config *cf = &c->m->cfg;
     const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
-    ms_mm_bf16(c, f->prl, E, nb, &N->router, f->x, H, 1);
-    const float *bias = ms_fwd_vec(nb, &N->router_bias, f->vec0);
     float *choice = f->tmp;
-    c->m->kern->sigmoidf_n(choice, f->prl, E);
-    for (int64_t e = 0; e < E; e++) choice[e] = choice[e] + bias[e];
+    if (cf->family == MS_FAMILY_GPT_OSS) {
+        ms_oss_router_logits(c, choice, N, nb, f->x, 1, f->vec0);     /* the router's own choice */
+    } else {
+        ms_mm_bf16(c, f->prl, E, nb, &N->router, f->x, H, 1);
+        const float *bias = ms_fwd_vec(nb, &N->router_bias, f->vec0);
+        c->m->kern->sigmoidf_n(choice, f->prl, E);
+        for (int64_t e = 0; e < E; e++) choice[e] = choice[e] + bias[e];
+    }
     ms_topk(choice, E, k, f->psel);
     const int64_t n = n_max < k ? n_max : k;
     for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];

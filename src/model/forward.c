@@ -28,6 +28,7 @@
  * engine does, through ms_fwd_ctx.next).
  */
 #include "model/forward_int.h"
+#include "model/oss/oss.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -179,9 +180,12 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
     const ms_config *c = &m->cfg;
     const int64_t H = c->hidden_size;
     const int64_t P = c->kda_num_heads * c->kda_head_dim, nh = c->num_attention_heads;
-    const int64_t E = c->num_experts, k = c->num_experts_per_token, lat = c->routed_expert_hidden_size;
+    const int oss = c->family == MS_FAMILY_GPT_OSS;
+    const int64_t E = c->num_experts, k = c->num_experts_per_token;
+    /* the experts' input width, and the widest FFN hidden (gpt-oss: gate_up's 2I rows) */
+    const int64_t lat = oss ? H : c->routed_expert_hidden_size;
     const int64_t S = c->num_shared_experts * c->moe_intermediate_size;
-    int64_t wide = c->intermediate_size;
+    int64_t wide = oss ? 2 * c->intermediate_size : c->intermediate_size;
     if (S > wide) wide = S;
     if (c->moe_intermediate_size > wide) wide = c->moe_intermediate_size;
     int64_t vmax = H;
@@ -190,6 +194,8 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
     if (c->q_lora_rank > vmax) vmax = c->q_lora_rank;
     if (c->kv_lora_rank > vmax) vmax = c->kv_lora_rank;
     if (lat > vmax) vmax = lat;
+    if (wide > vmax) vmax = wide;
+    if (nh * c->head_dim > vmax) vmax = nh * c->head_dim;
     int64_t fa_rank = c->kda_head_dim;
     for (int il = 0; il < m->n_layer; il++)
         if (!m->layers[il].is_mla && m->layers[il].f_a.rows > fa_rank) fa_rank = m->layers[il].f_a.rows;
@@ -213,6 +219,11 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
         f->mg = TF(T * nh * c->v_head_dim);
         f->mo = TF(T * nh * c->v_head_dim);
     }
+    if (oss) {
+        f->q = TF(T * nh * c->head_dim);
+        f->ckv = TF(T * c->pos_floats);
+        f->mo = TF(T * nh * c->head_dim);
+    }
     f->fg = TF(T * wide); f->fu = TF(T * wide);
     if (E > 0) {
         f->rl = TF(T * E); f->selw = TF(T * k);
@@ -232,15 +243,17 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
 #undef TF
 #undef TI
 
-/* Attention scratch per head: q [pw doubles = 2 pw floats], ol [kvr], scores [n_ctx]. */
+/* Attention scratch per head: K3's MLA q [pw doubles = 2 pw floats], ol
+ * [kvr], scores [n_ctx]; gpt-oss's scores [n_ctx]. */
 static int64_t att_stride_for(const ms_config *c, int64_t n_ctx) {
+    if (c->family == MS_FAMILY_GPT_OSS) return n_ctx + (n_ctx & 1);
     const int64_t pw = c->kv_lora_rank + c->qk_rope_head_dim;
     const int64_t n = 2 * pw + c->kv_lora_rank + n_ctx;
     return n + (n & 1);         /* even, so every head's q doubles stay 8-byte aligned */
 }
 
 static int64_t att_floats(const ms_config *c, int64_t n_ctx) {
-    return c->n_mla_layers ? c->num_attention_heads * att_stride_for(c, n_ctx) : 0;
+    return c->n_pos_layers ? c->num_attention_heads * att_stride_for(c, n_ctx) : 0;
 }
 
 int64_t ms_fwd_bytes(const ms_model *m, int64_t max_T, int64_t max_ctx) {
@@ -266,7 +279,7 @@ ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *er
 
 /* Attention scratch depends on the context length: [nh][att_stride_for(n_ctx)]. */
 static ms_status ensure_att(ms_fwd *f, const ms_config *c, int64_t n_ctx, ms_err *err) {
-    if (c->n_mla_layers == 0) return MS_OK;
+    if (c->n_pos_layers == 0) return MS_OK;
     int64_t need = att_stride_for(c, n_ctx);
     if (f->att && f->att_stride >= need) return MS_OK;
     int64_t stride = need < 1024 ? 1024 : need;      /* both even */
@@ -358,7 +371,8 @@ static ms_status ffn_part(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t T
         ms_xio_dense_layer(c, f, L, T);
         ms_dense_mlp(c, f, &L->mlp_gate, &L->mlp_up, &L->mlp_down, base, f->x, f->ffn, T);
     } else {
-        const ms_status s = ms_moe_forward(c, f, L, base, T, keep, err);
+        const ms_status s = c->m->cfg.family == MS_FAMILY_GPT_OSS ? ms_oss_moe_forward(c, f, L, base, T, keep, err)
+                                                                   : ms_moe_forward(c, f, L, base, T, keep, err);
         if (s != MS_OK) { ms_store_release(c->store, L->ffn_region); return s; }
     }
     for (int64_t i = 0; i < T * H; i++) f->run[i] = f->run[i] + f->ffn[i];
@@ -374,7 +388,9 @@ static ms_status layers(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, 
     ms_status s;
     for (int il = m->layer0; il < m->layer1; il++) {
         const ms_layer *L = &m->layers[il];
-        if ((s = attention_part(c, f, seg, nseg, L, T, nb, err)) != MS_OK) return s;
+        s = m->cfg.family == MS_FAMILY_GPT_OSS ? ms_oss_attention_part(c, f, seg, nseg, L, T, err)
+                                               : attention_part(c, f, seg, nseg, L, T, nb, err);
+        if (s != MS_OK) return s;
         if ((s = ffn_part(c, f, L, T, keep, err)) != MS_OK) return s;
         ms_xio_layer_end(c, f, il, *nb, T);
     }
@@ -391,18 +407,23 @@ static ms_status head_rows(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
     const ms_model *m = c->m;
     const int64_t H = m->cfg.hidden_size;
     const float eps = (float)m->cfg.rms_norm_eps;
+    const int oss = m->cfg.family == MS_FAMILY_GPT_OSS;     /* a plain final norm: no residual read */
     const uint8_t *fb = ms_store_acquire(c->store, m->final_region, err);
     if (!fb) return ms_fwd_with_context(err, err->status, "after the last layer: final norms");
-    const float *wn = ms_fwd_vec(fb, &m->out_res_norm, f->vec0);
-    const float *wp = ms_fwd_vec(fb, &m->out_res_proj, f->vec1);
+    const float *wn = oss ? NULL : ms_fwd_vec(fb, &m->out_res_norm, f->vec0);
+    const float *wp = oss ? NULL : ms_fwd_vec(fb, &m->out_res_proj, f->vec1);
     const float *fn = ms_fwd_vec(fb, &m->final_norm, f->vec2);
     int64_t n = 0;
     for (int64_t t = 0, is = 0, end = seg[0].T; t < T; t++) {
         const int last = t == end - 1;
         if (last && ++is < nseg) end += seg[is].T;
         if (!every && !last) continue;
-        ms_res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
-        ms_rmsnorm(f->y + n * H, f->h + t * H, fn, H, eps);
+        if (oss) {
+            ms_rmsnorm(f->y + n * H, f->run + t * H, fn, H, eps);
+        } else {
+            ms_res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
+            ms_rmsnorm(f->y + n * H, f->h + t * H, fn, H, eps);
+        }
         n++;
     }
     MS_ASSERT(n == (every ? T : nseg));
@@ -653,6 +674,7 @@ ms_status ms_forward_stage(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
 }
 
 int64_t ms_bank_snapshots(const ms_config *c) {
+    if (c->family == MS_FAMILY_GPT_OSS) return 0;       /* no attention residuals */
     return (c->num_hidden_layers + c->attn_res_block_size - 1) / c->attn_res_block_size + 1;
 }
 

@@ -135,6 +135,12 @@ ms_status ms_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint
                          ms_err *err);
 /* top-k of choice[0, E) by value, ties to the lower index, in descending order */
 void ms_topk(const float *choice, int64_t E, int64_t k, int32_t *idx);
+/* The rows src [T, width] of the tokens that chose expert e (f->sel [T, k]),
+ * in token order, into f->zg (f->etok / f->eslot: each row's token and
+ * slot); how many. */
+int64_t ms_moe_gather(ms_fwd *f, const float *src, int64_t e, int64_t T, int64_t k, int64_t width);
+/* The expert's n output rows f->eo [n, width] to f->ey at their (token, slot). */
+void ms_moe_scatter(ms_fwd *f, int64_t n, int64_t k, int64_t width);
 
 /* ---- expert I/O policy (expert_io.c) ----
  * The math asks for one layer's routed experts through this interface and

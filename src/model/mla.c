@@ -109,7 +109,7 @@ void ms_mla_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, cons
     /* attention, one segment (sequence) at a time over its own cache */
     for (int is = 0, t0 = 0; is < nseg; t0 += (int)seg[is].T, is++) {
         const ms_state *st = seg[is].st;
-        float *cache = st->mla_cache[L->mla_index];
+        float *cache = st->pos_cache[L->pos_index];
         for (int64_t t = t0; t < t0 + seg[is].T; t++) {
             float *ce = cache + (st->n_past + t - t0) * pw;
             ms_rmsnorm(ce, f->ckv + t * pw, kvn, kvr, eps);         /* c_kv normed */

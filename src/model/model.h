@@ -1,5 +1,12 @@
-/* model/model.h - Kimi K3: weights bound by their released names, per-session
- * state, and the forward pass over a chunk of tokens.
+/* model/model.h - the model families (Kimi K3; gpt-oss in model/oss/):
+ * weights bound by their released names, per-session state, and the forward
+ * pass over a chunk of tokens.
+ *
+ * The family seam: ms_config.family picks the binding (bind.c or
+ * oss/bind.c) and, per layer, the mixer, the FFN and the head's norm
+ * (forward.c calls into oss/ for gpt-oss). Everything else - the store's
+ * regions, expert I/O, the pass modes (batched, pipelined, scored,
+ * recorded), the state's per-position caches, sessions - is shared.
  *
  * Owns: the mapping from tensor names to typed views inside store regions
  *   (shape and dtype checked at bind: a wrong or missing tensor is a load error
@@ -42,6 +49,8 @@ typedef struct ms_wt {
 } ms_wt;
 
 enum { MS_EXP_W1P, MS_EXP_W1S, MS_EXP_W2P, MS_EXP_W2S, MS_EXP_W3P, MS_EXP_W3S, MS_EXP_N };
+/* A gpt-oss expert's six slices of its layer's fused tensors, in the same slots. */
+enum { MS_OSS_GU_P, MS_OSS_GU_S, MS_OSS_DN_P, MS_OSS_DN_S, MS_OSS_GU_B, MS_OSS_DN_B };
 
 typedef struct ms_layer {
     int is_mla, is_dense;
@@ -59,7 +68,13 @@ typedef struct ms_layer {
     ms_wt router, router_bias, lat_down, lat_norm, lat_up, sh_gate, sh_up, sh_down;
     int expert_region0;         /* expert ie is region expert_region0 + ie */
     int64_t (*expert_off)[MS_EXP_N];   /* [n_expert][6] byte offsets in its region */
-    int kda_index, mla_index;   /* index among KDA / MLA layers, -1 if not */
+    /* gpt-oss: GQA with biases and sinks (q/k/v/o_proj above); router and
+     * router_bias above (MoE with biases) */
+    ms_wt q_bias, k_bias, v_bias, o_bias, sinks;
+    int is_sliding;             /* keys limited to the last cfg.sliding_window */
+    int kda_index;              /* index among KDA layers, -1 if not one */
+    int pos_index;              /* index among the layers with a cache per position
+                                   (K3's MLA layers, every gpt-oss layer), -1 if not */
     int index;                  /* the layer's own index */
 } ms_layer;
 
@@ -71,10 +86,10 @@ typedef struct ms_model {
      * model otherwise): layers [layer0, layer1), with `head` the embedding,
      * the final norms and lm_head. Layers outside are not bound (regions -1),
      * and the per-session state holds only the part's KDA layers
-     * [kda0, kda1) and MLA layers [mla0, mla1) (indices kda_index /
-     * mla_index; the other entries NULL). */
+     * [kda0, kda1) and position-cache layers [pos0, pos1) (indices kda_index /
+     * pos_index; the other entries NULL). */
     int layer0, layer1, head;
-    int kda0, kda1, mla0, mla1;
+    int kda0, kda1, pos0, pos1;
     int embed_region, final_region;
     ms_wt embed, final_norm, out_res_norm, out_res_proj;
     /* lm_head is split by rows into regions no larger than the largest layer
@@ -117,7 +132,7 @@ typedef struct ms_state {
     int64_t max_ctx;
     float **kda_S;              /* [n_kda][heads * dk * dv] */
     float **kda_conv;           /* [n_kda][3 * C * (K-1)]  q,k,v histories, oldest first */
-    float **mla_cache;          /* [n_mla][max_ctx * (kv_lora + rope)] */
+    float **pos_cache;          /* [n_pos_layers][max_ctx * cfg.pos_floats] */
 } ms_state;
 
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err);

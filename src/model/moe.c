@@ -86,19 +86,23 @@ static void route(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *ba
     }
 }
 
-/* The latents of the tokens that chose expert e, in token order, into f->zg
- * (f->etok / f->eslot: each row's token and slot). Returns how many. */
-static int64_t gather(ms_fwd *f, int64_t e, int64_t T, int64_t k, int64_t lat) {
+int64_t ms_moe_gather(ms_fwd *f, const float *src, int64_t e, int64_t T, int64_t k, int64_t width) {
     int64_t n = 0;
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < k; j++)
             if (f->sel[t * k + j] == e) {
                 f->etok[n] = (int32_t)t;
                 f->eslot[n] = (int32_t)j;
-                memcpy(f->zg + n * lat, f->z + t * lat, (size_t)lat * sizeof(float));
+                memcpy(f->zg + n * width, src + t * width, (size_t)width * sizeof(float));
                 n++;
             }
     return n;
+}
+
+void ms_moe_scatter(ms_fwd *f, int64_t n, int64_t k, int64_t width) {
+    for (int64_t r = 0; r < n; r++)
+        memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * width, f->eo + r * width,
+               (size_t)width * sizeof(float));
 }
 
 /* One routed expert (its six tensors at eb) over the n gathered rows:
@@ -111,8 +115,7 @@ static void expert(ms_fwd_ctx *c, ms_fwd *f, const int64_t *off, const uint8_t *
     ms_mm_mxfp4(c, f->fu, Im, eb + off[MS_EXP_W3P], eb + off[MS_EXP_W3S], Im, lat, f->zg, lat, n);
     situ_rows(c, f->fg, f->fg, f->fu, n * Im);
     ms_mm_mxfp4(c, f->eo, lat, eb + off[MS_EXP_W2P], eb + off[MS_EXP_W2S], lat, Im, f->fg, Im, n);
-    for (int64_t r = 0; r < n; r++)
-        memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * lat, f->eo + r * lat, (size_t)lat * sizeof(float));
+    ms_moe_scatter(f, n, k, lat);
 }
 
 /* f->ffn = lat_up(RMSNorm(sum_j w_j y_j)) + the shared experts' output (in
@@ -154,7 +157,7 @@ ms_status ms_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint
     /* one expert at a time, in the order the policy gives, each read once per chunk */
     for (int iu = 0; iu < x.n_used; iu++) {
         const int64_t e = x.region[iu] - L->expert_region0;
-        const int64_t n = gather(f, e, T, k, lat);
+        const int64_t n = ms_moe_gather(f, f->z, e, T, k, lat);
         const uint8_t *eb;
         const ms_status st = ms_xio_acquire(c, &x, iu, n > 0 ? f->etok[n - 1] : -1, &eb, err);
         if (st != MS_OK) return st;

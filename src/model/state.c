@@ -1,6 +1,8 @@
 /* model/state.c - per-session state: KDA recurrent state and conv history per
- * KDA layer, the latent MLA cache per MLA layer (kv_lora_rank normed c_kv +
- * qk_rope_head_dim k_rope floats per position; spec 4.4), all fp32. */
+ * KDA layer, and a cache per position for every other layer: K3's latent MLA
+ * cache (kv_lora_rank normed c_kv + qk_rope_head_dim k_rope floats; spec
+ * 4.4), gpt-oss's keys and values (2 * kv heads * head_dim floats); fp32.
+ * cfg.pos_floats is the floats per position either way. */
 #include "model/model.h"
 
 #include <stdlib.h>
@@ -12,24 +14,21 @@ static int64_t kda_S_floats(const ms_config *c) {
 static int64_t kda_conv_floats(const ms_config *c) {
     return 3 * c->kda_num_heads * c->kda_head_dim * (c->short_conv_kernel_size - 1);
 }
-static int64_t mla_pos_floats(const ms_config *c) {
-    return c->kv_lora_rank + c->qk_rope_head_dim;
-}
 
 int64_t ms_state_bytes(const ms_model *m, int64_t max_ctx) {
     const ms_config *c = &m->cfg;
     return (int64_t)sizeof(float) * ((m->kda1 - m->kda0) * (kda_S_floats(c) + kda_conv_floats(c) + 1) +
-                                     (m->mla1 - m->mla0) * max_ctx * mla_pos_floats(c));
+                                     (m->pos1 - m->pos0) * max_ctx * c->pos_floats);
 }
 
 void ms_state_layer(const ms_state *st, const ms_model *m, int il, int64_t n_past, float *part[2], int64_t n[2]) {
     const ms_config *c = &m->cfg;
     const ms_layer *L = &m->layers[il];
     const int here = il >= m->layer0 && il < m->layer1 && st;
-    n[0] = L->is_mla ? n_past * mla_pos_floats(c) : kda_S_floats(c);
-    n[1] = L->is_mla ? 0 : kda_conv_floats(c);
-    part[0] = !here ? NULL : L->is_mla ? st->mla_cache[L->mla_index] : st->kda_S[L->kda_index];
-    part[1] = !here || L->is_mla ? NULL : st->kda_conv[L->kda_index];
+    n[0] = L->pos_index >= 0 ? n_past * c->pos_floats : kda_S_floats(c);
+    n[1] = L->pos_index >= 0 ? 0 : kda_conv_floats(c);
+    part[0] = !here ? NULL : L->pos_index >= 0 ? st->pos_cache[L->pos_index] : st->kda_S[L->kda_index];
+    part[1] = !here || L->pos_index >= 0 ? NULL : st->kda_conv[L->kda_index];
 }
 
 ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err) {
@@ -38,16 +37,16 @@ ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err
     st->max_ctx = max_ctx;
     st->kda_S = calloc((size_t)(c->n_kda_layers + 1), sizeof *st->kda_S);
     st->kda_conv = calloc((size_t)(c->n_kda_layers + 1), sizeof *st->kda_conv);
-    st->mla_cache = calloc((size_t)(c->n_mla_layers + 1), sizeof *st->mla_cache);
-    if (!st->kda_S || !st->kda_conv || !st->mla_cache) goto oom;
+    st->pos_cache = calloc((size_t)(c->n_pos_layers + 1), sizeof *st->pos_cache);
+    if (!st->kda_S || !st->kda_conv || !st->pos_cache) goto oom;
     for (int64_t i = m->kda0; i < m->kda1; i++) {
         st->kda_S[i] = calloc((size_t)kda_S_floats(c), sizeof(float));
         st->kda_conv[i] = calloc((size_t)kda_conv_floats(c) + 1, sizeof(float));
         if (!st->kda_S[i] || !st->kda_conv[i]) goto oom;
     }
-    for (int64_t i = m->mla0; i < m->mla1; i++) {
-        st->mla_cache[i] = malloc((size_t)(max_ctx * mla_pos_floats(c)) * sizeof(float));
-        if (!st->mla_cache[i]) goto oom;
+    for (int64_t i = m->pos0; i < m->pos1; i++) {
+        st->pos_cache[i] = malloc((size_t)(max_ctx * c->pos_floats) * sizeof(float));
+        if (!st->pos_cache[i]) goto oom;
     }
     return MS_OK;
 oom:
@@ -60,10 +59,10 @@ void ms_state_free(ms_state *st, const ms_model *m) {
     const ms_config *c = &m->cfg;
     for (int64_t i = 0; st->kda_S && i < c->n_kda_layers; i++) free(st->kda_S[i]);
     for (int64_t i = 0; st->kda_conv && i < c->n_kda_layers; i++) free(st->kda_conv[i]);
-    for (int64_t i = 0; st->mla_cache && i < c->n_mla_layers; i++) free(st->mla_cache[i]);
+    for (int64_t i = 0; st->pos_cache && i < c->n_pos_layers; i++) free(st->pos_cache[i]);
     free(st->kda_S);
     free(st->kda_conv);
-    free(st->mla_cache);
+    free(st->pos_cache);
     memset(st, 0, sizeof *st);
 }
 
@@ -74,8 +73,8 @@ void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m) {
         memcpy(dst->kda_S[i], src->kda_S[i], (size_t)kda_S_floats(c) * sizeof(float));
         memcpy(dst->kda_conv[i], src->kda_conv[i], (size_t)kda_conv_floats(c) * sizeof(float));
     }
-    for (int64_t i = m->mla0; i < m->mla1; i++)
-        memcpy(dst->mla_cache[i], src->mla_cache[i], (size_t)(src->n_past * mla_pos_floats(c)) * sizeof(float));
+    for (int64_t i = m->pos0; i < m->pos1; i++)
+        memcpy(dst->pos_cache[i], src->pos_cache[i], (size_t)(src->n_past * c->pos_floats) * sizeof(float));
     dst->n_past = src->n_past;
 }
 
