@@ -41,7 +41,7 @@
 
 #define MIB ((int64_t)1 << 20)
 
-typedef struct tdef { const char *name; int64_t n; } tdef;
+typedef struct tdef { const char *name; int64_t n, rows; } tdef;   /* rows > 0: shape [rows, n / rows] */
 
 /* A U8 safetensors file with the given tensors; byte j of tensor i = (i * 31 + j * 7) & 255. */
 static void write_shard(const char *path, const tdef *t, int n) {
@@ -49,8 +49,11 @@ static void write_shard(const char *path, const tdef *t, int n) {
     int len = snprintf(hdr, sizeof hdr, "{");
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
-        len += snprintf(hdr + len, sizeof hdr - (size_t)len, "%s\"%s\": {\"dtype\": \"U8\", \"shape\": [%lld], \"data_offsets\": [%lld, %lld]}",
-                        i ? ", " : "", t[i].name, (long long)t[i].n, (long long)at, (long long)(at + t[i].n));
+        char shape[64];
+        if (t[i].rows > 0) snprintf(shape, sizeof shape, "%lld, %lld", (long long)t[i].rows, (long long)(t[i].n / t[i].rows));
+        else snprintf(shape, sizeof shape, "%lld", (long long)t[i].n);
+        len += snprintf(hdr + len, sizeof hdr - (size_t)len, "%s\"%s\": {\"dtype\": \"U8\", \"shape\": [%s], \"data_offsets\": [%lld, %lld]}",
+                        i ? ", " : "", t[i].name, shape, (long long)at, (long long)(at + t[i].n));
         at += t[i].n;
     }
     len += snprintf(hdr + len, sizeof hdr - (size_t)len, "}");
@@ -269,8 +272,8 @@ static void generated(const char *tmp) {
     mkdir(d1, 0755);
     mkdir(d2, 0755);
     const int64_t big = 5 * MIB / 2 + 123;
-    const tdef a[] = { { "small.a", 100 }, { "big", big }, { "empty", 0 }, { "small.b", 4096 } };
-    const tdef b[] = { { "exactly.one", MIB }, { "tail", 7 } };
+    const tdef a[] = { { "small.a", 100, 0 }, { "big", big, 0 }, { "empty", 0, 0 }, { "small.b", 4096, 0 } };
+    const tdef b[] = { { "exactly.one", MIB, 0 }, { "tail", 7, 0 } };
     snprintf(s1, sizeof s1, "%s/a.safetensors", d1);
     snprintf(s2, sizeof s2, "%s/b.safetensors", d1);
     write_shard(s1, a, 4);
@@ -390,7 +393,7 @@ static void generated(const char *tmp) {
     CHECK(ms_sums_load(bad, ck, &x, &err) == MS_E_MODEL && strstr(err.msg, "truncated"), "cut to the header: '%s'", err.msg);
     ms_sums_free(x);
     /* another checkpoint: same sizes, one tensor renamed */
-    const tdef a2[] = { { "small.a", 100 }, { "big", big }, { "empty", 0 }, { "small.c", 4096 } };
+    const tdef a2[] = { { "small.a", 100, 0 }, { "big", big, 0 }, { "empty", 0, 0 }, { "small.c", 4096, 0 } };
     char s3[4300], s4[4300], sums2[4300];
     snprintf(s3, sizeof s3, "%s/a.safetensors", d2);
     snprintf(s4, sizeof s4, "%s/b.safetensors", d2);
@@ -445,7 +448,7 @@ static void meta_files(const char *tmp) {
     snprintf(d, sizeof d, "%s/meta", tmp);
     mkdir(d, 0755);
     snprintf(shard, sizeof shard, "%s/a.safetensors", d);
-    const tdef a[] = { { "x", 3000 }, { "y", 10 } };
+    const tdef a[] = { { "x", 3000, 0 }, { "y", 10, 0 } };
     write_shard(shard, a, 2);
     snprintf(cfg, sizeof cfg, "%s/config.json", d);
     snprintf(tok, sizeof tok, "%s/tiktoken.model", d);
@@ -508,10 +511,71 @@ static void meta_files(const char *tmp) {
     ms_ckpt_close(ck);
 }
 
+/* A tensor fusing a layer's experts along its first dimension (gpt-oss's
+ * mlp.experts.*_blocks / _scales / _bias) is hashed per expert slice, so one
+ * expert's slice is a range of whole blocks; any other tensor is hashed from
+ * its start. Slices of 1.5 MiB: two blocks each (1 MiB and 0.5 MiB). */
+static void fused_units(const char *tmp) {
+    char d[4200], s1[4300];
+    snprintf(d, sizeof d, "%s/fused", tmp);
+    mkdir(d, 0755);
+    const int64_t slice = 3 * MIB / 2;
+    const tdef t[] = { { "model.layers.0.mlp.experts.gate_up_proj_blocks", 3 * slice, 3 },
+                       { "model.layers.0.mlp.router.weight", 3 * slice, 3 } };
+    snprintf(s1, sizeof s1, "%s/model.safetensors", d);
+    write_shard(s1, t, 2);
+    ms_err err;
+    ms_err_clear(&err);
+    ms_ckpt *ck = NULL;
+    ms_sums *sm = NULL;
+    CHECK(ms_ckpt_open(d, &ck, &err) == MS_OK, "%s", err.msg);
+    if (!ck) return;
+    CHECK(ms_sums_build(ck, NULL, &sm, &err) == MS_OK, "build: %s", err.msg);
+    if (!sm) { ms_ckpt_close(ck); return; }
+    CHECK(ms_sums_n_blocks(sm) == 3 * 2 + 5, "n_blocks %lld, want 11 (3 slices x 2, then 5)",
+          (long long)ms_sums_n_blocks(sm));
+    const ms_tensor_info *fu = ms_ckpt_find(ck, t[0].name), *ro = ms_ckpt_find(ck, t[1].name);
+    int64_t c0 = 0, c1 = 0;
+    ms_err_clear(&err);
+    CHECK(ms_sums_cover(sm, fu->shard, fu->offset + slice, slice, &c0, &c1, &err) == MS_OK &&
+          c0 == fu->offset + slice && c1 == fu->offset + 2 * slice, "a fused slice is whole blocks: [%lld, %lld)",
+          (long long)(c0 - fu->offset), (long long)(c1 - fu->offset));
+    ms_err_clear(&err);
+    CHECK(ms_sums_cover(sm, ro->shard, ro->offset + slice, slice, &c0, &c1, &err) == MS_OK &&
+          c0 == ro->offset + MIB && c1 == ro->offset + 3 * MIB, "another tensor's blocks run from its start: [%lld, %lld)",
+          (long long)(c0 - ro->offset), (long long)(c1 - ro->offset));
+    uint8_t *b = read_range(s1, fu->offset + slice, slice);
+    ms_err_clear(&err);
+    CHECK(b && ms_sums_check(sm, fu->shard, fu->offset + slice, slice, b, &err) == MS_OK, "slice 1: %s", err.msg);
+    ms_err_clear(&err);
+    CHECK(b && ms_sums_check(sm, fu->shard, fu->offset + slice + MIB, slice - MIB, b + MIB, &err) == MS_OK,
+          "slice 1's short block: %s", err.msg);
+    ms_err_clear(&err);
+    CHECK(b && ms_sums_check(sm, fu->shard, fu->offset + slice, MIB + 5, b, &err) == MS_E_INTERNAL,
+          "a range ending inside a slice's block is refused (got '%s')", err.msg);
+    if (b) b[slice - 1] ^= 1;
+    ms_err_clear(&err);
+    CHECK(b && ms_sums_check(sm, fu->shard, fu->offset + slice, slice, b, &err) == MS_E_IO && strstr(err.msg, t[0].name),
+          "a changed byte of slice 1 is found: '%s'", err.msg);
+    free(b);
+    /* compare names slice 2's second block */
+    flip_file_byte(s1, fu->offset + 2 * slice + MIB + 9);
+    bad_seen seen = { 0 };
+    int64_t nt = 0, nb = 0;
+    ms_err_clear(&err);
+    CHECK(ms_sums_compare(sm, NULL, on_bad, &seen, &nt, &nb, &err) == MS_OK && nt == 1 && nb == 1 &&
+          seen.begin == fu->offset + 2 * slice + MIB && seen.end == fu->offset + 3 * slice,
+          "compare: %lld tensors %lld blocks, [%lld, %lld)", (long long)nt, (long long)nb,
+          (long long)(seen.begin - fu->offset), (long long)(seen.end - fu->offset));
+    ms_sums_free(sm);
+    ms_ckpt_close(ck);
+}
+
 int main(void) {
     char tmp[] = "/tmp/ms_test_sums_XXXXXX";
     if (!mkdtemp(tmp)) { CHECK(0, "mkdtemp"); return CHECK_DONE("test_sums"); }
     generated(tmp);
+    fused_units(tmp);
     meta_files(tmp);
     const char *td = getenv("MS_TESTDATA");
     if (td) {

@@ -42,6 +42,7 @@ struct ms_sums {
     const ms_ckpt *ck;
     int64_t n_tensors, n_blocks;
     int64_t *first;             /* [n_tensors + 1] first block of tensor i */
+    int64_t *unit;              /* [n_tensors] bytes of tensor i's units (sums_unit) */
     uint64_t *hash;             /* [n_blocks] */
     uint64_t table_hash;
     int n_shards;
@@ -63,6 +64,38 @@ static const int64_t META_MAX[MS_SUMS_N_META] = {
 
 
 static int64_t n_blocks_of(int64_t n_bytes) { return (n_bytes + B - 1) / B; }
+
+static int ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+/* The bytes of a tensor's units: blocks are counted from each unit's start.
+ * A unit is the whole tensor, except in a tensor that fuses a layer's
+ * experts along its first dimension (gpt-oss: model.layers.N.mlp.experts.
+ * *_blocks / *_scales / *_bias), where it is one expert's slice, so a read of
+ * one expert is made of whole blocks and can be checked as it lands. */
+static int64_t sums_unit(const ms_tensor_info *t) {
+    const int fused = t->n_dim >= 2 && t->shape[0] > 1 && strstr(t->name, ".mlp.experts.") &&
+                      (ends_with(t->name, "_blocks") || ends_with(t->name, "_scales") || ends_with(t->name, "_bias"));
+    if (!fused || t->n_bytes % t->shape[0] != 0) return t->n_bytes > 0 ? t->n_bytes : 1;
+    return t->n_bytes / t->shape[0];
+}
+
+static int64_t tensor_blocks(const ms_tensor_info *t, int64_t unit) {
+    return t->n_bytes <= 0 ? 0 : (t->n_bytes / unit) * n_blocks_of(unit) + n_blocks_of(t->n_bytes % unit);
+}
+
+/* Tensor i's block holding its byte p: the block's index in hash[], and its
+ * [*b0, *b1) in tensor bytes. */
+static int64_t block_at(const ms_sums *s, int64_t i, int64_t p, int64_t *b0, int64_t *b1) {
+    const int64_t U = s->unit[i], u = p / U, k = (p % U) / B, n = ms_ckpt_tensor(s->ck, i)->n_bytes;
+    *b0 = u * U + k * B;
+    *b1 = *b0 + B;
+    if (*b1 > (u + 1) * U) *b1 = (u + 1) * U;
+    if (*b1 > n) *b1 = n;
+    return s->first[i] + u * n_blocks_of(U) + k;
+}
 
 uint64_t ms_sums_table_hash(const ms_ckpt *ck) {
     XXH3_state_t *x = XXH3_createState();
@@ -103,6 +136,7 @@ void ms_sums_free(ms_sums *s) {
     free(s->by_off);
     free(s->n_by_off);
     free(s->first);
+    free(s->unit);
     free(s->hash);
     free(s);
 }
@@ -125,14 +159,16 @@ static ms_status skeleton(const ms_ckpt *ck, ms_sums **out, ms_err *err) {
     s->n_tensors = ms_ckpt_n_tensors(ck);
     s->n_shards = ms_ckpt_n_shards(ck);
     s->first = malloc(((size_t)s->n_tensors + 1) * sizeof *s->first);
+    s->unit = malloc(((size_t)s->n_tensors + 1) * sizeof *s->unit);
     s->by_off = calloc((size_t)s->n_shards + 1, sizeof *s->by_off);
     s->n_by_off = calloc((size_t)s->n_shards + 1, sizeof *s->n_by_off);
-    if (!s->first || !s->by_off || !s->n_by_off) goto nomem;
+    if (!s->first || !s->unit || !s->by_off || !s->n_by_off) goto nomem;
     int64_t nb = 0;
     for (int64_t i = 0; i < s->n_tensors; i++) {
         const ms_tensor_info *t = ms_ckpt_tensor(ck, i);
         s->first[i] = nb;
-        nb += n_blocks_of(t->n_bytes);
+        s->unit[i] = sums_unit(t);
+        nb += tensor_blocks(t, s->unit[i]);
         if (t->n_bytes > 0) s->n_by_off[t->shard]++;
     }
     s->first[s->n_tensors] = nb;
@@ -178,8 +214,10 @@ static void window_fill(const ms_sums *s, const int *file, window *w, int64_t *i
     w->used = w->bytes = 0;
     while (*i < s->n_tensors && w->n < WIN_PIECES) {
         const ms_tensor_info *t = ms_ckpt_tensor(s->ck, *i);
-        const int64_t left = t->n_bytes - *at;
-        if (left <= 0) { (*i)++; *at = 0; continue; }
+        if (t->n_bytes - *at <= 0) { (*i)++; *at = 0; continue; }
+        /* a piece stays inside one unit: its blocks are consecutive in hash[] */
+        const int64_t U = s->unit[*i], unit_end = (*at / U + 1) * U;
+        const int64_t left = (unit_end < t->n_bytes ? unit_end : t->n_bytes) - *at;
         const int64_t off = t->offset + *at, room = WIN_BYTES - w->used;
         /* as many whole blocks as fit (all that is left when it fits) */
         int64_t take = left;
@@ -188,7 +226,8 @@ static void window_fill(const ms_sums *s, const int *file, window *w, int64_t *i
             if (take <= 0) break;
         }
         w->req[w->n] = (ms_io_req){ file[t->shard], off, take, w->buf + w->used, 0 };
-        w->blk[w->n] = s->first[*i] + *at / B;
+        int64_t b0, b1;
+        w->blk[w->n] = block_at(s, *i, *at, &b0, &b1);
         w->n++;
         w->used += ms_io_span(off, take);
         w->bytes += take;
@@ -495,8 +534,9 @@ int64_t ms_sums_block_end(const ms_sums *s, int shard, int64_t offset) {
     int64_t i = find_tensor(s, shard, offset);
     if (i < 0) return -1;
     const ms_tensor_info *t = ms_ckpt_tensor(s->ck, i);
-    int64_t end = (offset - t->offset) / B * B + B;
-    return t->offset + (end < t->n_bytes ? end : t->n_bytes);
+    int64_t b0, b1;
+    block_at(s, i, offset - t->offset, &b0, &b1);
+    return t->offset + b1;
 }
 
 ms_status ms_sums_cover(const ms_sums *s, int shard, int64_t offset, int64_t n_bytes,
@@ -507,7 +547,9 @@ ms_status ms_sums_cover(const ms_sums *s, int shard, int64_t offset, int64_t n_b
         return ms_err_set(err, MS_E_INTERNAL, "sums: bytes [%lld, %lld) of shard %d are not all tensor bytes",
                           (long long)offset, (long long)(offset + n_bytes), shard);
     const ms_tensor_info *ta = ms_ckpt_tensor(s->ck, a);
-    *begin = ta->offset + (offset - ta->offset) / B * B;
+    int64_t b0, b1;
+    block_at(s, a, offset - ta->offset, &b0, &b1);
+    *begin = ta->offset + b0;
     *end = ms_sums_block_end(s, shard, offset + n_bytes - 1);
     return MS_OK;
 }
@@ -519,16 +561,21 @@ ms_status ms_sums_check(const ms_sums *s, int shard, int64_t offset, int64_t n_b
     while (at < end) {
         int64_t i = find_tensor(s, shard, at);
         const ms_tensor_info *t = i >= 0 ? ms_ckpt_tensor(s->ck, i) : NULL;
-        if (!t || (at - t->offset) % B != 0)
+        if (!t || (at - t->offset) % s->unit[i] % B != 0)
             return ms_err_set(err, MS_E_INTERNAL, "sums: cannot check bytes [%lld, %lld) of shard %d: byte %lld %s",
                               (long long)offset, (long long)end, shard, (long long)at,
                               t ? "is not on a block boundary of its tensor" : "lies in no tensor");
         int64_t stop = t->offset + t->n_bytes < end ? t->offset + t->n_bytes : end;
-        if (stop != t->offset + t->n_bytes && (stop - t->offset) % B != 0)
+        if (stop != t->offset + t->n_bytes && (stop - t->offset) % s->unit[i] % B != 0)
             return ms_err_set(err, MS_E_INTERNAL, "sums: cannot check bytes [%lld, %lld) of shard %d: it ends inside a block of tensor '%s'",
                               (long long)offset, (long long)end, shard, t->name);
-        for (int64_t blk = s->first[i] + (at - t->offset) / B; at < stop; blk++) {
-            int64_t len = stop - at < B ? stop - at : B;
+        while (at < stop) {
+            int64_t b0, b1;
+            const int64_t blk = block_at(s, i, at - t->offset, &b0, &b1);
+            const int64_t len = b1 - b0;
+            if (at + len > stop)
+                return ms_err_set(err, MS_E_INTERNAL, "sums: cannot check bytes [%lld, %lld) of shard %d: it ends inside a block of tensor '%s'",
+                                  (long long)offset, (long long)end, shard, t->name);
             if (XXH3_64bits(bytes + (at - offset), (size_t)len) != s->hash[blk])
                 return ms_err_set(err, MS_E_IO, "%s: tensor '%s' bytes [%lld, %lld) of the file: checksum mismatch (moestream.sums)",
                                   ms_ckpt_shard(s->ck, shard)->file, t->name, (long long)at, (long long)(at + len));
@@ -556,8 +603,12 @@ ms_status ms_sums_compare(const ms_sums *s, const ms_logger *log, ms_sums_bad_fn
         if (!n_bad) continue;
         (*n_bad_tensors)++;
         *n_bad_blocks += n_bad;
-        int64_t e = (last_bad + 1) * B < t->n_bytes ? (last_bad + 1) * B : t->n_bytes;
-        if (bad) bad(user, t, ms_ckpt_shard(s->ck, t->shard)->file, t->offset + first_bad * B, t->offset + e, n_bad);
+        /* block j of the tensor: unit j / per, block j % per of it */
+        const int64_t per = n_blocks_of(s->unit[i]);
+        int64_t a0, a1, z0, z1;
+        block_at(s, i, first_bad / per * s->unit[i] + first_bad % per * B, &a0, &a1);
+        block_at(s, i, last_bad / per * s->unit[i] + last_bad % per * B, &z0, &z1);
+        if (bad) bad(user, t, ms_ckpt_shard(s->ck, t->shard)->file, t->offset + a0, t->offset + z1, n_bad);
     }
     free(h);
     return st;

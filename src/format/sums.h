@@ -9,7 +9,11 @@
  *   every tensor in the checkpoint table's order (shard, offset, name), the
  *   XXH3-64 of each block of B = MS_SUMS_BLOCK_BYTES bytes counted from the
  *   tensor's first byte (the last block is shorter; a 0-byte tensor has no
- *   block). Blocks are relative to tensors, not files, so a tensor's hashes do
+ *   block). A tensor that fuses a layer's experts along its first dimension
+ *   (gpt-oss's model.layers.N.mlp.experts.*_blocks / _scales / _bias, 2+
+ *   dims) counts its blocks from each expert slice's first byte instead, so
+ *   one expert's slice, which is what a read of that expert covers, is whole
+ *   blocks (a K3 checkpoint has no such tensor: its sidecars are unchanged). Blocks are relative to tensors, not files, so a tensor's hashes do
  *   not depend on where it lies, and any range made of whole blocks of whole
  *   tensors can be checked in memory right after it is read.
  *
