@@ -303,13 +303,15 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
     at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                            "model: %s: %lld layers, hidden %lld, %lld experts x %lld layers, vocab %lld\n"
                            "budget: %s\n"
-                           "  %s (KDA state, latent MLA cache at %lld positions, scratch for %lld-token chunks%s): %s\n"
+                           "  %s (%s at %lld positions, scratch for %lld-token chunks%s): %s\n"
                            "  process overhead + slack: %s\n",
                            cfg_path, (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
                            (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
                            (long long)cfg.vocab_size,
                            ram_bytes > 0 ? c : ram_bytes == MS_RAM_MIN ? "min (the smallest plan)" : "none (everything resident)",
-                           n_seq > 1 ? nseq_label : "session", (long long)max_context, (long long)chunk,
+                           n_seq > 1 ? nseq_label : "session",
+                           cfg.family == MS_FAMILY_GPT_OSS ? "keys and values" : "KDA state, latent MLA cache",
+                           (long long)max_context, (long long)chunk,
                            prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
     if (st == MS_OK || st == MS_E_BUDGET) {
         if (st == MS_OK || plan.floor_bytes > 0) {

@@ -27,7 +27,6 @@
 typedef struct oss_reader {
     ms_config_problems *pr;
     ms_config *c;
-    int bad;                    /* a needed field could not be read: skip dependent checks */
 } oss_reader;
 
 static const json_t *get(oss_reader *r, const json_t *o, const char *path, const char *key, const char *want,
@@ -40,7 +39,6 @@ static const json_t *get(oss_reader *r, const json_t *o, const char *path, const
         ms_config_problem(r->pr, "%s%s: expected %s, found %s", path, key, want, ms_json_type_name(v));
         v = NULL;
     }
-    if (!v) r->bad = 1;
     return v;
 }
 
@@ -58,7 +56,7 @@ static void rd_int(oss_reader *r, const json_t *o, const char *path, const char 
     *dst = (int64_t)json_integer_value(v);
     if (nonneg ? *dst < 0 : *dst <= 0) {
         ms_config_problem(r->pr, "%s%s: expected %s 0, found %lld", path, key, nonneg ? ">=" : ">", (long long)*dst);
-        r->bad = 1;
+        *dst = 0;
     }
 }
 
@@ -68,7 +66,6 @@ static void rd_dbl(oss_reader *r, const json_t *o, const char *path, const char 
     *dst = json_number_value(v);
     if (!(*dst > 0)) {
         ms_config_problem(r->pr, "%s%s: expected > 0, found %g", path, key, *dst);
-        r->bad = 1;
     }
 }
 
@@ -113,10 +110,11 @@ static void check_shapes(oss_reader *r) {
     if (c->num_hidden_layers > MS_MAX_LAYERS)
         ms_config_problem(r->pr, "num_hidden_layers: %lld is more than the %d supported",
                           (long long)c->num_hidden_layers, MS_MAX_LAYERS);
-    if (c->num_experts_per_token > c->num_experts)
+    /* a field that could not be read is 0 (its problem is reported): checks needing it are skipped */
+    if (c->num_experts > 0 && c->num_experts_per_token > c->num_experts)
         ms_config_problem(r->pr, "num_experts_per_tok: %lld is more than num_local_experts %lld",
                           (long long)c->num_experts_per_token, (long long)c->num_experts);
-    if (c->num_attention_heads % c->num_key_value_heads)
+    if (c->num_key_value_heads > 0 && c->num_attention_heads % c->num_key_value_heads)
         ms_config_problem(r->pr, "num_attention_heads: %lld is not a multiple of num_key_value_heads %lld",
                           (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
     if (c->head_dim % 2) ms_config_problem(r->pr, "head_dim: %lld is odd (RoPE rotates pairs)", (long long)c->head_dim);
@@ -131,13 +129,13 @@ static void check_shapes(oss_reader *r) {
     const int64_t ids[2] = { c->eos_token_id, c->pad_token_id };
     static const char *const names[2] = { "eos_token_id", "pad_token_id" };
     for (int i = 0; i < 2; i++)
-        if (ids[i] >= c->vocab_size)
+        if (c->vocab_size > 0 && ids[i] >= c->vocab_size)
             ms_config_problem(r->pr, "%s: %lld is not below vocab_size %lld", names[i], (long long)ids[i],
                               (long long)c->vocab_size);
 }
 
 void ms_config_read_oss(const json_t *root, ms_config *c, ms_config_problems *pr) {
-    oss_reader r = { pr, c, 0 };
+    oss_reader r = { pr, c };
     c->family = MS_FAMILY_GPT_OSS;
     rd_int(&r, root, "", "num_hidden_layers", &c->num_hidden_layers, 0);
     rd_int(&r, root, "", "num_local_experts", &c->num_experts, 0);
@@ -166,7 +164,7 @@ void ms_config_read_oss(const json_t *root, ms_config *c, ms_config_problems *pr
     if (tr) c->rope_truncate = json_is_true(tr);
     const json_t *q = get(&r, root, "", "quantization_config", "object", is_obj);
     rd_str(&r, q, "quantization_config.", "quant_method", "mxfp4");
-    if (!r.bad) check_shapes(&r);
+    check_shapes(&r);
     rd_layers(&r, root);
     c->quant_group_size = 32;
     c->bos_token_id = -1;                 /* gpt-oss prepends no token */

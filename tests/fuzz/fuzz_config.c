@@ -13,9 +13,33 @@
 #include <stdint.h>
 #include <string.h>
 
+/* gpt-oss's config (model_type "gpt_oss", config_oss.c). */
+static void check_oss(const ms_config *c) {
+    const int64_t pos[] = { c->hidden_size, c->vocab_size, c->num_attention_heads, c->num_key_value_heads,
+                            c->head_dim, c->intermediate_size, c->num_experts, c->num_experts_per_token,
+                            c->sliding_window, c->rope_original_max };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i] <= 0) fz_fail("gpt-oss size #%zu = %lld accepted", i, (long long)pos[i]);
+    if (c->num_experts_per_token > c->num_experts) fz_fail("top-k > experts accepted");
+    if (c->num_attention_heads % c->num_key_value_heads) fz_fail("heads not a multiple of KV heads accepted");
+    if (c->head_dim % 2 || c->head_dim > MS_OSS_MAX_HEAD_DIM) fz_fail("head_dim %lld accepted", (long long)c->head_dim);
+    if (c->hidden_size % 32 || c->intermediate_size % 32) fz_fail("widths not multiples of 32");
+    if (c->n_pos_layers != c->num_hidden_layers || c->pos_floats != 2 * c->num_key_value_heads * c->head_dim ||
+        c->n_mla_layers || c->n_kda_layers)
+        fz_fail("gpt-oss layer counts");
+    for (int64_t L = c->num_hidden_layers; L < MS_MAX_LAYERS; L++)
+        if (c->layer_is_sliding[L] || c->layer_is_mla[L]) fz_fail("layer %lld past the end", (long long)L);
+    if (c->eos_token_id < 0 || c->eos_token_id >= c->vocab_size || c->pad_token_id < 0 ||
+        c->pad_token_id >= c->vocab_size)
+        fz_fail("gpt-oss token id accepted");
+    if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0) || !(c->rope_factor > 0) || !(c->swiglu_limit > 0))
+        fz_fail("non-positive gpt-oss value accepted");
+}
+
 static void check_ok(const ms_config *c) {
     if (c->num_hidden_layers < 1 || c->num_hidden_layers > MS_MAX_LAYERS)
         fz_fail("num_hidden_layers %lld accepted", (long long)c->num_hidden_layers);
+    if (c->family == MS_FAMILY_GPT_OSS) { check_oss(c); return; }
     int64_t n_mla = 0;
     for (int64_t L = 0; L < MS_MAX_LAYERS; L++) {
         if (c->layer_is_mla[L] > 1) fz_fail("layer_is_mla[%lld] = %d", (long long)L, c->layer_is_mla[L]);

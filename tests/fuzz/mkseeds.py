@@ -142,6 +142,23 @@ def seeds_config():
     variant("bool_as_int", lambda c: c["text_config"].__setitem__("tie_word_embeddings", 0))
     variant("eps_zero", lambda c: c["text_config"].__setitem__("rms_norm_eps", 0))
     variant("flat_layout", lambda c: c.update(c.pop("text_config")))
+    # gpt-oss: the released 20b config and a few variants
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "data", "format", "gpt-oss-20b-config.json")) as fh:
+        oss = json.load(fh)
+    s["oss_20b"] = json.dumps(oss, indent=1).encode()
+
+    def oss_variant(name, fn):
+        c = json.loads(json.dumps(oss))
+        fn(c)
+        s[name] = json.dumps(c, separators=(",", ":")).encode()
+
+    oss_variant("oss_small", lambda c: c.update(num_hidden_layers=2, layer_types=c["layer_types"][:2],
+                                                 num_local_experts=4, hidden_size=64, intermediate_size=64,
+                                                 vocab_size=300, eos_token_id=10, pad_token_id=11))
+    oss_variant("oss_layers_short", lambda c: c["layer_types"].pop())
+    oss_variant("oss_no_rope", lambda c: c.pop("rope_scaling"))
+    oss_variant("oss_kv_7", lambda c: c.__setitem__("num_key_value_heads", 7))
     s["top_array"] = b"[]"
     s["dup_key"] = b'{"text_config":{"hidden_size":1,"hidden_size":2}}'
     s["not_json"] = b'{"text_config": {'
