@@ -167,7 +167,8 @@ async function waitIdle(ms) {
 // ---- fairness --------------------------------------------------------------------------
 {
     const order = [];
-    const body = (user) => ({ model, messages: [{ role: 'user', content: `I am ${user}.` }], max_tokens: 48, ignore_eos: true, temperature: 0, user });
+    // long enough (~0.35 s each here) that B is sent while A's first runs and the others wait, also under load
+    const body = (user) => ({ model, messages: [{ role: 'user', content: `I am ${user}.` }], max_tokens: 300, ignore_eos: true, temperature: 0, user });
     const ps = [];
     for (let i = 0; i < 3; i++) ps.push(request('POST', '/v1/chat/completions', body('alice')).then((r) => order.push(`A${i}:${r.status}`)));
     for (let t = 0; t < 200; t++) {     // B comes while A's first runs and the other two wait
