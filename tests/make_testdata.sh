@@ -9,15 +9,20 @@
 #                               golden/        the correct reference
 #                               golden_wrong/  the reference with that one rule wrong
 #                               margin.json    max |wrong - correct| logit, the max |logit|
+#   OUTDIR/oss_a, oss_b       tiny gpt-oss models (tools/ossgen.py presets oa, ob) + golden/
+#                               (tools/ossref.py), in the Hugging Face release layout
+#   OUTDIR/trap_oss_NAME      one fixture per trap of spec/gpt-oss.md (osslib.TRAPS), laid
+#                               out as trap_NAME
 #   OUTDIR/MANIFEST           the model directories, one per line
 #   OUTDIR/STAMP              hash of tools/*.py and this script
 # golden/ holds golden.json, tf_logits.f32 [n_tf, V], gen_logits0.f32 [V] (see msref.py).
 # Idea: idempotent and cheap. Nothing is done when STAMP matches; otherwise everything is
 #   rebuilt in OUTDIR.tmp (two jobs at a time) and swapped in only when all of it worked,
 #   so a failed run never leaves a half-current OUTDIR behind.
-# Checks while building: msref --check on a, b, c, d and d_odd (greedy == teacher-forced argmax,
-#   deterministic, incremental == from scratch), and every trap's wrong logits differ
-#   from the correct ones by more than MIN_TRAP_MARGIN. Exits non-zero on any failure.
+# Checks while building: msref --check on a, b, c, d and d_odd, ossref --check on oss_a and
+#   oss_b (greedy == teacher-forced argmax, deterministic, incremental == from scratch),
+#   every top-2 logit gap >= MIN_ARGMAX_GAP, and every trap's wrong logits differ from the
+#   correct ones by more than MIN_TRAP_MARGIN. Exits non-zero on any failure.
 set -u
 [ $# -eq 1 ] || { echo "usage: $0 OUTDIR" >&2; exit 2; }
 OUT=$(realpath -m "$1")
@@ -36,12 +41,14 @@ TMP=$OUT.tmp
 rm -rf "$TMP"
 mkdir -p "$TMP/logs" || exit 1
 
-# ~8 prompt ids, 24 greedy tokens, ~40 teacher-forced ids; all < 256 (the smallest vocab).
+# ~8 prompt ids, 24 greedy tokens, ~40 teacher-forced ids; all < 256 (the smallest vocab;
+# the gpt-oss presets keep their specials above these ids too).
 PROMPT=17,200,33,99,3,250,7,128
 GEN=24
 TF_IDS=1,45,212,9,77,130,64,255,0,18,91,160,33,33,33,240,5,71,199,2,143,88,31,220,14,66,101,178,47,250,6,123,39,190,58,11,234,82,150,27
 
 TRAPS=$($PY -c 'import sys; sys.path.insert(0, "tools"); import mslib; print(" ".join(mslib.TRAPS))') || exit 1
+OSS_TRAPS=$($PY -c 'import sys; sys.path.insert(0, "tools"); import osslib; print(" ".join(osslib.TRAPS))') || exit 1
 
 check_gaps() {      # golden dir: every greedy step and teacher-forced argmax well separated
     $PY -c '
@@ -59,13 +66,8 @@ job_model() {       # name [preset header-pad]
     check_gaps "$d/golden"
 }
 
-job_trap() {        # trap name; msgen picks the fixture's base preset (a or c)
-    local t=$1 d=$TMP/trap_$1
-    $PY tools/msgen.py "$d" --trap "$t" &&
-    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" &&
-    check_gaps "$d/golden" &&
-    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden_wrong" --trap "$t" &&
-    $PY - "$d" "$MIN_TRAP_MARGIN" <<'EOF'
+check_margin() {    # fixture dir: golden_wrong/ far from golden/; writes margin.json
+    $PY - "$1" "$MIN_TRAP_MARGIN" <<'EOF'
 import json, sys
 import numpy as np
 d, need = sys.argv[1], float(sys.argv[2])
@@ -81,6 +83,31 @@ sys.exit(0 if diff > need else 1)
 EOF
 }
 
+job_trap() {        # trap name; msgen picks the fixture's base preset (a or c)
+    local t=$1 d=$TMP/trap_$1
+    $PY tools/msgen.py "$d" --trap "$t" &&
+    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" &&
+    check_gaps "$d/golden" &&
+    $PY tools/msref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden_wrong" --trap "$t" &&
+    check_margin "$d"
+}
+
+job_oss_model() {   # name preset: a gpt-oss model (tools/ossgen.py, tools/ossref.py)
+    local d=$TMP/$1
+    $PY tools/ossgen.py "$d" --preset "$2" --check-template &&
+    $PY tools/ossref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" --check &&
+    check_gaps "$d/golden"
+}
+
+job_oss_trap() {    # gpt-oss trap name; ossgen picks the fixture's base preset (oa)
+    local t=$1 d=$TMP/trap_oss_$1
+    $PY tools/ossgen.py "$d" --trap "$t" &&
+    $PY tools/ossref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden" &&
+    check_gaps "$d/golden" &&
+    $PY tools/ossref.py "$d" --ids $PROMPT --gen $GEN --tf-ids $TF_IDS --out "$d/golden_wrong" --trap "$t" &&
+    check_margin "$d"
+}
+
 NJ=$(nproc 2>/dev/null || echo 2)
 spawn() {           # name, command...
     local name=$1; shift
@@ -93,6 +120,9 @@ NAMES=""
 for p in a b c d; do spawn "$p" job_model "$p"; NAMES="$NAMES $p"; done
 spawn d_odd job_model d_odd d 1; NAMES="$NAMES d_odd"
 for t in $TRAPS; do spawn "trap_$t" job_trap "$t"; NAMES="$NAMES trap_$t"; done
+spawn oss_a job_oss_model oss_a oa; NAMES="$NAMES oss_a"
+spawn oss_b job_oss_model oss_b ob; NAMES="$NAMES oss_b"
+for t in $OSS_TRAPS; do spawn "trap_oss_$t" job_oss_trap "$t"; NAMES="$NAMES trap_oss_$t"; done
 wait
 
 fail=0
