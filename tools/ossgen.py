@@ -423,8 +423,8 @@ def bytes_to_unicode():
 def learn_merges(n_merges, rng):
     """Up to n_merges merges (pairs of token byte strings), rank order: the most
     frequent adjacent pair within the pre-tokenizer's pieces of TRAIN_TEXT, ties to
-    the smallest pair; when the text runs out, random pairs of existing tokens (for the
-    20b-sized vocabulary), each making a new token of at most 16 bytes."""
+    the smallest pair; when the text runs out (the 20b-sized vocabulary), a random
+    token followed by a random byte, each making a new token of at most 16 bytes."""
     words = {}
     for piece in _ASCII_PATTERN.findall(TRAIN_TEXT):
         key = tuple(bytes([c]) for c in piece.encode())
@@ -454,10 +454,9 @@ def learn_merges(n_merges, rng):
             new[tuple(out)] = new.get(tuple(out), 0) + c
         words = new
     tokens = sorted(seen)
-    while len(merges) < n_merges:
-        a = tokens[int(rng.integers(len(tokens)))]
-        b = tokens[int(rng.integers(len(tokens)))]
-        if len(a) + len(b) <= 16 and a + b not in seen:
+    while len(merges) < n_merges:         # a random token + a random byte, <= 16 bytes
+        a, b = tokens[int(rng.integers(len(tokens)))], bytes([int(rng.integers(256))])
+        if len(a) < 16 and a + b not in seen:
             merges.append((a, b))
             seen.add(a + b)
             tokens.append(a + b)
