@@ -378,8 +378,9 @@ class Model:
             L["post_attention_layernorm"] = ck.tensor(pre + "post_attention_layernorm.weight",
                                                       "BF16", [H])
             ex = pre + "mlp.experts."
-            L["W1"] = mxfp4_decode(ck.tensor(ex + "gate_up_proj_blocks", "U8", [E, 2 * I, H // 32, 16]),
-                                   ck.tensor(ex + "gate_up_proj_scales", "U8", [E, 2 * I, H // 32]))
+            L["W1"] = mxfp4_decode(                      # [E, 2I, H], rows interleaved
+                ck.tensor(ex + "gate_up_proj_blocks", "U8", [E, 2 * I, H // 32, 16]),
+                ck.tensor(ex + "gate_up_proj_scales", "U8", [E, 2 * I, H // 32]))
             L["W2"] = mxfp4_decode(ck.tensor(ex + "down_proj_blocks", "U8", [E, H, I // 32, 16]),
                                    ck.tensor(ex + "down_proj_scales", "U8", [E, H, I // 32]))
             L["b1"], L["b2"] = L["experts.gate_up_proj_bias"], L["experts.down_proj_bias"]
