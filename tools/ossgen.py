@@ -540,9 +540,12 @@ def main(argv):
     a = ap.parse_args(argv)
     if a.check_template:
         for name in osslib.RELEASED_CONFIG_TEXT:
-            if osslib.load_released_config(name) != osslib.embedded_config(name):
-                raise SystemExit("ossgen: docs/configs/gpt-oss-%s-config.json differs from "
-                                 "the embedded copy" % name)
+            for path in osslib.config_paths(name):
+                if os.path.isfile(path):
+                    with open(path, encoding="utf-8") as f:
+                        text = f.read()
+                    if text != osslib.RELEASED_CONFIG_TEXT[name] + "\n":
+                        raise SystemExit("ossgen: %s differs from the embedded copy" % path)
 
     if a.preset is None:
         if not a.trap:

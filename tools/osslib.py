@@ -2,9 +2,10 @@
 config.json files, the names of the spec's traps, tensor and file names, and the
 harmony special tokens.
 
-Owns: RELEASED_CONFIGS (copies of the config.json of openai/gpt-oss-20b and
-  openai/gpt-oss-120b as released on Hugging Face, spec/gpt-oss.md section 2;
-  also written to docs/configs/), load_released_config(), TRAPS, shard_name(),
+Owns: RELEASED_CONFIG_TEXT (copies of the config.json of openai/gpt-oss-20b and
+  openai/gpt-oss-120b as released on Hugging Face, spec/gpt-oss.md section 2; the
+  repository keeps them as tests/data/format/ and docs/configs/
+  gpt-oss-{20b,120b}-config.json), load_released_config(), TRAPS, shard_name(),
   HARMONY_SPECIALS.
 Idea: as mslib.py for K3: the generator writes the released on-disk layout and
   the reference parses it back on its own; the two share only names and the
@@ -16,8 +17,8 @@ Does not: read or write tensors.
 import json
 import os
 
-# The released files, byte for byte as docs/configs/gpt-oss-{20b,120b}-config.json
-# (json.dumps(indent=2, sort_keys=True) + newline: the format transformers writes).
+# The released files, byte for byte (without the final newline) as the repository's
+# copies: json.dumps(indent=2, sort_keys=True), the format transformers writes.
 # Neither carries torch_dtype / dtype: the release's dtypes are in the safetensors headers.
 RELEASED_CONFIG_TEXT = {
     "20b": r"""{
@@ -189,20 +190,25 @@ RELEASED_CONFIG_TEXT = {
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def config_path(name):
-    """Where the repository keeps the released config of `name` ("20b" or "120b")."""
-    return os.path.join(_HERE, "..", "docs", "configs", "gpt-oss-%s-config.json" % name)
+def config_paths(name):
+    """Where the repository keeps the released config of `name` ("20b" or "120b"):
+    the test fixture and the copy the docs use, byte for byte the same."""
+    base = "gpt-oss-%s-config.json" % name
+    return [os.path.join(_HERE, "..", "tests", "data", "format", base),
+            os.path.join(_HERE, "..", "docs", "configs", base)]
 
 
 def load_released_config(name):
     """The released config.json of `name` as a dict (a fresh copy each call): the
-    file in docs/configs when it parses, else the embedded copy. The two are equal
-    (checked by ossgen --check-template)."""
-    try:
-        with open(config_path(name), "r", encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return json.loads(RELEASED_CONFIG_TEXT[name])
+    first repository file found that parses, else the embedded copy. They are all
+    equal (checked by ossgen --check-template)."""
+    for path in config_paths(name):
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            pass
+    return json.loads(RELEASED_CONFIG_TEXT[name])
 
 
 def embedded_config(name):
