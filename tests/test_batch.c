@@ -3,7 +3,7 @@
  * and thread count; a step of k one-token sequences reads a streamed trunk
  * once; bad calls feed nothing.
  *
- * For tiny models a, b and c of $MS_TESTDATA:
+ * For tiny models a, b and c (K3) and oss_b (gpt-oss) of $MS_TESTDATA:
  *   - the reference: each of three sequences fed alone, one token per feed,
  *     everything resident; its logits after every position;
  *   - a schedule of ms_sessions_feed calls that mixes prompts and one-token
@@ -339,8 +339,8 @@ static void model(const char *dir, const char *name) {
 int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_batch"); }
-    const char *models[] = { "a", "b", "c" };
-    for (int i = 0; i < 3; i++) {
+    const char *models[] = { "a", "b", "c", "oss_b" };
+    for (int i = 0; i < 4; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
         model(path, models[i]);

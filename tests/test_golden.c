@@ -2,7 +2,8 @@
  *
  * For each tiny model in $MS_TESTDATA (a, b, c, d: differently shaped, d with
  * odd expert, head and width counts and F32 data at unaligned offsets; d_odd:
- * d's tensors with BF16 data at odd offsets; see tests/make_testdata.sh):
+ * d's tensors with BF16 data at odd offsets; oss_a, oss_b: gpt-oss against
+ * tools/ossref.py, windows of 4 and 7 keys; see tests/make_testdata.sh):
  *   - teacher forcing over tf_ids: argmax at every position equals the
  *     reference's, logits within TOL of the reference's float64 logits;
  *   - the same feed one token at a time gives the same logits BITS as one
@@ -15,7 +16,7 @@
  *   - greedy decode of the prompt reproduces greedy_ids exactly, and a full
  *     recompute at every step gives the same ids and logits bits.
  * d and d_odd give the same logits bits, resident and at --ram min.
- * For each trap fixture (trap_NAME): the engine matches the correct reference
+ * For each trap fixture (trap_NAME, K3's and trap_oss_NAME, gpt-oss's): the engine matches the correct reference
  * (golden/) and the reference with the trap sprung (golden_wrong/) differs
  * from it by far more than TOL - so a plausible wrong engine fails here.
  */
@@ -309,8 +310,8 @@ int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { fprintf(stderr, "MS_TESTDATA not set\n"); CHECK(0, "MS_TESTDATA"); return CHECK_DONE("test_golden"); }
     char path[4096];
-    const char *models[] = { "a", "b", "c", "d", "d_odd" };
-    for (int i = 0; i < 5; i++) {
+    const char *models[] = { "a", "b", "c", "d", "d_odd", "oss_a", "oss_b" };
+    for (int i = 0; i < 7; i++) {
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
         check_model(path, models[i]);
     }
@@ -332,6 +333,6 @@ int main(void) {
             free(names[i]);
         }
     }
-    CHECK(n_traps >= 12, "only %d trap fixtures found", n_traps);
+    CHECK(n_traps >= 24, "only %d trap fixtures found (14 of K3, 10 of gpt-oss)", n_traps);
     return CHECK_DONE("test_golden");
 }

@@ -2,7 +2,8 @@
  * ms_session_feed_prompt): a prompt restored from a snapshot and fed the rest
  * gets the bits a cold feed gives.
  *
- * For tiny models a and c of $MS_TESTDATA, the reference is each sequence
+ * For tiny models a and c (K3) and oss_a and oss_b (gpt-oss) of $MS_TESTDATA,
+ * each beside a model whose entries it must not take, the reference is each sequence
  * (a prompt, then four continuation tokens fed one at a time) fed cold in one
  * session with chunks of 32, everything resident. Then, in one engine per
  * configuration (chunks of 3, 5 and 32; 1 and 2 threads; resident, and at
@@ -594,11 +595,12 @@ int main(void) {
     }
     const char *td = getenv("MS_TESTDATA");
     if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_prefix"); }
-    const char *models[] = { "a", "c" };
-    for (int i = 0; i < 2; i++) {
+    /* each with another model (of the other family too) whose entries must not be taken */
+    const char *models[] = { "a", "c", "oss_a", "oss_b" }, *others[] = { "c", "oss_a", "a", "oss_a" };
+    for (int i = 0; i < 4; i++) {
         char path[4096], other[4096];
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
-        snprintf(other, sizeof other, "%s/%s", td, models[1 - i]);
+        snprintf(other, sizeof other, "%s/%s", td, others[i]);
         model(path, other, models[i]);
     }
     return CHECK_DONE("test_prefix");

@@ -4,7 +4,9 @@
  *   - rollback: feed A+B in one recorded chunk, roll back to A, feed C gives
  *     the logits bits and saved state of feeding A then C (from an empty
  *     state and after a prefix); a rollback without a record is refused;
- *   - decode: for models/k3-tiny and the generated checkpoint $MS_TESTDATA/a,
+ *   - decode: for models/k3-tiny and the generated checkpoints $MS_TESTDATA/a
+ *     and oss_a (gpt-oss: its keys and values roll back by position, across
+ *     its 4-key window),
  *     resident and at the smallest plan (streamed trunk, no expert cache), 1
  *     and 2 threads, greedy and seeded sampling with a repetition penalty
  *     (so the history handed to the sampler matters): --speculate 1, 3, 8
@@ -254,8 +256,11 @@ static void check_model(const char *dir, const int32_t *prompt, int64_t n_prompt
                          threads == 3 ? 1 : threads, threads == 3 ? ", auto" : "", names[samp]);
                 counts c = { 0, 0, 0 };
                 check_decode(e, what, prompt, n_prompt, 40, samp == 2 ? NULL : &sp, &c);
-                /* greedy k3-tiny falls into cycles; random weights need the restricted picker */
-                if (samp == 2 || (samp == 0 && strstr(dir, "k3-tiny")))
+                /* greedy k3-tiny falls into cycles; random weights need the restricted picker.
+                   Under auto, oss_a's resident passes cost about one token's compute per fed
+                   token, so drafting may not pay and auto may decline (ids checked all the same) */
+                const int may_decline = threads == 3 && ir == 0 && strstr(dir, "oss_");
+                if ((samp == 2 && !may_decline) || (samp == 0 && strstr(dir, "k3-tiny")))
                     CHECK(c.accepted > 0, "%s: no draft was accepted", what);
                 /* auto: the plain loop's output, repeated by each speculative run, is in the
                    engine's history by then */
@@ -324,6 +329,11 @@ int main(void) {
     check_rollback(a);
     check_rollback("models/k3-tiny");
     check_model(a, pa, 13);
+    /* gpt-oss: keys and values roll back by position; oss_a's window of 4 is crossed by drafts */
+    char oss[4096];
+    snprintf(oss, sizeof oss, "%s/oss_a", td ? td : "build/testdata");
+    check_rollback(oss);
+    check_model(oss, pa, 13);
     ms_engine *e = open_engine("models/k3-tiny", 0, 1, 0);
     if (e) {
         int32_t *ids = NULL;
