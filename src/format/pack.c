@@ -641,9 +641,14 @@ static ms_status parse_entry(ms_pack *p, uint64_t k, const uint8_t **q, const pa
     e->shift = (int64_t)ms_get64(x + 24);
     e->raw_bytes = (int64_t)ms_get64(x + 32);
     e->ranges = &p->ranges[*r];
+    /* the region's buffer holds its ranges each at its file offset's place in a
+     * page (up to a page of padding per range, and one for the aligned read), so
+     * the image's shift may exceed the raw bytes by that much; the store checks
+     * the image against the buffer's real size before any read (land.c) */
     if (e->image_off < MS_PACK_ALIGN || e->image_off % MS_PACK_ALIGN || e->image_bytes <= 0 ||
-        e->image_off > ix_off || e->image_bytes > ix_off - e->image_off ||
-        e->shift < 0 || e->shift % MS_PACK_ALIGN || e->raw_bytes <= 0 || e->shift > e->raw_bytes)
+        e->image_off > ix_off || e->image_bytes > ix_off - e->image_off || e->n_ranges <= 0 ||
+        e->shift < 0 || e->shift % MS_PACK_ALIGN || e->raw_bytes <= 0 ||
+        e->shift > e->raw_bytes + ((int64_t)e->n_ranges + 1) * 2 * MS_PACK_ALIGN)
         return ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
     const int ns = ms_ckpt_n_shards(ck);
     int64_t sum = 0;
