@@ -125,7 +125,7 @@ void ms_xio_dense_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t T) 
 
 /* Second guesses for layer N = il + 1 once layer il is done (decode): N's
  * router input is approximated by what it will be minus N's attention -
- * read(bank + [run]) with N's weights, N's post-attention norm - which is much
+ * read(bank + [run]) with N's weights (gpt-oss: run), N's post-attention norm - which is much
  * closer than il's FFN input, with less lead time (only N's attention). Its
  * top k are guessed (those already cached or in flight cost nothing), and
  * they replace the first guesses: ms_store_predict cancels the first guesses
@@ -137,13 +137,15 @@ void ms_xio_layer_end(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t T) {
     const ms_config *cf = &c->m->cfg;
     if (T != 1 || !c->predict) return;
     const ms_layer *N = next_to_guess(c, il);
-    if (!N || cf->num_experts_per_token <= 0 || nb <= 0) return;
+    const int oss = cf->family == MS_FAMILY_GPT_OSS;    /* no attention residuals: the residual stream is run */
+    if (!N || cf->num_experts_per_token <= 0 || (nb <= 0 && !oss)) return;
     const int64_t H = cf->hidden_size;
     const float eps = (float)cf->rms_norm_eps;
     const uint8_t *ab = ms_store_peek(c->store, N->attn_region);
     if (!ab) return;
-    ms_res_read_token(f, 0, nb, H, ms_fwd_vec(ab, &N->mlp_res_norm, f->vec0), ms_fwd_vec(ab, &N->mlp_res_proj, f->vec1),
-                      eps, f->h);
+    if (oss) memcpy(f->h, f->run, (size_t)H * sizeof(float));
+    else ms_res_read_token(f, 0, nb, H, ms_fwd_vec(ab, &N->mlp_res_norm, f->vec0),
+                           ms_fwd_vec(ab, &N->mlp_res_proj, f->vec1), eps, f->h);
     ms_rmsnorm(f->x, f->h, ms_fwd_vec(ab, &N->post_attn_norm, f->vec2), H, eps);
     const uint8_t *nb2 = ms_store_peek(c->store, N->ffn_region);
     if (nb2) guess_with_router(c, f, N, nb2, cf->num_experts_per_token);
