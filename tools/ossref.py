@@ -24,7 +24,6 @@ Writes DIR/golden.json, DIR/tf_logits.f32 [len(tf_ids), V], DIR/gen_logits0.f32 
 (the same files and fields as msref.py, so tests/test_golden.c reads both).
 """
 
-import argparse
 import json
 import math
 import os
@@ -33,6 +32,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import goldens  # noqa: E402
 import osslib  # noqa: E402
 
 TRAP = None          # the one rule to run wrongly (see osslib.TRAPS), or None
@@ -411,121 +411,30 @@ def forward_token(sess, token):
     return m.lm_head @ rms_norm(x, m.norm, eps)          # no soft-cap, no logit scale
 
 
-def argmax_low(logits):
-    """Greedy choice: the largest logit, ties to the lower id (np.argmax keeps the first)."""
-    return int(np.argmax(logits))
-
-
 def teacher_force(model, ids):
     """Logits after each of ids, fed from the start of a fresh sequence: [len(ids), V]."""
-    sess = Session(model)
-    return np.stack([forward_token(sess, t) for t in ids])
+    return goldens.teacher_force(Session, forward_token, model, ids)
 
 
 def greedy(model, prompt, n_gen):
-    """(the n_gen greedy ids, the logits that chose each of them [n_gen, V]; row 0
-    are the logits after the prompt)."""
-    sess = Session(model)
-    for t in prompt:
-        logits = forward_token(sess, t)
-    out, chose = [], []
-    for i in range(n_gen):
-        out.append(argmax_low(logits))
-        chose.append(logits)
-        if i + 1 < n_gen:
-            logits = forward_token(sess, out[-1])
-    return out, np.stack(chose) if chose else logits[None, :]
+    """(the n_gen greedy ids, the logits that chose each of them [n_gen, V])."""
+    return goldens.greedy(Session, forward_token, model, prompt, n_gen)
 
 
-def top2_gap(logits):
-    s = np.sort(logits)
-    return float(s[-1] - s[-2])
+def configure(trap, stats):
+    global TRAP, STATS
+    TRAP, STATS = trap, stats
 
 
-def self_check(model, prompt, gen_ids, logits0, tf_ids, tf_logits):
-    """The reference's own invariants; returns a list of failures."""
-    bad = []
-    if gen_ids:
-        seq = prompt + gen_ids[:-1]
-        lg = teacher_force(model, seq)
-        am = [argmax_low(r) for r in lg[len(prompt) - 1:]]
-        if am != gen_ids:
-            bad.append("greedy ids %s != teacher-forced argmax %s" % (gen_ids, am))
-        if not np.array_equal(lg[len(prompt) - 1], logits0):
-            bad.append("logits after the prompt differ between greedy and teacher forcing")
-    if tf_ids:
-        again = teacher_force(model, tf_ids)
-        if not np.array_equal(again, tf_logits):
-            bad.append("two teacher-forcing runs differ")
-        for t in sorted({0, len(tf_ids) // 2, len(tf_ids) - 1}):
-            fresh = teacher_force(model, tf_ids[:t + 1])[-1]
-            if not np.array_equal(fresh, tf_logits[t]):
-                bad.append("position %d: from scratch != incremental" % t)
-    return bad
-
-
-def parse_ids(s):
-    return [int(x) for x in s.split(",") if x.strip()] if s else []
+def print_stats(stats):
+    if stats.get("attn_sink_mass_n"):
+        stats["attn_sink_mass_mean"] = stats["attn_sink_mass_sum"] / stats["attn_sink_mass_n"]
+    for k in sorted(stats):
+        print("stat %s: %s" % (k, stats[k]), file=sys.stderr)
 
 
 def main(argv):
-    global TRAP, STATS
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model_dir")
-    ap.add_argument("--ids", required=True, help="prompt ids, comma separated")
-    ap.add_argument("--gen", type=int, default=0, help="greedy tokens to generate")
-    ap.add_argument("--tf-ids", default="", help="ids for teacher forcing")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--trap", choices=osslib.TRAPS)
-    ap.add_argument("--check", action="store_true", help="verify the reference's invariants")
-    ap.add_argument("--stats", action="store_true", help="print activation statistics")
-    a = ap.parse_args(argv)
-    TRAP = a.trap
-    STATS = {} if a.stats else None
-
-    model = Model(a.model_dir)
-    V = model.cfg.vocab_size
-    prompt, tf_ids = parse_ids(a.ids), parse_ids(a.tf_ids)
-    if not prompt or any(not 0 <= t < V for t in prompt + tf_ids):
-        raise SystemExit("ossref: ids must be non-empty and in [0, %d)" % V)
-    gen_ids, gen_logits = greedy(model, prompt, a.gen)
-    logits0 = gen_logits[0]
-    tf_logits = teacher_force(model, tf_ids) if tf_ids else np.zeros((0, V))
-    if not np.all(np.isfinite(logits0)) or not np.all(np.isfinite(tf_logits)):
-        raise SystemExit("ossref: non-finite logits")
-
-    os.makedirs(a.out, exist_ok=True)
-    tf_logits.astype("<f4").tofile(os.path.join(a.out, "tf_logits.f32"))
-    logits0.astype("<f4").tofile(os.path.join(a.out, "gen_logits0.f32"))
-    scale = max([float(np.max(np.abs(logits0)))] +
-                ([float(np.max(np.abs(tf_logits)))] if tf_ids else []))
-    golden = {
-        "prompt_ids": prompt, "greedy_ids": gen_ids,
-        "tf_ids": tf_ids, "tf_argmax": [argmax_low(r) for r in tf_logits],
-        "n_vocab": V, "trap": TRAP, "logit_scale": scale,
-        # smallest gap between the best and second-best logit over the greedy steps and
-        # the teacher-forced positions: how close an argmax comes to a tie
-        "greedy_top2_gaps": [top2_gap(r) for r in gen_logits[:len(gen_ids)]],
-        "tf_top2_gaps": [top2_gap(r) for r in tf_logits],
-        "greedy_top2_gap_min": min((top2_gap(r) for r in gen_logits[:len(gen_ids)]), default=None),
-        "tf_top2_gap_min": min((top2_gap(r) for r in tf_logits), default=None),
-    }
-    with open(os.path.join(a.out, "golden.json"), "w") as f:
-        json.dump(golden, f, indent=1)
-        f.write("\n")
-    if STATS is not None:
-        if STATS.get("attn_sink_mass_n"):
-            STATS["attn_sink_mass_mean"] = STATS["attn_sink_mass_sum"] / STATS["attn_sink_mass_n"]
-        for k in sorted(STATS):
-            print("stat %s: %s" % (k, STATS[k]), file=sys.stderr)
-    if a.check:
-        bad = self_check(model, prompt, gen_ids, logits0, tf_ids, tf_logits)
-        for b in bad:
-            print("ossref: CHECK FAILED: " + b, file=sys.stderr)
-        if bad:
-            return 1
-        print("ossref: self-check passed", file=sys.stderr)
-    return 0
+    return goldens.main(argv, "ossref", __doc__, osslib.TRAPS, Model, Session, forward_token, configure, print_stats)
 
 
 if __name__ == "__main__":
