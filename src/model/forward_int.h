@@ -139,6 +139,9 @@ void ms_topk(const float *choice, int64_t E, int64_t k, int32_t *idx);
  * in token order, into f->zg (f->etok / f->eslot: each row's token and
  * slot); how many. */
 int64_t ms_moe_gather(ms_fwd *f, const float *src, int64_t e, int64_t T, int64_t k, int64_t width);
+/* out [width] = w_0 y_0, then out = out + w_j y_j for j = 1..k-1: token t's
+ * expert outputs f->ey [T, k, width] weighted by f->selw, in selection order. */
+void ms_moe_weighted_sum(const ms_fwd *f, int64_t t, int64_t k, int64_t width, float *out);
 /* The expert's n output rows f->eo [n, width] to f->ey at their (token, slot). */
 void ms_moe_scatter(ms_fwd *f, int64_t n, int64_t k, int64_t width);
 

@@ -99,6 +99,15 @@ int64_t ms_moe_gather(ms_fwd *f, const float *src, int64_t e, int64_t T, int64_t
     return n;
 }
 
+void ms_moe_weighted_sum(const ms_fwd *f, int64_t t, int64_t k, int64_t width, float *out) {
+    const float *w = f->selw + t * k, *y0 = f->ey + t * k * width;
+    for (int64_t i = 0; i < width; i++) out[i] = w[0] * y0[i];
+    for (int64_t j = 1; j < k; j++) {
+        const float *yj = f->ey + (t * k + j) * width;
+        for (int64_t i = 0; i < width; i++) out[i] = out[i] + w[j] * yj[i];
+    }
+}
+
 void ms_moe_scatter(ms_fwd *f, int64_t n, int64_t k, int64_t width) {
     for (int64_t r = 0; r < n; r++)
         memcpy(f->ey + ((int64_t)f->etok[r] * k + f->eslot[r]) * width, f->eo + r * width,
@@ -128,13 +137,7 @@ static void combine(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *
     const float *ln = ms_fwd_vec(base, &L->lat_norm, f->vec1);
     for (int64_t t = 0; t < T; t++) {
         float *r = f->zr + t * lat;
-        const float *w = f->selw + t * k;
-        const float *y0 = f->ey + t * k * lat;
-        for (int64_t i = 0; i < lat; i++) r[i] = w[0] * y0[i];
-        for (int64_t j = 1; j < k; j++) {
-            const float *yj = f->ey + (t * k + j) * lat;
-            for (int64_t i = 0; i < lat; i++) r[i] = r[i] + w[j] * yj[i];
-        }
+        ms_moe_weighted_sum(f, t, k, lat, r);
         ms_rmsnorm(r, r, ln, lat, eps);
     }
     ms_mm_bf16(c, f->ffn, H, base, &L->lat_up, f->zr, lat, T);

@@ -97,14 +97,6 @@ ms_status ms_oss_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
         expert(c, f, L->expert_off[e], eb, n);
         ms_xio_release(c, &x, iu);
     }
-    for (int64_t t = 0; t < T; t++) {
-        float *y = f->ffn + t * H;
-        const float *w = f->selw + t * k, *o0 = f->ey + t * k * H;
-        for (int64_t i = 0; i < H; i++) y[i] = w[0] * o0[i];
-        for (int64_t j = 1; j < k; j++) {
-            const float *oj = f->ey + (t * k + j) * H;
-            for (int64_t i = 0; i < H; i++) y[i] = y[i] + w[j] * oj[i];
-        }
-    }
+    for (int64_t t = 0; t < T; t++) ms_moe_weighted_sum(f, t, k, H, f->ffn + t * H);
     return MS_OK;
 }
