@@ -30,8 +30,9 @@
 #define B MS_SUMS_BLOCK_BYTES
 #define WIN_BYTES ((int64_t)64 << 20)    /* one read window (two are in use) */
 #define WIN_PIECES 4096                  /* requests per window, at most */
-#define SUMS_VERSION 2u
+#define SUMS_VERSION 3u
 #define SUMS_V1_HEADER_BYTES 48          /* format 1: no metadata entries */
+#define SUMS_V2_N_META 4                 /* format 2: no tokenizer.json entry */
 #define META_ABSENT UINT64_MAX           /* a metadata entry's size when the file was absent */
 #define META_CHUNK 65536
 #define PROGRESS_NS ((int64_t)5000000000)
@@ -49,17 +50,18 @@ struct ms_sums {
     int64_t **by_off;           /* [shard] non-empty tensor indices sorted by offset */
     int64_t *n_by_off;          /* [shard] */
     int version;                /* of the file it was loaded from (SUMS_VERSION when built) */
+    int n_meta;                 /* metadata entries that format records (MS_SUMS_N_META when built) */
     uint64_t meta[MS_SUMS_N_META][2];   /* size (META_ABSENT) and XXH3-64 of each metadata file */
 };
 
 const char *const ms_sums_meta_files[MS_SUMS_N_META] = {
-    "config.json", "model.safetensors.index.json", "tiktoken.model", "tokenizer_config.json"
+    "config.json", "model.safetensors.index.json", "tiktoken.model", "tokenizer_config.json", "tokenizer.json"
 };
 /* Each file's reader's own limit (docs/SECURITY.md, "Limits on metadata
  * files"): a larger file is refused here as its reader would, before it is
  * hashed. */
 static const int64_t META_MAX[MS_SUMS_N_META] = {
-    (int64_t)16 << 20, (int64_t)512 << 20, (int64_t)64 << 20, (int64_t)16 << 20
+    (int64_t)16 << 20, (int64_t)512 << 20, (int64_t)64 << 20, (int64_t)16 << 20, (int64_t)128 << 20
 };
 
 
@@ -188,6 +190,7 @@ static ms_status skeleton(const ms_ckpt *ck, ms_sums **out, ms_err *err) {
         qsort_r(s->by_off[i], (size_t)s->n_by_off[i], sizeof **s->by_off, cmp_off, (void *)ck);
     s->table_hash = ms_sums_table_hash(ck);
     s->version = SUMS_VERSION;
+    s->n_meta = MS_SUMS_N_META;
     for (int k = 0; k < MS_SUMS_N_META; k++) s->meta[k][0] = META_ABSENT, s->meta[k][1] = 0;
     *out = s;
     return MS_OK;
@@ -351,10 +354,14 @@ ms_status ms_sums_write(const ms_sums *s, const char *path, ms_err *err) {
     return st;
 }
 
-/* Header bytes of a sidecar of format `version` (0: a version this build
- * does not read). */
+/* Metadata entries of a sidecar of format `version`, and its header bytes
+ * (0: a version this build does not read). */
+static int meta_entries(uint32_t version) {
+    return version == 1 ? 0 : version == 2 ? SUMS_V2_N_META : MS_SUMS_N_META;
+}
+
 static int64_t header_bytes(uint32_t version) {
-    return version == 1 ? SUMS_V1_HEADER_BYTES : version == SUMS_VERSION ? MS_SUMS_HEADER_BYTES : 0;
+    return version >= 1 && version <= SUMS_VERSION ? SUMS_V1_HEADER_BYTES + 16 * meta_entries(version) : 0;
 }
 
 /* The checks of a sidecar image: img holds the file's first n_img bytes (the
@@ -365,7 +372,7 @@ static ms_status check_image(const char *path, const ms_sums *s, const uint8_t *
 #define BAD(...) return ms_err_set(err, MS_E_MODEL, __VA_ARGS__)
     if (memcmp(img, MAGIC, 8) != 0) BAD("%s: not a moestream.sums file (bad magic)", path);
     const int64_t hb = header_bytes(ms_get32(img + 8));
-    if (!hb) BAD("%s: version %u, expected 1 or %u", path, ms_get32(img + 8), SUMS_VERSION);
+    if (!hb) BAD("%s: version %u, expected 1 to %u", path, ms_get32(img + 8), SUMS_VERSION);
     const uint64_t n_blocks = ms_get64(img + 40);
     const int64_t size_says = n_blocks > ((uint64_t)1 << 37) ? -1 : hb + 8 * (int64_t)n_blocks + 8;
     if (size_says != size)
@@ -416,7 +423,8 @@ ms_status ms_sums_load(const char *path, const ms_ckpt *ck, ms_sums **out, ms_er
     close(fd);
     if (st == MS_OK) {
         s->version = (int)ms_get32(img + 8);
-        for (int k = 0; k < MS_SUMS_N_META && hb > SUMS_V1_HEADER_BYTES; k++) {
+        s->n_meta = meta_entries((uint32_t)s->version);
+        for (int k = 0; k < s->n_meta; k++) {
             s->meta[k][0] = ms_get64(img + SUMS_V1_HEADER_BYTES + 16 * k);
             s->meta[k][1] = ms_get64(img + SUMS_V1_HEADER_BYTES + 16 * k + 8);
         }
@@ -491,6 +499,13 @@ ms_status ms_sums_check_meta(const ms_sums *s, const char *model_dir, const ms_l
         uint64_t size, hash;
         const ms_status st = hash_meta(model_dir, k, &size, &hash, err);
         if (st != MS_OK) return st;
+        if (k >= s->n_meta) {       /* an older format does not record this file */
+            if (size != META_ABSENT)
+                ms_log(log, MS_LOG_WARN, "checksums: the sidecar has format %d, which does not cover %s: it is not"
+                       " verified (rebuild it with 'moestream verify %s --write')", s->version,
+                       ms_sums_meta_files[k], model_dir);
+            continue;
+        }
         if (size == s->meta[k][0] && hash == s->meta[k][1]) continue;
         char m[sizeof err->msg];
         meta_why(s, k, model_dir, size, hash, m, sizeof m);

@@ -19,15 +19,17 @@
  *
  *   file (little-endian):
  *     0    8  magic "MSSUMS\0\1"
- *     8    4  version (2)            12   4  reserved (0)
+ *     8    4  version (3)            12   4  reserved (0)
  *     16   8  block bytes B (2^20)   24   8  table hash (ms_sums_table_hash)
  *     32   8  n_tensors              40   8  n_blocks
- *     48   16 x 4  metadata files, in ms_sums_meta_files' order: u64 size
+ *     48   16 x 5  metadata files, in ms_sums_meta_files' order: u64 size
  *                  (2^64 - 1: absent when written), u64 XXH3-64 of its bytes
- *     112  8 x n_blocks  block hashes, tensor by tensor in table order
+ *     128  8 x n_blocks  block hashes, tensor by tensor in table order
  *     end  8  XXH3-64 of every byte before it
- *   Format 1 (no metadata entries, block hashes at 48) still loads; its
- *   metadata files are then unverified (ms_sums_check_meta warns).
+ *   Format 1 (no metadata entries, block hashes at 48) and format 2 (the
+ *   first four entries, block hashes at 112: no tokenizer.json) still load;
+ *   the files they do not record are then unverified (ms_sums_check_meta
+ *   warns when such a file is present).
  *
  *   The table hash covers the shard file names and, per tensor, its name,
  *   dtype, shape, shard, offset and byte count: a sidecar of another
@@ -58,12 +60,13 @@
 
 #define MS_SUMS_BLOCK_BYTES ((int64_t)1 << 20)
 #define MS_SUMS_FILE "moestream.sums"
-#define MS_SUMS_HEADER_BYTES 112
-#define MS_SUMS_N_META 4
+#define MS_SUMS_HEADER_BYTES 128
+#define MS_SUMS_N_META 5
 
 /* The metadata files of a model directory the sidecar covers, by name:
  * config.json, model.safetensors.index.json, tiktoken.model,
- * tokenizer_config.json (each may be absent; absence is recorded). */
+ * tokenizer_config.json, tokenizer.json (gpt-oss's tokenizer) - each may be
+ * absent; absence is recorded. */
 extern const char *const ms_sums_meta_files[MS_SUMS_N_META];
 
 typedef struct ms_sums ms_sums;

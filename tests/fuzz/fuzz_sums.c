@@ -17,7 +17,7 @@
  *     - refused: MS_E_MODEL with a message naming the path, nothing returned;
  *     - loaded (sums.h invariant 1): n_tensors is the checkpoint's, n_blocks
  *       is the sum of its tensors' ceil(n_bytes / 2^20), the file is exactly
- *       120 + 8 n_blocks bytes (56 + 8 n_blocks in format 1); the content hash
+ *       136 + 8 n_blocks bytes (56 + 8 n_blocks in format 1, 120 in format 2); the content hash
  *       is the XXH3-64 of the file's block hashes (it holds what was read);
  *     - a block of a real tensor (byte 1 picks which) passes ms_sums_check
  *       with the shard's bytes exactly when the file's hash for it is the
@@ -33,6 +33,7 @@
 
 #define HB1 48                  /* header bytes, format 1 */
 #define HB2 112                 /* format 2 */
+#define HB3 MS_SUMS_HEADER_BYTES /* format 3, as written (128) */
 
 static ms_ckpt *g_ck;
 static uint8_t *g_tpl;
@@ -45,19 +46,21 @@ static fz_img g_img;
 
 static const fz_field g_fields[] = {
     { 0, 8 }, { 8, 4 }, { 12, 4 }, { 16, 8 }, { 24, 8 }, { 32, 8 }, { 40, 8 }, { 48, 8 }, { 56, 8 },
-    { 64, 8 }, { 72, 8 }, { 80, 8 }, { 88, 8 }, { 96, 8 }, { 104, 8 }, { 112, 8 }, { 120, 8 }, { 8, 1 },
+    { 64, 8 }, { 72, 8 }, { 80, 8 }, { 88, 8 }, { 96, 8 }, { 104, 8 }, { 128, 8 }, { 136, 8 }, { 8, 1 },
+    { 112, 8 }, { 120, 8 },
 };
 
 static int64_t header_bytes(const fz_img *m) {
-    return m->n >= 12 && fz_get(m->p + 8, 4) == 1 ? HB1 : HB2;
+    const uint64_t v = m->n >= 12 ? fz_get(m->p + 8, 4) : 0;
+    return v == 1 ? HB1 : v == 2 ? HB2 : HB3;
 }
 
 static void sums_op(fz_img *m, uint8_t arg) {
-    if (m->n < HB2) return;
+    if (m->n < HB3) return;
     switch (arg % 3) {
     case 0:     /* format 1: drop the metadata entries */
-        memmove(m->p + HB1, m->p + HB2, m->n - HB2);
-        m->n -= HB2 - HB1;
+        memmove(m->p + HB1, m->p + HB3, m->n - HB3);
+        m->n -= HB3 - HB1;
         fz_put(m->p + 8, 4, 1);
         break;
     case 1: {
@@ -99,7 +102,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         g_first[i] = g_n_blocks;
         g_n_blocks += (ms_ckpt_tensor(g_ck, i)->n_bytes + MS_SUMS_BLOCK_BYTES - 1) / MS_SUMS_BLOCK_BYTES;
     }
-    if ((int64_t)g_tpl_n != HB2 + 8 * g_n_blocks + 8) fz_fail("template of %zu bytes", g_tpl_n);
+    if ((int64_t)g_tpl_n != HB3 + 8 * g_n_blocks + 8) fz_fail("template of %zu bytes", g_tpl_n);
     fz_mem_open(&g_mf);
     return 0;
 }
@@ -115,7 +118,7 @@ static void check_block(const ms_sums *s, const fz_img *m, int64_t hb, uint8_t p
     }
     if (!t) return;
     const int64_t n = t->n_bytes < MS_SUMS_BLOCK_BYTES ? t->n_bytes : MS_SUMS_BLOCK_BYTES;
-    const int same = memcmp(m->p + hb + 8 * g_first[ti], g_tpl + HB2 + 8 * g_first[ti], 8) == 0;
+    const int same = memcmp(m->p + hb + 8 * g_first[ti], g_tpl + HB3 + 8 * g_first[ti], 8) == 0;
     ms_err err;
     ms_err_clear(&err);
     const ms_status st = ms_sums_check(s, t->shard, t->offset, n, g_shard[t->shard] + t->offset, &err);
@@ -153,7 +156,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fz_fail("the loaded block hashes are not the file's");
     check_block(s, m, hb, data[1]);
     if (data[0] & 4) {
-        const int same = hb == HB1 || memcmp(m->p + HB1, g_tpl + HB1, HB2 - HB1) == 0;
+        /* the entries a file's format records are the template's (format 2: the first four) */
+        const int same = memcmp(m->p + HB1, g_tpl + HB1, (size_t)(hb - HB1)) == 0;
         const ms_status ms = ms_sums_check_meta(s, fz_model_dir(), NULL, NULL, &err);
         if (same && ms != MS_OK) fz_fail("metadata entries as built, yet: %s", err.msg);
     }

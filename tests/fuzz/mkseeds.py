@@ -528,14 +528,14 @@ def seeds_session():
 def seeds_sums():
     """Fields: 0 magic, 1 version, 2 reserved, 3 block bytes, 4 table hash,
     5 n_tensors, 6 n_blocks, 7-14 metadata entries, 15-16 block hashes, 17
-    version's low byte. FORMAT: 0 to format 1, 1 size from n_blocks, 2
+    version's low byte, 18-19 the fifth metadata entry (tokenizer.json). FORMAT: 0 to format 1, 1 size from n_blocks, 2
     n_blocks from size. Argument: the tensor whose first block is checked."""
     s = {"as_written": b"\x01\x00", "check_meta": b"\x05\x07", "tensor_9": b"\x01\x09",
          "no_fix_damaged": b"\x00\x00" + e_patch(130, b"\xff"),
          "format_1": b"\x05\x00" + e_format(0),
          "format_1_damaged": b"\x00\x00" + e_format(0),
          "bad_magic": b"\x01\x00" + e_patch(3, b"X"),
-         "version_3": b"\x01\x00" + e_value(1, 3),
+         "version_4": b"\x01\x00" + e_value(1, 4),
          "block_bytes": b"\x01\x00" + e_field(3, 3, 1),
          "table_hash": b"\x01\x00" + e_field(4, 1, 1),
          "n_tensors": b"\x01\x00" + e_field(5, 1, 0xff),
@@ -545,6 +545,8 @@ def seeds_sums():
          "n_blocks_from_size": b"\x01\x00" + e_resize(200) + e_format(2),
          "meta_changed": b"\x05\x00" + e_field(8, 1, 1),
          "meta_absent": b"\x05\x00" + e_field(11, 2, 3),
+         "meta_tokenizer_json": b"\x05\x00" + e_field(18, 1, 1),
+         "version_2": b"\x05\x00" + e_value(1, 2),
          "block_hash_0": b"\x01\x00" + e_field(15, 1, 1),
          "truncated": b"\x01\x00" + e_resize(40),
          "extended": b"\x01\x00" + e_insert(0xffffff, b"\x00" * 8)}
