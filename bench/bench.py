@@ -213,7 +213,8 @@ def machine_info():
 def ensure_model():
     msgen = os.path.join(ROOT, "tools", "msgen.py")
     h = hashlib.sha1()
-    for p in (msgen, os.path.join(ROOT, "tools", "mslib.py")):
+    tools = os.path.join(ROOT, "tools")
+    for p in (msgen, os.path.join(tools, "mslib.py"), os.path.join(tools, "stwrite.py")):
         with open(p, "rb") as f:
             h.update(f.read())
     args = ["--preset", "wide", "--layers", str(CFG["layers"]), "--experts", str(CFG["experts"]),

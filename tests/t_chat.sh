@@ -18,7 +18,7 @@ PY=/usr/bin/python3
 dir=$BUILD/testdata-chat
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 . tests/lib.sh
-stamp="$(sha1sum tools/msgen.py tools/mslib.py "$0" | sha1sum | cut -c1-16)"
+stamp="$(sha1sum tools/msgen.py tools/mslib.py tools/stwrite.py "$0" | sha1sum | cut -c1-16)"
 if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"
     $PY tools/msgen.py "$dir" --preset wide --layers 4 --hidden 64 --experts 8 --topk 2 --vocab 512 \

@@ -28,7 +28,7 @@ src=$BUILD/corrupt-src
 cases=$BUILD/corrupt-cases
 . tests/lib.sh
 
-stamp="$(cat tools/msgen.py tools/mslib.py tools/mscorrupt.py | sha1sum | cut -c1-16)"
+stamp="$(cat tools/msgen.py tools/mslib.py tools/stwrite.py tools/mscorrupt.py | sha1sum | cut -c1-16)"
 if [ "$(cat "$cases/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$src" "$cases"
     if ! $PY tools/msgen.py "$src" --preset a >/dev/null 2>"$BUILD/corrupt-gen.log" ||

@@ -61,7 +61,7 @@ if nm "$BIN" 2>/dev/null | grep -qE ' (__asan_init|__tsan_init|__msan_init)$' ||
     echo "t_memlimit: skipped: $BIN is a sanitizer build"
     finish
 fi
-stamp="$(cat tools/msgen.py tools/mslib.py | sha1sum | cut -c1-16)"
+stamp="$(cat tools/msgen.py tools/mslib.py tools/stwrite.py | sha1sum | cut -c1-16)"
 if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"
     if ! $PY tools/msgen.py "$dir" --preset wide --layers 4 --hidden 1024 --vocab 32768 \

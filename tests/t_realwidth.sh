@@ -14,7 +14,7 @@ BIN=${MS_BIN:-$BUILD/moestream}
 dir=$BUILD/testdata-wide
 . tests/lib.sh
 
-stamp="$(sha1sum tools/msgen.py tools/mslib.py | sha1sum | cut -c1-16)"
+stamp="$(sha1sum tools/msgen.py tools/mslib.py tools/stwrite.py | sha1sum | cut -c1-16)"
 if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"
     /usr/bin/python3 tools/msgen.py "$dir" --preset wide --layers 2 --mla 2 --experts 16 \

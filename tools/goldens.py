@@ -9,7 +9,7 @@ Owns: the golden files of a reference run, in OUT:
   tf_logits.f32     [len(tf_ids), V] float32 LE, the logits after each teacher-forced id
   gen_logits0.f32   [V], the logits after the prompt
   and the command line every reference takes (MODEL_DIR --ids --gen --tf-ids --out
-  --trap --check --stats).
+  --trap --check --stats), and record_stat() for --stats.
 Idea: a reference is a model object, a fresh-sequence constructor and a step function
   step(session, id) -> logits [V]; everything here is written once against those.
 Does not: read checkpoints or compute a layer (each reference does, on its own).
@@ -17,6 +17,7 @@ Does not: read checkpoints or compute a layer (each reference does, on its own).
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -31,6 +32,21 @@ def argmax_low(logits):
 def top2_gap(logits):
     s = np.sort(logits)
     return float(s[-1] - s[-2])
+
+
+def record_stat(stats, key, value, how="max"):
+    """Record a statistic for --stats into the dict stats (None: not asked for); value
+    may be a function (called only then). how: "max", "add" or "set" (distinct values)."""
+    if stats is None:
+        return
+    if callable(value):
+        value = value()
+    if how == "max":
+        stats[key] = max(stats.get(key, -math.inf), value)
+    elif how == "add":
+        stats[key] = stats.get(key, 0) + value
+    elif how == "set":
+        stats.setdefault(key, set()).add(value)
 
 
 def parse_ids(s):

@@ -23,14 +23,14 @@ Invariants:
   - MXFP4: packed U8 [rows, in/2] (element 2i = low nibble of byte i), scale U8
     [rows, in/32]; every input width is a multiple of 32; a few scale bytes are 255;
   - the wide preset never holds more than one block (<= 64 MiB of elements) per tensor.
-Does not: compute the model (msref.py does), read checkpoints.
+Does not: compute the model (msref.py does), read checkpoints, lay out the bytes of
+  a shard or the index (stwrite.py does, for ossgen.py too).
 
 Usage: msgen.py OUT_DIR --preset a|b|c|d|wide [--seed N] [--trap NAME] [--header-pad N] [wide flags]
        msgen.py OUT_DIR --trap NAME          (the trap's fixture on its base preset)
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mslib  # noqa: E402
+import stwrite  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Presets. Dims follow the release's structure at toy size (spec section 2).
@@ -110,8 +111,11 @@ TRAP_FIXTURES = {
     "attnres_mix_normed": ("a", {}),
 }
 
-BF16, F32, U8 = "BF16", "F32", "U8"
-DTYPE_BYTES = {BF16: 2, F32: 4, U8: 1}
+# The dtype names and the writer's helpers are stwrite.py's (shared with ossgen.py);
+# the names stay here for msgen's callers (train_tiny.py, tests/fuzz/mkseeds.py).
+BF16, F32, U8, DTYPE_BYTES = stwrite.BF16, stwrite.F32, stwrite.U8, stwrite.DTYPE_BYTES
+split_items, to_bf16_bits, shard_header = (stwrite.split_items, stwrite.to_bf16_bits,
+                                           stwrite.shard_header)
 
 
 # ---------------------------------------------------------------------------
@@ -360,37 +364,10 @@ def plan_checkpoint(p, rng):
     return items
 
 
-def split_items(items, n_shards):
-    """Contiguous split of the items over n_shards, balanced by bytes; every shard
-    gets at least one item, so globals land in shard 1 and lm_head in the last."""
-    sizes = [sum(DTYPE_BYTES[dt] * int(np.prod(sh)) for _, dt, sh, _ in it) for it in items]
-    n_shards = max(1, min(n_shards, len(items)))
-    total = sum(sizes)
-    shards, cur, acc = [], [], 0
-    for i, (it, sz) in enumerate(zip(items, sizes)):
-        cur.append(it)
-        acc += sz
-        left_items, left_shards = len(items) - i - 1, n_shards - len(shards) - 1
-        if left_shards > 0 and (acc >= total * (len(shards) + 1) / n_shards
-                                or left_items == left_shards):
-            shards.append([t for x in cur for t in x])
-            cur = []
-    shards.append([t for x in cur for t in x])
-    assert len(shards) == n_shards and all(shards)
-    return shards
-
-
 # ---------------------------------------------------------------------------
 # Filling tensors. Each tensor has its own generator (SFC64: the fastest raw bits in
 # numpy) seeded by (seed, tensor number), so contents do not depend on write order.
 # ---------------------------------------------------------------------------
-
-def to_bf16_bits(x):
-    """float -> BF16 bits: float32, then round to nearest even on the low 16 bits."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    return u.astype(np.uint16)
-
 
 def fill_small(init, dtype, shape, rng):
     """The whole tensor as bytes (tiny tensors; exact distributions)."""
@@ -425,92 +402,22 @@ def fill_small(init, dtype, shape, rng):
     return x.astype("<f4").tobytes()
 
 
-BLOCK_ELEMS = 8 << 20        # the wide path fills at most this many elements at a time
-
-
 def fill_blocks(init, dtype, shape, rng):
-    """Bytes of a tensor in blocks (any size). Small tensors take the exact path;
-    big Gaussian BF16 tensors get random bits: random sign and mantissa, exponent
-    floor(log2 std) or one less, i.e. |x| in [std/2, 2*std). All block arithmetic
-    stays in uint16, in place (about 3 block buffers live at a time)."""
+    """Bytes of a tensor in blocks (any size). Small tensors take the exact path; big
+    Gaussian BF16, code and scale tensors stwrite.random_blocks (random bits)."""
     n = int(np.prod(shape))
     if n <= (1 << 20) or init[0] not in ("normal", "codes", "scales"):
         yield fill_small(init, dtype, shape, rng)
         return
-    for b in range(0, n, BLOCK_ELEMS):
-        m = min(BLOCK_ELEMS, n - b)
-        if init[0] == "codes":
-            yield rng.bit_generator.random_raw(m // 8 + 1).view(np.uint8)[:m].tobytes()
-        elif init[0] == "scales":
-            s = rng.integers(init[1] - 1, init[1] + 2, m, dtype=np.uint8)
-            if init[2] and b == 0:
-                s[rng.choice(m, size=min(m, init[2]), replace=False)] = 255
-            yield s.tobytes()
-        else:
-            assert dtype == BF16 and init[1] == 0.0
-            e = 127 + int(math.floor(math.log2(init[2])))
-            assert 2 <= e <= 254
-            r = rng.bit_generator.random_raw(m // 4 + 1).view("<u2")[:m]
-            bits = np.bitwise_and(r, np.uint16(0x807F))      # sign, mantissa
-            bits |= np.uint16(e << 7)                          # exponent e ...
-            bits -= np.bitwise_and(r, np.uint16(0x0080))      # ... or e - 1
-            yield bits.tobytes()
-
-
-# ---------------------------------------------------------------------------
-# safetensors writing (by hand; spec section 1).
-# ---------------------------------------------------------------------------
-
-def shard_header(tensors, extra_pad=0):
-    """JSON header bytes (space-padded to 8, then extra_pad more spaces) and each
-    tensor's data offsets."""
-    hdr, off = {}, 0
-    for name, dt, shape, _ in tensors:
-        nb = DTYPE_BYTES[dt] * int(np.prod(shape))
-        hdr[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + nb]}
-        off += nb
-    keyed = {"__metadata__": {"format": "pt"}}
-    for k in sorted(hdr):
-        keyed[k] = hdr[k]
-    text = json.dumps(keyed, separators=(",", ":")).encode()
-    text += b" " * ((-len(text)) % 8 + extra_pad)
-    return text, off
+    yield from stwrite.random_blocks(init, dtype, n, rng)
 
 
 def write_checkpoint(out_dir, cfg, shards, seed, meta, header_pad=0):
-    os.makedirs(out_dir, exist_ok=True)
-    n = len(shards)
-    weight_map, total = {}, 0
-    number = 0
-    for i, tensors in enumerate(shards):
-        fname = mslib.shard_name(i + 1, n)
-        header, data_bytes = shard_header(tensors, header_pad)
-        tmp = os.path.join(out_dir, fname + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(len(header).to_bytes(8, "little"))
-            f.write(header)
-            for name, dt, shape, init in tensors:
-                rng = np.random.Generator(np.random.SFC64([seed, number]))
-                number += 1
-                written = 0
-                for block in fill_blocks(init, dt, shape, rng):
-                    f.write(block)
-                    written += len(block)
-                assert written == DTYPE_BYTES[dt] * int(np.prod(shape)), name
-                weight_map[name] = fname
-                total += written
-        os.replace(tmp, os.path.join(out_dir, fname))
-    index = {"metadata": {"total_size": total},
-             "weight_map": {k: weight_map[k] for k in sorted(weight_map)}}
-    with open(os.path.join(out_dir, mslib.INDEX_FILE), "w") as f:
-        json.dump(index, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(out_dir, "msgen.json"), "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-        f.write("\n")
+    weight_map, total, number = stwrite.write_shards(
+        out_dir, shards, seed, lambda i, n: mslib.shard_name(i + 1, n), fill_blocks, header_pad)
+    stwrite.write_index(os.path.join(out_dir, mslib.INDEX_FILE), weight_map, total)
+    stwrite.write_json(os.path.join(out_dir, "config.json"), cfg)
+    stwrite.write_json(os.path.join(out_dir, "msgen.json"), meta, sort_keys=True)
     return total, number
 
 

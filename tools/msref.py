@@ -29,98 +29,28 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goldens  # noqa: E402
 import mslib  # noqa: E402
+import stread  # noqa: E402
 
 TRAP = None          # the one rule to run wrongly (see mslib.TRAPS), or None
 STATS = None         # dict of counters when --stats is given
 
 
 def stat(key, value, how="max"):
-    """Record a statistic for --stats; value may be a function (called only then)."""
-    if STATS is None:
-        return
-    if callable(value):
-        value = value()
-    if how == "max":
-        STATS[key] = max(STATS.get(key, -math.inf), value)
-    elif how == "add":
-        STATS[key] = STATS.get(key, 0) + value
-    elif how == "set":
-        STATS.setdefault(key, set()).add(value)
+    """Record a statistic for --stats (goldens.record_stat)."""
+    goldens.record_stat(STATS, key, value, how)
 
 
 # =========================================================================================
 # Section 1: the checkpoint on disk
 # =========================================================================================
 
-DTYPE_SIZE = {"BF16": 2, "F32": 4, "U8": 1}
-
-
-class Checkpoint:
-    """All tensors of a model directory: the index names the shards, each shard's
-    header names its tensors. Every header is checked as untrusted input."""
+class Checkpoint(stread.Checkpoint):
+    """All tensors of a model directory, read by stread.py (shared with ossref.py):
+    the index names the shards, each shard's header names its tensors; every header
+    is checked as untrusted input. tensor(name, shape) as stread's."""
 
     def __init__(self, model_dir):
-        self.dir = model_dir
-        self.where = {}                        # name -> (shard file, dtype, shape, begin, end)
-        self.maps = {}
-        with open(os.path.join(model_dir, mslib.INDEX_FILE)) as f:
-            index = json.load(f)
-        weight_map = index["weight_map"]
-        for fname in sorted(set(weight_map.values())):
-            self._read_header(fname)
-        for name, fname in weight_map.items():
-            if name not in self.where or self.where[name][0] != fname:
-                raise ValueError("index names %s in %s, which does not hold it" % (name, fname))
-
-    def _read_header(self, fname):
-        path = os.path.join(self.dir, fname)
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if n + 8 > size:
-                raise ValueError("%s: header length %d past the file end" % (fname, n))
-            header = json.loads(f.read(n))
-        data_start, data_bytes = 8 + n, size - 8 - n
-        spans = []
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
-            if name in self.where:
-                raise ValueError("%s: tensor %s also in %s" % (fname, name, self.where[name][0]))
-            begin, end = t["data_offsets"]
-            numel = int(np.prod(t["shape"], dtype=np.int64))
-            if end - begin != numel * DTYPE_SIZE[t["dtype"]] or not 0 <= begin <= end <= data_bytes:
-                raise ValueError("%s: tensor %s: bad data_offsets %s" % (fname, name, t["data_offsets"]))
-            spans.append((begin, end))
-            self.where[name] = (fname, t["dtype"], tuple(t["shape"]), data_start + begin, data_start + end)
-        spans.sort()
-        for (b0, e0), (b1, e1) in zip(spans, spans[1:]):
-            if b1 < e0:
-                raise ValueError("%s: overlapping tensor data" % fname)
-
-    def has(self, name):
-        return name in self.where
-
-    def raw(self, name):
-        """The tensor's bytes as a uint8 array, and its dtype and shape."""
-        if name not in self.where:
-            raise KeyError("tensor %s is not in the checkpoint" % name)
-        fname, dtype, shape, b, e = self.where[name]
-        if fname not in self.maps:
-            self.maps[fname] = np.memmap(os.path.join(self.dir, fname), dtype=np.uint8, mode="r")
-        return np.asarray(self.maps[fname][b:e]), dtype, shape
-
-    def tensor(self, name, shape=None):
-        """BF16 / F32 as float64 (exact), U8 as uint8; `shape` is checked if given."""
-        data, dtype, sh = self.raw(name)
-        if shape is not None and tuple(shape) != sh:
-            raise ValueError("tensor %s has shape %s, expected %s" % (name, list(sh), list(shape)))
-        if dtype == "BF16":        # bf16 = the top half of a float32
-            bits = data.view("<u2").astype(np.uint32) << 16
-            return bits.view(np.float32).astype(np.float64).reshape(sh)
-        if dtype == "F32":
-            return data.view("<f4").astype(np.float64).reshape(sh)
-        return np.array(data, dtype=np.uint8).reshape(sh)
+        super().__init__(model_dir, mslib.INDEX_FILE)
 
 
 # =========================================================================================
@@ -145,15 +75,7 @@ class Config:
             tc = json.load(f)["text_config"]          # the fields are NESTED (trap, section 2)
         la = tc["linear_attn_config"]
 
-        def get(d, key, kind):
-            v = d[key]                                # missing -> KeyError, never a default
-            ok = {"int": isinstance(v, int) and not isinstance(v, bool),
-                  "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-                  "bool": isinstance(v, bool),
-                  "list": isinstance(v, list) and all(isinstance(x, int) for x in v)}[kind]
-            if not ok:
-                raise TypeError("config field %s = %r is not %s" % (key, v, kind))
-            return v
+        get = stread.config_field
 
         for k in self.INTS:
             setattr(self, k, get(tc, k, "int"))

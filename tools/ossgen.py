@@ -35,7 +35,8 @@ Invariants:
   - the tiny vocabulary is the 256 byte tokens (ids in o200k's order), BPE merges
     learnt on a fixed text, then the harmony specials at the top (osslib), so every
     special id is < vocab_size.
-Does not: compute the model (ossref.py does), read checkpoints.
+Does not: compute the model (ossref.py does), read checkpoints, lay out the bytes of
+  a shard or the index (stwrite.py does, for msgen.py too).
 
 Usage: ossgen.py OUT_DIR --preset oa|ob|20b [--seed N] [--trap NAME] [--check-template]
        ossgen.py OUT_DIR --trap NAME          (the trap's fixture on its base preset)
@@ -54,6 +55,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import osslib  # noqa: E402
+import stwrite  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Presets. Dims follow the release's structure at toy size. RoPE fields default to the
@@ -103,8 +105,10 @@ TRAP_FIXTURES = {
     "window_off_by_one": ("oa", {"q_gain": 1.5, "seed": 7111}),
 }
 
-BF16, U8 = "BF16", "U8"
-DTYPE_BYTES = {BF16: 2, U8: 1}
+# The dtype names and the writer's helpers are stwrite.py's (shared with msgen.py).
+BF16, U8 = stwrite.BF16, stwrite.U8
+nbytes, split_items, to_bf16_bits, write_json = (stwrite.nbytes, stwrite.split_items,
+                                                 stwrite.to_bf16_bits, stwrite.write_json)
 
 
 def released_params(name):
@@ -254,117 +258,27 @@ def plan_checkpoint(p):
     return items
 
 
-def nbytes(t):
-    return DTYPE_BYTES[t[1]] * int(np.prod(t[2], dtype=np.int64))
-
-
-def split_items(items, n_shards):
-    """Contiguous split of the items over n_shards, balanced by bytes; every shard
-    gets at least one item."""
-    sizes = [sum(nbytes(t) for t in it) for it in items]
-    n_shards = max(1, min(n_shards, len(items)))
-    total = sum(sizes)
-    shards, cur, acc = [], [], 0
-    for i, (it, sz) in enumerate(zip(items, sizes)):
-        cur.append(it)
-        acc += sz
-        left_items, left_shards = len(items) - i - 1, n_shards - len(shards) - 1
-        if left_shards > 0 and (acc >= total * (len(shards) + 1) / n_shards
-                                or left_items == left_shards):
-            shards.append([t for x in cur for t in x])
-            cur = []
-    shards.append([t for x in cur for t in x])
-    assert len(shards) == n_shards and all(shards)
-    return shards
-
-
 # ---------------------------------------------------------------------------
 # Filling tensors: each from its own generator (SFC64) seeded by (seed, number).
 # ---------------------------------------------------------------------------
 
-def to_bf16_bits(x):
-    """float -> BF16 bits: float32, then round to nearest even on the low 16 bits."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    return u.astype(np.uint16)
-
-
-BLOCK_ELEMS = 8 << 20        # big tensors are filled this many elements at a time
-
-
 def fill(init, dtype, shape, rng):
-    """The tensor's bytes, in blocks. Tensors up to 1 Mi elements take the exact
-    distribution; bigger Gaussian BF16 ones get random bits (random sign and mantissa,
-    exponent floor(log2 std) or one less: |x| in [std/2, 2 std)), cheap enough for the
-    13.8 GB 20b layout."""
+    """The tensor's bytes, in blocks. Gaussian tensors up to 1 Mi elements take the
+    exact distribution; bigger ones, and codes and scales of any size, the random bits
+    of stwrite.random_blocks, cheap enough for the 13.8 GB 20b layout."""
     n = int(np.prod(shape, dtype=np.int64))
-    kind = init[0]
     small = n <= (1 << 20)
-    for b in range(0, n, n if small else BLOCK_ELEMS):
-        m = n if small else min(BLOCK_ELEMS, n - b)
-        if kind == "codes":
-            yield rng.bit_generator.random_raw(m // 8 + 1).view(np.uint8)[:m].tobytes()
-        elif kind == "scales":
-            yield rng.integers(init[1] - 1, init[1] + 2, m, dtype=np.uint8).tobytes()
-        elif small:
-            assert dtype == BF16 and kind == "normal"
-            yield to_bf16_bits(init[1] + init[2] * rng.standard_normal(m)).tobytes()
-        else:
-            assert dtype == BF16 and kind == "normal" and init[1] == 0.0
-            e = 127 + int(math.floor(math.log2(init[2])))
-            assert 2 <= e <= 254
-            r = rng.bit_generator.random_raw(m // 4 + 1).view("<u2")[:m]
-            bits = np.bitwise_and(r, np.uint16(0x807F))      # sign, mantissa
-            bits |= np.uint16(e << 7)                          # exponent e ...
-            bits -= np.bitwise_and(r, np.uint16(0x0080))      # ... or e - 1
-            yield bits.tobytes()
-
-
-def shard_header(tensors):
-    """JSON header bytes (space-padded to a multiple of 8) and the data size."""
-    hdr, off = {}, 0
-    for t in tensors:
-        nb = nbytes(t)
-        hdr[t[0]] = {"dtype": t[1], "shape": list(t[2]), "data_offsets": [off, off + nb]}
-        off += nb
-    keyed = {"__metadata__": {"format": "pt"}}
-    for k in sorted(hdr):
-        keyed[k] = hdr[k]
-    text = json.dumps(keyed, separators=(",", ":")).encode()
-    return text + b" " * ((-len(text)) % 8), off
-
-
-def write_json(path, obj, **kw):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, **kw)
-        f.write("\n")
+    if small and init[0] not in ("codes", "scales"):
+        assert dtype == BF16 and init[0] == "normal"
+        yield to_bf16_bits(init[1] + init[2] * rng.standard_normal(n)).tobytes()
+        return
+    yield from stwrite.random_blocks(init, dtype, n, rng, n if small else stwrite.BLOCK_ELEMS)
 
 
 def write_checkpoint(out_dir, shards, seed):
-    os.makedirs(out_dir, exist_ok=True)
-    n = len(shards)
-    weight_map, total, number = {}, 0, 0
-    for i, tensors in enumerate(shards):
-        fname = osslib.shard_name(i, n)
-        header, _ = shard_header(tensors)
-        tmp = os.path.join(out_dir, fname + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(len(header).to_bytes(8, "little"))
-            f.write(header)
-            for t in tensors:
-                rng = np.random.Generator(np.random.SFC64([seed, number]))
-                number += 1
-                written = 0
-                for block in fill(t[3], t[1], t[2], rng):
-                    f.write(block)
-                    written += len(block)
-                assert written == nbytes(t), t[0]
-                weight_map[t[0]] = fname
-                total += written
-        os.replace(tmp, os.path.join(out_dir, fname))
-    write_json(os.path.join(out_dir, osslib.INDEX_FILE),
-               {"metadata": {"total_size": total},
-                "weight_map": {k: weight_map[k] for k in sorted(weight_map)}})
+    weight_map, total, number = stwrite.write_shards(out_dir, shards, seed,
+                                                     osslib.shard_name, fill)
+    stwrite.write_index(os.path.join(out_dir, osslib.INDEX_FILE), weight_map, total)
     return total, number
 
 

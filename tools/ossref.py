@@ -34,90 +34,32 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goldens  # noqa: E402
 import osslib  # noqa: E402
+import stread  # noqa: E402
 
 TRAP = None          # the one rule to run wrongly (see osslib.TRAPS), or None
 STATS = None         # dict of counters when --stats is given
 
 
 def stat(key, value, how="max"):
-    """Record a statistic for --stats; value may be a function (called only then)."""
-    if STATS is None:
-        return
-    if callable(value):
-        value = value()
-    if how == "max":
-        STATS[key] = max(STATS.get(key, -math.inf), value)
-    elif how == "add":
-        STATS[key] = STATS.get(key, 0) + value
+    """Record a statistic for --stats (goldens.record_stat)."""
+    goldens.record_stat(STATS, key, value, how)
 
 
 # =========================================================================================
 # The checkpoint on disk (spec section 2)
 # =========================================================================================
 
-DTYPE_SIZE = {"BF16": 2, "F32": 4, "U8": 1}
-
-
-class Checkpoint:
-    """The tensors of a model directory: the index names the shards, each shard's
-    header names its tensors. Headers are untrusted input: offsets are checked
-    against the file and against each other."""
+class Checkpoint(stread.Checkpoint):
+    """The tensors of a model directory, read by stread.py (shared with msref.py): the
+    index names the shards, each shard's header names its tensors. Headers are untrusted
+    input: offsets are checked against the file and against each other."""
 
     def __init__(self, model_dir):
-        self.dir = model_dir
-        self.where = {}                        # name -> (file, dtype, shape, begin, end)
-        self.maps = {}
-        with open(os.path.join(model_dir, osslib.INDEX_FILE)) as f:
-            weight_map = json.load(f)["weight_map"]
-        for fname in sorted(set(weight_map.values())):
-            self._read_header(fname)
-        for name, fname in weight_map.items():
-            if name not in self.where or self.where[name][0] != fname:
-                raise ValueError("index names %s in %s, which does not hold it" % (name, fname))
-        if set(weight_map) != set(self.where):
-            raise ValueError("shards hold tensors the index does not name")
-
-    def _read_header(self, fname):
-        path = os.path.join(self.dir, fname)
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if n + 8 > size:
-                raise ValueError("%s: header length %d past the end of the file" % (fname, n))
-            header = json.loads(f.read(n))
-        base, data_bytes = 8 + n, size - 8 - n
-        spans = []
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
-            if name in self.where:
-                raise ValueError("%s: tensor %s also in %s" % (fname, name, self.where[name][0]))
-            begin, end = t["data_offsets"]
-            numel = int(np.prod(t["shape"], dtype=np.int64))
-            if end - begin != numel * DTYPE_SIZE[t["dtype"]] or not 0 <= begin <= end <= data_bytes:
-                raise ValueError("%s: %s: bad data_offsets %s" % (fname, name, t["data_offsets"]))
-            spans.append((begin, end))
-            self.where[name] = (fname, t["dtype"], tuple(t["shape"]), base + begin, base + end)
-        spans.sort()
-        for (b0, e0), (b1, e1) in zip(spans, spans[1:]):
-            if b1 < e0:
-                raise ValueError("%s: overlapping tensor data" % fname)
+        super().__init__(model_dir, osslib.INDEX_FILE)
 
     def tensor(self, name, dtype, shape):
         """The tensor as float64 (BF16, exact) or uint8 (U8); dtype and shape checked."""
-        if name not in self.where:
-            raise KeyError("tensor %s is not in the checkpoint" % name)
-        fname, dt, sh, b, e = self.where[name]
-        if dt != dtype or sh != tuple(shape):
-            raise ValueError("tensor %s is %s %s, expected %s %s" % (name, dt, list(sh), dtype,
-                                                                   list(shape)))
-        if fname not in self.maps:
-            self.maps[fname] = np.memmap(os.path.join(self.dir, fname), dtype=np.uint8, mode="r")
-        data = np.asarray(self.maps[fname][b:e])
-        if dt == "BF16":                      # bf16 = the top half of a float32
-            bits = data.view("<u2").astype(np.uint32) << 16
-            return bits.view(np.float32).astype(np.float64).reshape(sh)
-        return np.array(data, dtype=np.uint8).reshape(sh)
+        return super().tensor(name, shape, dtype)
 
 
 # =========================================================================================
@@ -134,14 +76,7 @@ class Config:
         with open(path) as f:
             c = json.load(f)
 
-        def get(d, key, kind):
-            v = d[key]                                # missing -> KeyError, never a default
-            ok = {"int": isinstance(v, int) and not isinstance(v, bool),
-                  "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-                  "bool": isinstance(v, bool)}[kind]
-            if not ok:
-                raise TypeError("config field %s = %r is not %s" % (key, v, kind))
-            return v
+        get = stread.config_field
 
         for k in self.INTS:
             setattr(self, k, get(c, k, "int"))
@@ -409,16 +344,6 @@ def forward_token(sess, token):
         stat("residual_rms_max", lambda: float(np.sqrt(np.mean(x * x))))
     sess.pos += 1
     return m.lm_head @ rms_norm(x, m.norm, eps)          # no soft-cap, no logit scale
-
-
-def teacher_force(model, ids):
-    """Logits after each of ids, fed from the start of a fresh sequence: [len(ids), V]."""
-    return goldens.teacher_force(Session, forward_token, model, ids)
-
-
-def greedy(model, prompt, n_gen):
-    """(the n_gen greedy ids, the logits that chose each of them [n_gen, V])."""
-    return goldens.greedy(Session, forward_token, model, prompt, n_gen)
 
 
 def configure(trap, stats):

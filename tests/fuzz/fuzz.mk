@@ -100,7 +100,7 @@ $(FUZZ_LIB_BINS): $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_HDRS) $(FUZZ_
 # the tiny model of the targets that need one: the server targets (they add
 # the fixture tokenizer to it) and the file-format targets (session, sums,
 # packfile make their templates from it at startup)
-$(FUZZ_MODEL)/config.json: tools/msgen.py tools/mslib.py
+$(FUZZ_MODEL)/config.json: tools/msgen.py tools/mslib.py tools/stwrite.py
 	rm -rf $(FUZZ_MODEL)
 	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 tools/msgen.py $(FUZZ_MODEL) --preset a
 
