@@ -320,9 +320,9 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
     e->batch_ids = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_ids);
     e->batch_seg = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_seg);
     if (!e->batch_ids || !e->batch_seg) return ms_err_set(err, MS_E_NOMEM, "out of memory");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tiktoken.model", e->p.model_dir);
-    if (access(path, F_OK) == 0 && (st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err)) != MS_OK)
+    /* tiktoken.model, else tokenizer.json, else no tokenizer (ms_tok_find) */
+    if (ms_tok_find(e->p.model_dir) != MS_TOK_NONE &&
+        (st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err)) != MS_OK)
         return st;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
     /* the prompt cache: its share of the budget (plan_budget); none in a pipeline */

@@ -1,17 +1,18 @@
-/* text/tok_int.h - the tokenizer's private layout, shared by its two files.
+/* text/tok_int.h - the tokenizer's private layout, shared by its files.
  *
  * Owns: struct ms_tok (the parsed vocabulary: token bytes in rank order, a
  *   rank hash table keyed by raw bytes, the special-token names, the compiled
  *   pre-tokenizer) and the rank lookup that loading and BPE both use.
- *   tok_load.c builds it (tiktoken.model, tokenizer_config.json, the regex);
- *   tokenizer.c encodes and decodes with it.
+ *   tok_load.c builds it from tiktoken.model + tokenizer_config.json,
+ *   tok_hf.c from a Hugging Face tokenizer.json (both through the shared
+ *   builders below); tokenizer.c encodes and decodes with it.
  * Invariants:
  *   1. ranks are dense (0..n_ranks-1), unique, with unique non-empty bytes,
  *      and every single byte 0x00..0xFF has a rank, so every byte string is
  *      encodable and decode(encode(b)) == b.
  *   2. specials occupy [n_ranks, n_vocab); each has a unique non-empty name.
  *   3. a loaded ms_tok is never written again: encode and decode may share it.
- * Does not: leave text/ (included only by tok_load.c and tokenizer.c).
+ * Does not: leave text/ (included only by tok_load.c, tok_hf.c, tokenizer.c).
  */
 #ifndef MS_TEXT_TOK_INT_H
 #define MS_TEXT_TOK_INT_H
@@ -45,7 +46,31 @@ struct ms_tok {
     int64_t *sp_off;      /* [n_vocab - n_ranks] offsets into sp_blob */
     int64_t *sp_len;
     pcre2_code *re;
+    int windowed;         /* 1: K3's windows (tiktoken.model); 0: the whole
+                             input is one regex subject (tokenizer.json) */
 };
+
+/* ---- building, shared by the two loaders (tok_load.c, tok_hf.c) ---------- */
+
+enum { TOK_MAX_SPECIALS = 1 << 20 };  /* sanity cap on n_vocab - n_ranks */
+
+/* With t->blob, t->off[0..n_ranks] and t->n_ranks set: the hash table,
+ * byte_rank and pair_rank. Duplicate bytes are refused naming both entries
+ * (line_of_rank != NULL: "FILE line A ... line B"; NULL: by id), and every
+ * single byte must have a rank. Errors name `file`. */
+ms_status tok_build_table(ms_tok *t, const char *file, const int64_t *line_of_rank, ms_err *err);
+
+/* With n_ranks / n_vocab set: the specials' names. names[i] is the name of id
+ * n_ranks + i or NULL ("<|reserved_token_{id}|>"); ownership stays with the
+ * caller. Two ids may not share a name (MS_E_MODEL naming `file`). */
+ms_status tok_set_specials(ms_tok *t, char *const *names, const char *file, ms_err *err);
+
+/* Compile `pattern` (PCRE2 syntax) as the pre-tokenizer; JIT when available.
+ * A pattern that does not compile is MS_E_MODEL naming `file`. */
+ms_status tok_compile(ms_tok *t, const char *pattern, const char *file, ms_err *err);
+
+/* Load a Hugging Face tokenizer.json held in memory (tok_hf.c). */
+ms_status tok_load_hf_mem(const char *json, size_t len, int64_t n_vocab, ms_tok **out, ms_err *err);
 
 /* ---- hashing of raw token bytes ---------------------------------------- */
 

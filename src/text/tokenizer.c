@@ -3,7 +3,9 @@
  *
  * Owns: the windowing of long inputs, the pre-tokenizer matching, and BPE
  *   merging; decoding ids back to bytes and the special-token lookups.
- * Idea: encode = windows -> regex pieces -> BPE per piece. Windows replicate
+ * Idea: encode = windows -> regex pieces -> BPE per piece. A tokenizer.json
+ *   tokenizer (t->windowed == 0) has no windows: the input is one subject, as
+ *   in tiktoken and Hugging Face tokenizers. K3's windows replicate
  *   the reference exactly (400,000 code points; inside a window a cut before
  *   any character that would make a run of whitespace or of non-whitespace
  *   longer than 25,000). Each window is matched as its own subject, so the
@@ -303,6 +305,14 @@ ms_status ms_tok_encode(const ms_tok *t, const char *text, size_t len,
     /* Windows and run cuts, replicating the reference's
      * _split_whitespaces_or_nonwhitespaces over 400,000-character windows. An
      * invalid UTF-8 byte counts as one non-space character. */
+    if (!t->windowed) {
+        /* tokenizer.json (tiktoken's and Hugging Face's own behaviour): the
+         * whole input is one subject; bpe_heap indexes pieces with int32 */
+        if (n > INT32_MAX / 4) st = ms_err_set(err, MS_E_USAGE, "ms_tok_encode: %lld bytes, at most %d in one call",
+                                               (long long)n, INT32_MAX / 4);
+        else st = encode_chunk(&e, s, n);
+        pos = n;
+    }
     while (pos < n && st == MS_OK) {
         int64_t n_chars = 0, slice = pos, run = 0;
         int cur = -1;
