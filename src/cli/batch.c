@@ -233,7 +233,7 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
         ms_model_info info;
         ms_engine_info(e, &info);
         int64_t n = r->n_gen;
-        if (r->text && n > 0 && r->gen[n - 1] == (int32_t)info.eos_id && !strcmp(r->finish, "stop")) n--;
+        if (r->text && n > 0 && ms_is_stop(e, r->gen[n - 1]) && !strcmp(r->finish, "stop")) n--;
         char *text = NULL;
         size_t len = 0;
         if (n > 0 && ms_detokenize(e, r->gen, n, &text, &len) == MS_OK) {
@@ -259,7 +259,7 @@ static void pick(const ms_engine *e, slot *sl, int32_t eos) {
     r->gen[r->n_gen++] = id;
     sl->pending = id;
     if (r->stop.n > 0) cli_text_add(&r->seen, e, id, NULL);
-    if (r->text && !r->ignore_eos && id == eos) r->finish = "stop";
+    if (r->text && !r->ignore_eos && (id == eos || ms_is_stop(e, id))) r->finish = "stop";
     else if (r->seen.cut >= 0) r->finish = "stop";          /* a stop string completed */
     else if (r->n_gen >= r->max_tokens) r->finish = "length";
 }

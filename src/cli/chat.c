@@ -295,7 +295,7 @@ static ms_status turn(chat *ch, const char *text) {
     int32_t step[32];
     /* decode steps (ms_session_decode): the picker stops at EOS and at max;
        every token but EOS is fed, as in the one-token loop */
-    cli_pick cp = { ch->smp, ch->gen, 0, max, eos, 1, 0 };
+    cli_pick cp = { ch->smp, ch->gen, 0, max, eos, 1, 0, ch->e };
     int32_t pending = -1;
     int stopped = 0;
     const double t0 = cli_progress_now_s();

@@ -283,7 +283,7 @@ static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x
         int64_t before = rp->n_gen, n_step = 0;
         st = ms_session_decode(x->s, pending, n_draft, run_picker, pk, step, &n_step);
         for (int64_t i = before; i < rp->n_gen; i++) {
-            if (rp->gen[i] == rp->eos && rp->stop_eos) break;      /* raw --ids runs do not stop */
+            if (rp->stop_eos && cli_pick_is_stop(rp, rp->gen[i])) break;   /* raw --ids runs do not stop */
             if (show) cli_text_add(out, x->e, rp->gen[i], stream);
         }
         if (n_step > 0) pending = step[n_step - 1];
@@ -338,7 +338,7 @@ int cmd_run(int argc, char **argv) {
     FILE *stream = (p.text_mode && !o.json) ? stdout : NULL;
     /* the stop rules: the EOS of a text prompt, the --max-tokens limit, --stop */
     run_pick pk = { { x.smp, malloc((size_t)(o.n_gen + 1) * sizeof(int32_t)), 0, o.n_gen, (int32_t)x.info.eos_id,
-                      p.text_mode && !o.ignore_eos, 0 }, o.stop.n > 0 ? &seen : NULL, x.e };
+                      p.text_mode && !o.ignore_eos, 0, x.e }, o.stop.n > 0 ? &seen : NULL, x.e };
     cli_pick *rp = &pk.base;
     ms_engine_stats_reset(x.e);
     ms_status st = run_generate(&o, &p, &x, &pk, &out, stream, &rc);

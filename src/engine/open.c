@@ -326,7 +326,7 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
         return st;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
     /* the prompt cache: its share of the budget (plan_budget); none in a pipeline */
-    e->eom_id = e->tok ? ms_tok_special_id(e->tok, "<|end_of_msg|>") : -1;
+    ms_engine_text_ids(e);
     if (e->n_stages == 1) e->pcache = ms_pcache_init(&e->model, e->cfg.vocab_size, e->pcache_bytes);
     if (e->n_stages > 1 && e->p.prompt_cache_dir && e->stage == 0)
         ms_log(&e->log, MS_LOG_WARN, "the prompt cache is off in a pipeline: %s is not used", e->p.prompt_cache_dir);

@@ -105,7 +105,8 @@ typedef struct ms_chat_fmt {
     ms_status (*close_turn)(const ms_tok *, const int32_t *, int64_t, int, int32_t **, int64_t *, int64_t *,
                             ms_err *);
     ms_status (*parse)(const ms_tok *, const int32_t *, int64_t, int, ms_chat_reply *, ms_err *);
-    const char *stop_names[4];  /* the specials that end generation (NULL-padded) */
+    const char *stop_names[4];  /* the specials that end generation besides the
+                                   model's eos_token_id (NULL-padded) */
     const char *msg_end_name;   /* the special that ends a message (prompt-cache marks) */
     ms_chat_effort default_effort;  /* when the caller names none */
 } ms_chat_fmt;

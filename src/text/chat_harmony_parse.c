@@ -233,7 +233,8 @@ ms_status ms_harmony_close_turn(const ms_tok *t, const int32_t *gen, int64_t n_g
 
 const ms_chat_fmt ms_chat_fmt_xtml = {
     "xtml", ms_chat_render, ms_chat_render_append, ms_chat_close_turn, ms_chat_parse,
-    {"<|end_of_msg|>", "[EOS]", NULL, NULL}, "<|end_of_msg|>", MS_CHAT_EFFORT_HIGH,
+    {NULL, NULL, NULL, NULL},   /* K3's eos_token_id is <|end_of_msg|> itself */
+    "<|end_of_msg|>", MS_CHAT_EFFORT_HIGH,
 };
 
 const ms_chat_fmt ms_chat_fmt_harmony = {
