@@ -64,10 +64,14 @@ static void key_of(const char *bytes, char *out) {
 
 /* Variants: which part to break (0: none). */
 enum { GOOD, BAD_SWAP, BAD_NOTOKEN, BAD_PART, BAD_GAP, BAD_ALPHA, BAD_ADDED_LOW, BAD_ADDED_DUP, BAD_NORM,
-       BAD_PRE, BAD_INTERSECT, BAD_REGEX, BAD_MODEL_TYPE, N_VARIANT };
+       BAD_PRE, BAD_INTERSECT, BAD_REGEX, BAD_MODEL_TYPE, BAD_DUP_MERGE, ABC, ABC_WHOLE, N_VARIANT };
 
+/* ABC / ABC_WHOLE: merges where tiktoken's rule and the listed-merges rule
+ * differ: "abc" is made from "ab" + "c" only, but "bc" joins first. */
 static char *tokenizer_json(int variant) {
-    static const char *const merges[5][2] = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {" ", "w"}, {"o", "r"}};
+    static const char *const hello[5][2] = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {" ", "w"}, {"o", "r"}};
+    static const char *const abc[5][2] = {{"b", "c"}, {"a", "b"}, {"ab", "c"}, {"x", "y"}, {"y", "z"}};
+    const char *const (*merges)[2] = variant == ABC || variant == ABC_WHOLE ? abc : hello;
     buf b = {0};
     put(&b, "{\"version\":\"1.0\",\"added_tokens\":[");
     for (int i = 0; i < 9; i++) {
@@ -89,7 +93,9 @@ static char *tokenizer_json(int variant) {
     put(&b, "\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"");
     put(&b, variant == BAD_MODEL_TYPE ? "WordPiece" : "BPE");
     put(&b, "\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,"
-            "\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":true,\"vocab\":{");
+            "\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":");
+    put(&b, variant == ABC ? "false" : "true");
+    put(&b, ",\"vocab\":{");
     char k[64], e[128];
     for (int i = 0; i < 256; i++) {
         key_char(i, k);
@@ -106,7 +112,7 @@ static char *tokenizer_json(int variant) {
     }
     put(&b, "},\"merges\":[");
     for (int i = 0; i < 5; i++) {
-        int j = variant == BAD_SWAP ? (i == 0 ? 1 : i == 1 ? 0 : i) : i;
+        int j = variant == BAD_SWAP ? (i == 0 ? 1 : i == 1 ? 0 : i) : variant == BAD_DUP_MERGE && i == 1 ? 0 : i;
         char a[16], c[16];
         key_of(merges[j][0], a);
         key_of(variant == BAD_NOTOKEN && i == 4 ? "x" : merges[j][1], c);
@@ -177,6 +183,38 @@ static void test_loader_good(const ms_tok *t) {
     }
 }
 
+/* Only listed merges join (Hugging Face), not any pair whose bytes are a token
+ * (tiktoken); ignore_merges decides whether a piece that is a token is taken
+ * whole. The o200k file lists every split, so there the rules agree (parity). */
+static void test_merge_rule(void) {
+    for (int v = ABC; v <= ABC_WHOLE; v++) {
+        char *j = tokenizer_json(v);
+        ms_tok *t = NULL;
+        ms_err err;
+        ms_err_clear(&err);
+        CHECK(ms_tok_load_hf_mem(j, strlen(j), N_VOCAB, &t, &err) == MS_OK, "abc file loads: %s", err.msg);
+        free(j);
+        if (!t) continue;
+        int32_t ids[16];
+        int n = encode(t, "abcd", ids, 16);
+        CHECK(n == 3 && ids[0] == 'a' && ids[1] == 256 && ids[2] == 'd',
+              "abcd -> a, bc, d: (a, bc) is no listed merge although abc is a token (%d ids)", n);
+        n = encode(t, "abc", ids, 16);
+        if (v == ABC_WHOLE) CHECK(n == 1 && ids[0] == 258, "ignore_merges: the piece abc is taken whole");
+        else CHECK(n == 2 && ids[0] == 'a' && ids[1] == 256, "no ignore_merges: abc -> a, bc by the merges");
+        /* a long piece takes the heap path: same rule */
+        char longp[200];
+        for (int i = 0; i < 198; i += 2) { longp[i] = 'a'; longp[i + 1] = 'b'; }
+        longp[198] = 'c';
+        longp[199] = 0;
+        int32_t many[256];
+        n = encode(t, longp, many, 256);
+        CHECK(n == 100 && many[0] == 257 && many[97] == 257 && many[98] == 'a' && many[99] == 256,
+              "long piece (ab)^99 c -> (ab)^98, a, bc (tiktoken's rule would end in abc): %d ids", n);
+        ms_tok_free(t);
+    }
+}
+
 static void test_loader_bad(void) {
     static const struct { int variant; const char *want; } cases[] = {
         {BAD_SWAP, "merge priority must follow token ids"}, {BAD_NOTOKEN, "makes no vocab token"},
@@ -184,6 +222,7 @@ static void test_loader_bad(void) {
         {BAD_ALPHA, "outside the byte-level alphabet"}, {BAD_ADDED_LOW, "outside [261, 280)"},
         {BAD_ADDED_DUP, "share the name"}, {BAD_NORM, "normalizer"}, {BAD_PRE, "expected pre_tokenizer"},
         {BAD_INTERSECT, "class intersection"}, {BAD_REGEX, "does not compile"}, {BAD_MODEL_TYPE, "not BPE"},
+        {BAD_DUP_MERGE, "listed twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *j = tokenizer_json(cases[i].variant);
@@ -526,6 +565,7 @@ int main(void) {
         test_round_trip(t);
         test_close_and_stops(t);
     }
+    test_merge_rule();
     test_loader_bad();
     test_loader_dir();
     ms_tok_free(t);

@@ -6,16 +6,17 @@
  *   Split regex + ByteLevel without its own regex, or a lone ByteLevel with
  *   GPT-2's regex), added_tokens - and translating the Split regex from the
  *   Rust regex dialect to PCRE2's.
- * Idea: gpt-oss's file is o200k_harmony converted from tiktoken: vocab keys
- *   are token bytes written in GPT-2's byte-to-unicode alphabet, and merges
- *   come sorted by the id of the token they make, so "lowest merge first" is
- *   tiktoken's "lowest rank first" with rank = id. transformers' converter
- *   lists every split of a token into two tokens, so one id may be made by
- *   several consecutive merges. This file checks exactly that (each merge's
- *   parts and result are tokens, results never decrease along the list) and
- *   then hands the vocabulary to the tiktoken
- *   machinery unchanged; a file whose merge order disagrees with its ids is
- *   refused, not approximated.
+ * Idea: encode as Hugging Face's BPE does, on the tiktoken machinery: the
+ *   vocab keys are token bytes in GPT-2's byte-to-unicode alphabet, and two
+ *   adjacent parts join only when (left, right) is a listed merge
+ *   (t->by_merges), lowest made id first, leftmost on ties; a piece that is a
+ *   token is taken whole when the file says ignore_merges. That "lowest made
+ *   id first" is HF's "lowest merge index first" is checked, not assumed: the
+ *   ids the merges make must never decrease along the list (equal ids are
+ *   several splits of one token, as transformers' tiktoken converter lists
+ *   every split). A file whose merge order disagrees with its ids is refused,
+ *   not approximated. For gpt-oss's o200k file (every split listed) the rule
+ *   is tiktoken's exactly; the parity test shows it on the o200k ranks.
  * Invariants: those of tok_int.h for every tokenizer returned; the input is
  *   untrusted (every problem is MS_E_MODEL with a one-line message naming
  *   tokenizer.json); on error nothing is returned and everything is freed.
@@ -274,11 +275,27 @@ static int32_t merge_part(const ms_tok *t, const int16_t cp_byte[324], const cha
     return tok_rank_lookup(t, buf, l);
 }
 
-/* model.merges: every merge joins two tokens into a token, and the tokens it
- * makes never decrease along the list (merge priority = rank = id; equal ids
- * are different splits of one token). */
-static ms_status check_merges(const ms_tok *t, json_t *merges, const int16_t cp_byte[324], ms_err *err) {
+/* Enter merge (a, b) -> made into the table; 0, or -1 if it is listed twice. */
+static int merge_put(ms_tok *t, int32_t a, int32_t b, int32_t made) {
+    const uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    for (uint64_t i = tok_merge_hash(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        merge_slot *e = &t->merges[i];
+        if (e->made < 0) { e->key = key; e->made = made; return 0; }
+        if (e->key == key) return -1;
+    }
+}
+
+/* model.merges: every merge joins two tokens into a token, each pair once, and
+ * the tokens they make never decrease along the list (merge priority = rank =
+ * id; equal ids are different splits of one token). Fills t->merges. */
+static ms_status check_merges(ms_tok *t, json_t *merges, const int16_t cp_byte[324], ms_err *err) {
     if (merges && !json_is_array(merges)) return ms_err_set(err, MS_E_MODEL, HF ": model.merges is not an array");
+    uint64_t cap = 2;
+    while (cap < 2 * (uint64_t)json_array_size(merges) + 2) cap <<= 1;
+    t->merges = malloc(cap * sizeof *t->merges);
+    if (!t->merges) return ms_err_set(err, MS_E_NOMEM, HF ": out of memory");
+    for (uint64_t i = 0; i < cap; i++) t->merges[i] = (merge_slot){ 0, -1 };
+    t->merge_mask = cap - 1;
     /* a token's key has at most 2 UTF-8 bytes per token byte (the alphabet
      * stops at U+0143), so a longer part is no token; both fit in buf */
     uint8_t *buf = malloc((size_t)(4 * t->max_tok_len + 8));
@@ -302,14 +319,19 @@ static ms_status check_merges(const ms_tok *t, json_t *merges, const int16_t cp_
         }
         if (!a) { st = ms_err_set(err, MS_E_MODEL, HF ": merge %zu: expected \"A B\" or [A, B]", i); break; }
         int64_t la = 0, lb = 0;
-        if ((size_t)(2 * t->max_tok_len) < al || (size_t)(2 * t->max_tok_len) < bl ||
-            merge_part(t, cp_byte, a, al, buf, &la) < 0 || merge_part(t, cp_byte, b, bl, buf + la, &lb) < 0) {
+        int32_t ia = -1, ib = -1;
+        if ((size_t)(2 * t->max_tok_len) >= al && (size_t)(2 * t->max_tok_len) >= bl &&
+            (ia = merge_part(t, cp_byte, a, al, buf, &la)) >= 0)
+            ib = merge_part(t, cp_byte, b, bl, buf + la, &lb);
+        if (ia < 0 || ib < 0) {
             st = ms_err_set(err, MS_E_MODEL, HF ": merge %zu ('%.30s' '%.30s'): a part is not a vocab token", i, a, b);
             break;
         }
         int32_t r = tok_rank_lookup(t, buf, la + lb);
         if (r < 0)
             st = ms_err_set(err, MS_E_MODEL, HF ": merge %zu ('%.30s' '%.30s') makes no vocab token", i, a, b);
+        else if (merge_put(t, ia, ib, r) < 0)
+            st = ms_err_set(err, MS_E_MODEL, HF ": merge %zu ('%.30s' '%.30s') is listed twice", i, a, b);
         else if (r < prev)
             st = ms_err_set(err, MS_E_MODEL, HF ": merge %zu makes token %d after an earlier merge made token %lld: "
                             "merge priority must follow token ids (rank = id, as in tiktoken-derived files)",
@@ -355,6 +377,8 @@ static ms_status load(ms_tok *t, json_t *root, ms_err *err) {
     if (st == MS_OK) st = lay_out_vocab(t, json_object_get(model, "vocab"), cp_byte, err);
     if (st == MS_OK) st = tok_build_table(t, HF, NULL, err);
     if (st == MS_OK) st = check_merges(t, json_object_get(model, "merges"), cp_byte, err);
+    /* Hugging Face's default is false: BPE from bytes even when the piece is a token */
+    t->whole_piece = json_is_true(json_object_get(model, "ignore_merges"));
     if (st == MS_OK && (t->n_vocab < t->n_ranks || t->n_vocab > INT32_MAX || t->n_vocab - t->n_ranks > TOK_MAX_SPECIALS))
         st = ms_err_set(err, MS_E_MODEL, HF ": n_vocab %lld does not fit the %lld BPE tokens (need n_tokens <= "
                         "n_vocab <= n_tokens + %d)", (long long)t->n_vocab, (long long)t->n_ranks, TOK_MAX_SPECIALS);
@@ -392,6 +416,7 @@ ms_status tok_load_hf_mem(const char *json, size_t len, int64_t n_vocab, ms_tok 
         return st;
     }
     t->windowed = 0;
+    t->by_merges = 1;
     *out = t;
     return MS_OK;
 }

@@ -12,6 +12,8 @@
  *      encodable and decode(encode(b)) == b.
  *   2. specials occupy [n_ranks, n_vocab); each has a unique non-empty name.
  *   3. a loaded ms_tok is never written again: encode and decode may share it.
+ *   4. by_merges: every (left, right) -> made in `merges` has all three ids
+ *      below n_ranks, and made's bytes are left's followed by right's.
  * Does not: leave text/ (included only by tok_load.c, tok_hf.c, tokenizer.c).
  */
 #ifndef MS_TEXT_TOK_INT_H
@@ -48,7 +50,35 @@ struct ms_tok {
     pcre2_code *re;
     int windowed;         /* 1: K3's windows (tiktoken.model); 0: the whole
                              input is one regex subject (tokenizer.json) */
+    int whole_piece;      /* 1: a piece that is a token is that token (tiktoken;
+                             tokenizer.json's ignore_merges) */
+    int by_merges;        /* 1: only listed merges join two parts (tokenizer.json);
+                             0: any two parts whose bytes are a token (tiktoken) */
+    struct merge_slot *merges;  /* by_merges: open addressing on (left, right) ids */
+    uint64_t merge_mask;
 };
+
+typedef struct merge_slot {
+    uint64_t key;         /* left << 32 | right */
+    int32_t made;         /* the id the merge makes; -1: empty */
+} merge_slot;
+
+static inline uint64_t tok_merge_hash(uint64_t key) {
+    key ^= key >> 33;
+    key *= 0xFF51AFD7ED558CCDull;
+    key ^= key >> 33;
+    return key;
+}
+
+/* The id the listed merge (a, b) makes, or -1. Read-only. */
+static inline int32_t tok_merge_lookup(const ms_tok *t, int32_t a, int32_t b) {
+    const uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    for (uint64_t i = tok_merge_hash(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        const merge_slot *e = &t->merges[i];
+        if (e->made < 0) return -1;
+        if (e->key == key) return e->made;
+    }
+}
 
 /* ---- building, shared by the two loaders (tok_load.c, tok_hf.c) ---------- */
 

@@ -403,6 +403,7 @@ ms_status ms_tok_load_mem(const char *ranks_text, size_t ranks_len,
     if (st == MS_OK) st = parse_specials(t, config_json, config_len, err);
     if (st == MS_OK) st = tok_compile(t, k3_pattern, "tiktoken.model", err);
     t->windowed = 1;
+    t->whole_piece = 1;
     if (st != MS_OK) {
         ms_tok_free(t);
         return st;
@@ -463,6 +464,7 @@ void ms_tok_free(ms_tok *t) {
     free(t->sp_blob);
     free(t->sp_off);
     free(t->sp_len);
+    free(t->merges);
     if (t->re) pcre2_code_free(t->re);
     free(t);
 }
