@@ -81,7 +81,7 @@ typedef struct batch_opts {
 static const cli_opt batch_table[] = {
     { "--input", CLI_STR, B(input), "FILE", 0, 0, "stdin", "JSON lines, one request each", 0, NULL, NULL },
     { "--max-tokens", CLI_I64, B(max_tokens), "N", 0, 1 << 30, "64", "tokens per request unless its line says", 0, NULL, "--gen" },
-    { "--ignore-eos", CLI_FLAG, B(ignore_eos), NULL, 0, 0, NULL, "text prompts do not stop at <|end_of_msg|>", 1, NULL, NULL },
+    { "--ignore-eos", CLI_FLAG, B(ignore_eos), NULL, 0, 0, NULL, "text prompts do not stop at the stop tokens", 1, NULL, NULL },
     { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
 };
 #undef B

@@ -68,7 +68,7 @@ static const cli_opt chat_table[] = {
 #undef O
 
 static const char ABOUT[] =
-    "An interactive conversation in the K3 chat format: the state stays between turns, so a turn\n"
+    "An interactive conversation in the model's chat format: the state stays between turns, so a turn\n"
     "reads only its new tokens. At a terminal: line editing and history, /help for the commands,\n"
     "\"\"\" for multi-line messages, Ctrl-C stops an answer (what was shown stays), Ctrl-D exits.\n"
     "From a pipe: one message or command per line, the answers on stdout.";
