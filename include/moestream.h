@@ -455,6 +455,9 @@ int32_t ms_special_id(const ms_engine *e, const char *name);
 int ms_stop_ids(const ms_engine *e, int32_t *ids, int max);
 /* 1 if id is one of ms_stop_ids. */
 int ms_is_stop(const ms_engine *e, int32_t id);
+/* The chat format of the model's family: "xtml" (Kimi K3) or "harmony"
+ * (gpt-oss). Static storage. */
+const char *ms_chat_format_name(const ms_engine *e);
 
 /* ---- chat (by model family: K3's XTML, spec/kimi-k3.md section 6; gpt-oss's
  * harmony, spec/gpt-oss.md section 4; docs/TOKENIZER.md) ---- */

@@ -48,6 +48,8 @@ int ms_stop_ids(const ms_engine *e, int32_t *ids, int max) {
     return n;
 }
 
+const char *ms_chat_format_name(const ms_engine *e) { return ms_engine_chat_fmt(e)->name; }
+
 int ms_is_stop(const ms_engine *e, int32_t id) {
     for (int i = 0; i < e->n_stop_ids; i++)
         if (e->stop_ids[i] == id) return 1;
