@@ -430,7 +430,8 @@ ms_status ms_session_feed_prompt(ms_session *s, const int32_t *ids, int64_t n, i
 /* Index of the largest logit; ties go to the lower index. */
 int32_t ms_argmax(const float *logits, int64_t n);
 
-/* ---- text (models that ship tiktoken.model + tokenizer_config.json) ---- */
+/* ---- text (models that ship tiktoken.model + tokenizer_config.json, or a
+ * Hugging Face tokenizer.json) ---- */
 
 /* 1 if the model directory had a tokenizer. */
 int ms_engine_has_tokenizer(const ms_engine *e);
@@ -447,7 +448,19 @@ int64_t ms_token_bytes(const ms_engine *e, int32_t id, const char **bytes);
 /* Id of a special token by name ("<|end_of_msg|>"), -1 if none. */
 int32_t ms_special_id(const ms_engine *e, const char *name);
 
-/* ---- chat (the K3 chat format, spec section 6) ---- */
+/* The ids that end a generated answer: the model's eos_token_id and the stop
+ * tokens of its chat format, looked up by name (gpt-oss: <|return|>,
+ * <|call|>, <|endoftext|>; K3: eos_token_id, which is <|end_of_msg|>).
+ * Writes up to max ids, returns how many. */
+int ms_stop_ids(const ms_engine *e, int32_t *ids, int max);
+/* 1 if id is one of ms_stop_ids. */
+int ms_is_stop(const ms_engine *e, int32_t id);
+/* The chat format of the model's family: "xtml" (Kimi K3) or "harmony"
+ * (gpt-oss). Static storage. */
+const char *ms_chat_format_name(const ms_engine *e);
+
+/* ---- chat (by model family: K3's XTML, spec/kimi-k3.md section 6; gpt-oss's
+ * harmony, spec/gpt-oss.md section 4; docs/TOKENIZER.md) ---- */
 
 typedef struct ms_tool_call {
     const char *name;           /* the tool */
@@ -468,7 +481,8 @@ typedef struct ms_message {
 typedef struct ms_chat_format {
     const char *tools_json;     /* JSON array of tool definitions, NULL = none */
     int thinking;               /* 1: the assistant thinks first */
-    const char *effort;         /* "low" | "high" | "max" | NULL (with thinking) */
+    const char *effort;         /* "low" | "high" | "max" | NULL (with thinking);
+                                   gpt-oss: "low" | "medium" | "high" | NULL (medium) */
     int add_generation_prompt;  /* 1: end with the assistant's opening */
 } ms_chat_format;
 

@@ -81,7 +81,7 @@ typedef struct batch_opts {
 static const cli_opt batch_table[] = {
     { "--input", CLI_STR, B(input), "FILE", 0, 0, "stdin", "JSON lines, one request each", 0, NULL, NULL },
     { "--max-tokens", CLI_I64, B(max_tokens), "N", 0, 1 << 30, "64", "tokens per request unless its line says", 0, NULL, "--gen" },
-    { "--ignore-eos", CLI_FLAG, B(ignore_eos), NULL, 0, 0, NULL, "text prompts do not stop at <|end_of_msg|>", 1, NULL, NULL },
+    { "--ignore-eos", CLI_FLAG, B(ignore_eos), NULL, 0, 0, NULL, "text prompts do not stop at the stop tokens", 1, NULL, NULL },
     { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
 };
 #undef B
@@ -233,7 +233,7 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
         ms_model_info info;
         ms_engine_info(e, &info);
         int64_t n = r->n_gen;
-        if (r->text && n > 0 && r->gen[n - 1] == (int32_t)info.eos_id && !strcmp(r->finish, "stop")) n--;
+        if (r->text && n > 0 && ms_is_stop(e, r->gen[n - 1]) && !strcmp(r->finish, "stop")) n--;
         char *text = NULL;
         size_t len = 0;
         if (n > 0 && ms_detokenize(e, r->gen, n, &text, &len) == MS_OK) {
@@ -259,7 +259,7 @@ static void pick(const ms_engine *e, slot *sl, int32_t eos) {
     r->gen[r->n_gen++] = id;
     sl->pending = id;
     if (r->stop.n > 0) cli_text_add(&r->seen, e, id, NULL);
-    if (r->text && !r->ignore_eos && id == eos) r->finish = "stop";
+    if (r->text && !r->ignore_eos && (id == eos || ms_is_stop(e, id))) r->finish = "stop";
     else if (r->seen.cut >= 0) r->finish = "stop";          /* a stop string completed */
     else if (r->n_gen >= r->max_tokens) r->finish = "length";
 }

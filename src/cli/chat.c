@@ -68,7 +68,7 @@ static const cli_opt chat_table[] = {
 #undef O
 
 static const char ABOUT[] =
-    "An interactive conversation in the K3 chat format: the state stays between turns, so a turn\n"
+    "An interactive conversation in the model's chat format: the state stays between turns, so a turn\n"
     "reads only its new tokens. At a terminal: line editing and history, /help for the commands,\n"
     "\"\"\" for multi-line messages, Ctrl-C stops an answer (what was shown stays), Ctrl-D exits.\n"
     "From a pipe: one message or command per line, the answers on stdout.";
@@ -295,7 +295,7 @@ static ms_status turn(chat *ch, const char *text) {
     int32_t step[32];
     /* decode steps (ms_session_decode): the picker stops at EOS and at max;
        every token but EOS is fed, as in the one-token loop */
-    cli_pick cp = { ch->smp, ch->gen, 0, max, eos, 1, 0 };
+    cli_pick cp = { ch->smp, ch->gen, 0, max, eos, 1, 0, ch->e };
     int32_t pending = -1;
     int stopped = 0;
     const double t0 = cli_progress_now_s();

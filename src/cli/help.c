@@ -21,7 +21,7 @@ void cli_usage(FILE *f) {
         "\n"
         "commands:\n"
         "  run MODEL_DIR         generate from --prompt TEXT, --prompt-file PATH, --ids 1,2,3 or stdin\n"
-        "  chat MODEL_DIR        interactive multi-turn chat in the K3 chat format\n"
+        "  chat MODEL_DIR        interactive multi-turn chat (K3: XTML, gpt-oss: harmony)\n"
         "  batch MODEL_DIR       JSON lines in, one result line each out; requests decoded together\n"
         "  serve MODEL_DIR       OpenAI-compatible HTTP server (docs/SERVER.md)\n"
         "  tokenize MODEL_DIR    text on stdin -> JSON array of ids (--decode: ids -> text)\n"

@@ -46,7 +46,7 @@ static const cli_opt run_table[] = {
     { "--prompt-file", CLI_STR, R(prompt_file), "PATH", 0, 0, NULL, "the prompt, read from a file", 0, NULL, NULL },
     { "--ids", CLI_STR, R(ids), "1,2,3", 0, 0, NULL, "the prompt as token ids (then only --max-tokens stops)", 0, NULL, NULL },
     { "--max-tokens", CLI_I64, R(n_gen), "N", 0, 1 << 30, "64", "tokens to generate", 0, NULL, "--gen" },
-    { "--ignore-eos", CLI_FLAG, R(ignore_eos), NULL, 0, 0, NULL, "do not stop at <|end_of_msg|>", 1, NULL, NULL },
+    { "--ignore-eos", CLI_FLAG, R(ignore_eos), NULL, 0, 0, NULL, "do not stop at the stop tokens (<|end_of_msg|>; gpt-oss: <|return|> ...)", 1, NULL, NULL },
     { "--stop", CLI_CUSTOM, R(stop), "TEXT", 0, 0, NULL, "stop where TEXT appears (up to 4; not printed)", 0, parse_stop, NULL },
     { "--json", CLI_FLAG, R(json), NULL, 0, 0, NULL, "one JSON object on stdout (ids, text, stats)", 1, NULL, NULL },
     { "--dump-logits", CLI_STR, R(dump_logits), "PATH", 0, 0, NULL, "the first step's logits (float32 LE [vocab])", 0, NULL, NULL },
@@ -63,7 +63,7 @@ static int parse_run(int argc, char **argv, run_opts *o) {
     o->n_gen = 64;
     o->sp = ms_sample_default_params();
     const cli_cmd cmd = { "run", "MODEL_DIR [options]",
-                          "Generate from a prompt. Text prompts stop at <|end_of_msg|> or --max-tokens; the\n"
+                          "Generate from a prompt. Text prompts stop at a stop token or --max-tokens; the\n"
                           "output bits are the same at every --ram.\n",
                           &o->c.model_dir, 1,
                           { { "options", run_table, o }, { "sampling", cli_sample_opts, &o->sp },
@@ -283,7 +283,7 @@ static ms_status run_generate(const run_opts *o, const run_prompt *p, run_ctx *x
         int64_t before = rp->n_gen, n_step = 0;
         st = ms_session_decode(x->s, pending, n_draft, run_picker, pk, step, &n_step);
         for (int64_t i = before; i < rp->n_gen; i++) {
-            if (rp->gen[i] == rp->eos && rp->stop_eos) break;      /* raw --ids runs do not stop */
+            if (rp->stop_eos && cli_pick_is_stop(rp, rp->gen[i])) break;   /* raw --ids runs do not stop */
             if (show) cli_text_add(out, x->e, rp->gen[i], stream);
         }
         if (n_step > 0) pending = step[n_step - 1];
@@ -338,7 +338,7 @@ int cmd_run(int argc, char **argv) {
     FILE *stream = (p.text_mode && !o.json) ? stdout : NULL;
     /* the stop rules: the EOS of a text prompt, the --max-tokens limit, --stop */
     run_pick pk = { { x.smp, malloc((size_t)(o.n_gen + 1) * sizeof(int32_t)), 0, o.n_gen, (int32_t)x.info.eos_id,
-                      p.text_mode && !o.ignore_eos, 0 }, o.stop.n > 0 ? &seen : NULL, x.e };
+                      p.text_mode && !o.ignore_eos, 0, x.e }, o.stop.n > 0 ? &seen : NULL, x.e };
     cli_pick *rp = &pk.base;
     ms_engine_stats_reset(x.e);
     ms_status st = run_generate(&o, &p, &x, &pk, &out, stream, &rc);

@@ -161,6 +161,10 @@ int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t
     cli_pick *p = user;
     int32_t next = ms_sampler_next(p->smp, logits, hist, n_hist);
     p->gen[p->n_gen++] = next;
-    if ((next == p->eos && p->stop_eos) || p->n_gen == p->max) *stop = p->stopped = 1;
+    if ((p->stop_eos && cli_pick_is_stop(p, next)) || p->n_gen == p->max) *stop = p->stopped = 1;
     return next;
+}
+
+int cli_pick_is_stop(const cli_pick *p, int32_t id) {
+    return p->e ? ms_is_stop(p->e, id) : id == p->eos;
 }

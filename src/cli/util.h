@@ -18,16 +18,21 @@ int cli_exit_code(int status);
 void cli_log(void *user, ms_log_level level, const char *line);
 
 /* The picker of `run` and `chat` for ms_session_decode: the sampler, each
- * token appended to gen, then the stop rules (EOS when stop_eos, the limit
- * max). stopped stays 1 once a rule fired. */
+ * token appended to gen, then the stop rules (a stop id when stop_eos, the
+ * limit max). The stop ids: the engine's (ms_is_stop: eos_token_id and the
+ * chat format's stop tokens) when e is set, else eos alone. stopped stays 1
+ * once a rule fired. */
 typedef struct cli_pick {
     ms_sampler *smp;
     int32_t *gen;
     int64_t n_gen, max;
     int32_t eos;
     int stop_eos, stopped;
+    const ms_engine *e;
 } cli_pick;
 int32_t cli_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop);
+/* Is id one of p's stop ids (whether or not stop_eos is on)? */
+int cli_pick_is_stop(const cli_pick *p, int32_t id);
 /* A sampling option a (--temperature, --top-p, --top-k, --min-p, --repeat-penalty,
  * --frequency-penalty, --presence-penalty, --seed) with its value v (NULL when
  * there is none) into sp: 1 when a is one of them (it takes v), 0 when it is

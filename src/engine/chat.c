@@ -1,16 +1,59 @@
 /* engine/chat.c - the public chat API: maps public messages onto
- * text/chat.h and back. Owns no state. */
+ * text/chat.h's data model and back, through the chat format of the model's
+ * family (ms_engine_chat_fmt: K3's XTML, gpt-oss's harmony). Owns no state
+ * beyond the ids computed at open (message end, stop ids). */
 #include "engine/engine_int.h"
 
 #include "text/chat.h"
+#include "text/chat_harmony.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static ms_status no_tok(char *errbuf, size_t n) {
-    if (errbuf && n) snprintf(errbuf, n, "this model ships no tokenizer (tiktoken.model)");
+    if (errbuf && n) snprintf(errbuf, n, "this model ships no tokenizer (tiktoken.model or tokenizer.json)");
     return MS_E_USAGE;
+}
+
+/* A third family is one more case here. */
+const ms_chat_fmt *ms_engine_chat_fmt(const ms_engine *e) {
+    switch (e->cfg.family) {
+    case MS_FAMILY_GPT_OSS: return &ms_chat_fmt_harmony;
+    case MS_FAMILY_K3: break;
+    }
+    return &ms_chat_fmt_xtml;
+}
+
+void ms_engine_text_ids(ms_engine *e) {
+    const ms_chat_fmt *f = ms_engine_chat_fmt(e);
+    e->eom_id = e->tok ? ms_tok_special_id(e->tok, f->msg_end_name) : -1;
+    e->n_stop_ids = 0;
+    if (e->cfg.eos_token_id >= 0 && e->cfg.eos_token_id < e->cfg.vocab_size)
+        e->stop_ids[e->n_stop_ids++] = (int32_t)e->cfg.eos_token_id;
+    if (e->tok) {
+        int32_t more[4];
+        const int n = ms_chat_fmt_stop_ids(f, e->tok, more, 4);
+        for (int i = 0; i < n; i++) {
+            int dup = 0;
+            for (int k = 0; k < e->n_stop_ids; k++) dup |= e->stop_ids[k] == more[i];
+            if (!dup) e->stop_ids[e->n_stop_ids++] = more[i];
+        }
+    }
+}
+
+int ms_stop_ids(const ms_engine *e, int32_t *ids, int max) {
+    int n = 0;
+    for (int i = 0; i < e->n_stop_ids && n < max; i++) ids[n++] = e->stop_ids[i];
+    return n;
+}
+
+const char *ms_chat_format_name(const ms_engine *e) { return ms_engine_chat_fmt(e)->name; }
+
+int ms_is_stop(const ms_engine *e, int32_t id) {
+    for (int i = 0; i < e->n_stop_ids; i++)
+        if (e->stop_ids[i] == id) return 1;
+    return 0;
 }
 
 ms_status ms_chat_tokens(const ms_engine *e, const ms_message *msgs, int64_t n,
@@ -44,21 +87,24 @@ ms_status ms_chat_tokens(const ms_engine *e, const ms_message *msgs, int64_t n,
             calls[at].index = msgs[i].tool_calls[j].index;
         }
     }
+    const ms_chat_fmt *fmt = ms_engine_chat_fmt(e);
     ms_chat_opts o = ms_chat_default_opts();
+    o.effort = fmt->default_effort;
     if (f) {
         o.tools_json = f->tools_json;
         o.thinking = f->thinking;
         o.add_generation_prompt = f->add_generation_prompt;
         if (f->effort && f->effort[0]) {
             int ef = ms_chat_effort_from_name(f->effort);
-            if (ef < 0 && st == MS_OK) st = ms_err_set(&err, MS_E_USAGE, "unknown reasoning effort '%s' (low, high, max)", f->effort);
+            if (ef < 0 && st == MS_OK) st = ms_err_set(&err, MS_E_USAGE, "unknown reasoning effort '%s' (low, high, max; "
+                                                       "gpt-oss: low, medium, high)", f->effort);
             else o.effort = (ms_chat_effort)ef;
         }
     }
     int64_t cap = 0;
     if (st == MS_OK)
-        st = append ? ms_chat_render_append(e->tok, m, n, &o, ids, n_ids, &cap, &err)
-                    : ms_chat_render(e->tok, m, n, &o, ids, n_ids, &cap, &err);
+        st = append ? fmt->render_append(e->tok, m, n, &o, ids, n_ids, &cap, &err)
+                    : fmt->render(e->tok, m, n, &o, ids, n_ids, &cap, &err);
     free(m);
     free(calls);
     if (st != MS_OK) {
@@ -78,7 +124,7 @@ ms_status ms_chat_close(const ms_engine *e, const int32_t *gen, int64_t n_gen, i
     ms_err err;
     ms_err_clear(&err);
     int64_t cap = 0;
-    return ms_chat_close_turn(e->tok, gen, n_gen, thinking, ids, n_ids, &cap, &err);
+    return ms_engine_chat_fmt(e)->close_turn(e->tok, gen, n_gen, thinking, ids, n_ids, &cap, &err);
 }
 
 ms_status ms_chat_parse_reply(const ms_engine *e, const int32_t *ids, int64_t n, int thinking,
@@ -88,7 +134,7 @@ ms_status ms_chat_parse_reply(const ms_engine *e, const int32_t *ids, int64_t n,
     ms_err err;
     ms_err_clear(&err);
     ms_chat_reply r;
-    ms_status st = ms_chat_parse(e->tok, ids, n, thinking, &r, &err);
+    ms_status st = ms_engine_chat_fmt(e)->parse(e->tok, ids, n, thinking, &r, &err);
     if (st != MS_OK) return st;
     out->reasoning = r.reasoning ? r.reasoning : strdup("");
     out->content = r.content ? r.content : strdup("");

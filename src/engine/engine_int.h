@@ -28,6 +28,8 @@
 #include "model/model.h"
 #include "store/store.h"
 #include "text/tokenizer.h"
+
+struct ms_chat_fmt;
 #include "engine/draft.h"
 
 #define MS_DEFAULT_CONTEXT 4096
@@ -155,7 +157,10 @@ struct ms_engine {
     struct ms_pcache *pcache;   /* the prompt cache (engine/prefix_cache.c); NULL: none */
     int64_t pcache_bytes;       /* its size, from the budget (ms_prompt_cache_plan) */
     struct ms_pdisk *pdisk;     /* the prompt cache on disk (engine/prefix_disk.c); NULL: none */
-    int32_t eom_id;             /* <|end_of_msg|>, where prompt marks fall; -1: none */
+    int32_t eom_id;             /* the chat format's message end (<|end_of_msg|>, <|end|>),
+                                   where prompt marks fall; -1: none */
+    int32_t stop_ids[5];        /* eos_token_id + the chat format's stop tokens (ms_stop_ids) */
+    int n_stop_ids;
     ms_drafter *draft;          /* ms_session_decode's draft sources (engine/draft.c); NULL
                                    without speculation */
     char error[512];
@@ -250,5 +255,11 @@ ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, i
                        float *bank, int64_t nb_max, int *nb, ms_err *err);
 /* Weight bytes this process has read so far (the progress of a prompt). */
 int64_t ms_engine_weight_bytes_read(const ms_engine *e);
+
+/* The chat format of the engine's model family (engine/chat.c): the one place
+ * a family is mapped to its chat format. Never NULL. */
+const struct ms_chat_fmt *ms_engine_chat_fmt(const ms_engine *e);
+/* e->eom_id and e->stop_ids from the tokenizer (by name) and the format. */
+void ms_engine_text_ids(ms_engine *e);
 
 #endif

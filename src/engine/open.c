@@ -320,13 +320,13 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
     e->batch_ids = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_ids);
     e->batch_seg = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_seg);
     if (!e->batch_ids || !e->batch_seg) return ms_err_set(err, MS_E_NOMEM, "out of memory");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tiktoken.model", e->p.model_dir);
-    if (access(path, F_OK) == 0 && (st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err)) != MS_OK)
+    /* tiktoken.model, else tokenizer.json, else no tokenizer (ms_tok_find) */
+    if (ms_tok_find(e->p.model_dir) != MS_TOK_NONE &&
+        (st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err)) != MS_OK)
         return st;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
     /* the prompt cache: its share of the budget (plan_budget); none in a pipeline */
-    e->eom_id = e->tok ? ms_tok_special_id(e->tok, "<|end_of_msg|>") : -1;
+    ms_engine_text_ids(e);
     if (e->n_stages == 1) e->pcache = ms_pcache_init(&e->model, e->cfg.vocab_size, e->pcache_bytes);
     if (e->n_stages > 1 && e->p.prompt_cache_dir && e->stage == 0)
         ms_log(&e->log, MS_LOG_WARN, "the prompt cache is off in a pipeline: %s is not used", e->p.prompt_cache_dir);

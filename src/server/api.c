@@ -14,7 +14,8 @@
  *   tools -> the K3 tool-declare message; thinking: "thinking" (bool, or
  *   {"type":"enabled"|"disabled"}), chat_template_kwargs.thinking /
  *   enable_thinking, "reasoning_effort" (none -> off; minimal, low -> low;
- *   medium, high -> high; max -> max).
+ *   medium, high -> high; max -> max; a gpt-oss model keeps medium, max ->
+ *   high, and its effort whether thinking is on or off).
  * Forced tool choice: tool_choice {"function":{"name":X}} renders the start of
  *   an assistant message that calls X (empty think block when thinking is on,
  *   empty response, open tools, open call X index 0) and forces those ids as
@@ -459,6 +460,7 @@ static int thinking_params(srv *s, const json_t *req, int *thinking, const char 
     }
     *thinking = s->o.thinking;
     *effort = NULL;
+    const int harmony = strcmp(ms_chat_format_name(s->e), "harmony") == 0;
     const json_t *re = member(req, "reasoning_effort");
     if (re) {
         if (!json_is_string(re)) return bad_type(e, "reasoning_effort", "a string");
@@ -466,15 +468,16 @@ static int thinking_params(srv *s, const json_t *req, int *thinking, const char 
         if (!strcmp(v, "none")) *thinking = 0;
         else {
             if (!strcmp(v, "minimal") || !strcmp(v, "low")) *effort = "low";
-            else if (!strcmp(v, "medium") || !strcmp(v, "high")) *effort = "high";
-            else if (!strcmp(v, "max")) *effort = "max";
+            else if (!strcmp(v, "medium")) *effort = harmony ? "medium" : "high";
+            else if (!strcmp(v, "high")) *effort = "high";
+            else if (!strcmp(v, "max")) *effort = harmony ? "high" : "max";
             else return srv_err_set(e, 400, INVALID, "reasoning_effort", "invalid_value",
                                     "reasoning_effort must be one of none, minimal, low, medium, high, max");
             *thinking = 1;
         }
     }
     if (explicit_on >= 0) *thinking = explicit_on;
-    if (!*thinking) *effort = NULL;
+    if (!*thinking && !harmony) *effort = NULL;   /* gpt-oss always reasons: its effort stands */
     return 0;
 }
 

@@ -191,8 +191,11 @@ static void serve_init(srv *s) {
     /* one engine call per pass over the weights: a call shorter than the engine's chunk
        would make its own pass and read a streamed model once more */
     if (s->o.prefill_chunk == 0) s->o.prefill_chunk = s->info.prefill_chunk;
-    const int32_t cand[3] = { (int32_t)s->info.eos_id, ms_special_id(s->e, "<|end_of_msg|>"), ms_special_id(s->e, "[EOS]") };
-    for (int i = 0; i < 3; i++) {
+    /* eos_token_id, the chat format's stop tokens (ms_stop_ids; gpt-oss: <|return|>,
+       <|call|>, <|endoftext|>), and K3's <|end_of_msg|> and [EOS] when the vocabulary has them */
+    int32_t cand[8] = { (int32_t)s->info.eos_id, ms_special_id(s->e, "<|end_of_msg|>"), ms_special_id(s->e, "[EOS]") };
+    const int n_cand = 3 + ms_stop_ids(s->e, cand + 3, 5);
+    for (int i = 0; i < n_cand && s->n_stop_ids < 8; i++) {
         int dup = cand[i] < 0 || cand[i] >= s->info.n_vocab;
         for (int k = 0; k < s->n_stop_ids; k++) dup |= s->stop_ids[k] == cand[i];
         if (!dup) s->stop_ids[s->n_stop_ids++] = cand[i];

@@ -194,7 +194,7 @@ typedef struct srv {
     srv_opts o;
     ms_engine *e;
     ms_model_info info;
-    int32_t stop_ids[3];        /* eos_id, <|end_of_msg|>, [EOS] (distinct, >= 0) */
+    int32_t stop_ids[8];        /* eos_id, <|end_of_msg|>, [EOS], ms_stop_ids (distinct, >= 0) */
     int n_stop_ids;
     int32_t id_open, id_close, id_sep;
     int64_t started;            /* unix seconds */

@@ -148,6 +148,7 @@ static int64_t reusable(const ms_session *ses, const srv_job *j) {
 /* Structured output: the document ends with the end-of-turn token. */
 static int open_grammar(srv *s, srv_job *j, slot *sl) {
     int32_t end = ms_special_id(s->e, "<|end_of_msg|>");
+    if (end < 0) ms_stop_ids(s->e, &end, 1);            /* eos_token_id (gpt-oss: <|return|>) */
     if (end < 0) end = (int32_t)s->info.eos_id;
     if (ms_grammar_open(s->e, j->json_mode == 2 ? j->schema : NULL, j->n_schema, end, &sl->grammar, sl->msg,
                         sizeof sl->msg) != MS_OK) {

@@ -140,7 +140,8 @@ typedef enum ms_chat_effort {
     MS_CHAT_EFFORT_NONE = 0, /* no thinking-effort message */
     MS_CHAT_EFFORT_LOW = 1,
     MS_CHAT_EFFORT_HIGH = 2,
-    MS_CHAT_EFFORT_MAX = 3
+    MS_CHAT_EFFORT_MAX = 3,
+    MS_CHAT_EFFORT_MEDIUM = 4 /* harmony (gpt-oss) only; K3 refuses it */
 } ms_chat_effort;
 
 /* One tool call made by the assistant. Strings are borrowed (NUL-terminated
@@ -171,6 +172,8 @@ typedef struct ms_chat_opts {
     int thinking;               /* 1: generation prompt opens think */
     ms_chat_effort effort;      /* used only when thinking is on */
     int add_generation_prompt;  /* 1: end with the generation prompt */
+    const char *date;           /* harmony: "Current date: DATE" in the system
+                                   message; NULL = no such line (K3: unused) */
 } ms_chat_opts;
 
 /* Defaults: no tools, thinking off, effort HIGH, generation prompt on.
@@ -179,7 +182,8 @@ ms_chat_opts ms_chat_default_opts(void);
 
 /* "system" / "user" / "assistant" / "tool" -> role; -1 for anything else. */
 int ms_chat_role_from_name(const char *name);
-/* "low" / "high" / "max" -> effort; "none" -> NONE; -1 for anything else. */
+/* "low" / "medium" / "high" / "max" -> effort; "none" -> NONE; -1 for
+ * anything else. */
 int ms_chat_effort_from_name(const char *name);
 
 /* Render a whole conversation (preamble + msgs + optional generation prompt)

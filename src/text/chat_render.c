@@ -115,7 +115,7 @@ void chat_close_tags(sink *s, const char *tag) { chat_close_tag(s, tag, strlen(t
 /* ---- rendering ----------------------------------------------------------- */
 
 static const char *const role_name[4] = {"system", "user", "assistant", "tool"};
-static const char *const effort_name[4] = {"none", "low", "high", "max"};
+static const char *const effort_name[5] = {"none", "low", "high", "max", "medium"};
 
 ms_chat_opts ms_chat_default_opts(void) {
     ms_chat_opts o;
@@ -133,7 +133,7 @@ int ms_chat_role_from_name(const char *name) {
 }
 
 int ms_chat_effort_from_name(const char *name) {
-    for (int i = 0; name && i < 4; i++)
+    for (int i = 0; name && i < 5; i++)
         if (strcmp(name, effort_name[i]) == 0) return i;
     return -1;
 }
@@ -149,7 +149,8 @@ static ms_status check_msgs(const ms_chat_msg *msgs, int64_t n, const ms_chat_op
         return ms_err_set(err, MS_E_USAGE, "chat: expected n_msgs >= 0 and a message array, found %lld",
                           (long long)n);
     if ((int)o->effort < MS_CHAT_EFFORT_NONE || (int)o->effort > MS_CHAT_EFFORT_MAX)
-        return ms_err_set(err, MS_E_USAGE, "chat: thinking effort %d is not none/low/high/max", (int)o->effort);
+        return ms_err_set(err, MS_E_USAGE, "chat: thinking effort %d is not none/low/high/max%s", (int)o->effort,
+                          o->effort == MS_CHAT_EFFORT_MEDIUM ? " (medium is gpt-oss's)" : "");
     for (int64_t i = 0; i < n; i++) {
         const ms_chat_msg *m = &msgs[i];
         if ((int)m->role < MS_CHAT_SYSTEM || (int)m->role > MS_CHAT_TOOL)

@@ -1,17 +1,20 @@
-/* text/tok_int.h - the tokenizer's private layout, shared by its two files.
+/* text/tok_int.h - the tokenizer's private layout, shared by its files.
  *
  * Owns: struct ms_tok (the parsed vocabulary: token bytes in rank order, a
  *   rank hash table keyed by raw bytes, the special-token names, the compiled
  *   pre-tokenizer) and the rank lookup that loading and BPE both use.
- *   tok_load.c builds it (tiktoken.model, tokenizer_config.json, the regex);
- *   tokenizer.c encodes and decodes with it.
+ *   tok_load.c builds it from tiktoken.model + tokenizer_config.json,
+ *   tok_hf.c from a Hugging Face tokenizer.json (both through the shared
+ *   builders below); tokenizer.c encodes and decodes with it.
  * Invariants:
  *   1. ranks are dense (0..n_ranks-1), unique, with unique non-empty bytes,
  *      and every single byte 0x00..0xFF has a rank, so every byte string is
  *      encodable and decode(encode(b)) == b.
  *   2. specials occupy [n_ranks, n_vocab); each has a unique non-empty name.
  *   3. a loaded ms_tok is never written again: encode and decode may share it.
- * Does not: leave text/ (included only by tok_load.c and tokenizer.c).
+ *   4. by_merges: every (left, right) -> made in `merges` has all three ids
+ *      below n_ranks, and made's bytes are left's followed by right's.
+ * Does not: leave text/ (included only by tok_load.c, tok_hf.c, tokenizer.c).
  */
 #ifndef MS_TEXT_TOK_INT_H
 #define MS_TEXT_TOK_INT_H
@@ -45,7 +48,59 @@ struct ms_tok {
     int64_t *sp_off;      /* [n_vocab - n_ranks] offsets into sp_blob */
     int64_t *sp_len;
     pcre2_code *re;
+    int windowed;         /* 1: K3's windows (tiktoken.model); 0: the whole
+                             input is one regex subject (tokenizer.json) */
+    int whole_piece;      /* 1: a piece that is a token is that token (tiktoken;
+                             tokenizer.json's ignore_merges) */
+    int by_merges;        /* 1: only listed merges join two parts (tokenizer.json);
+                             0: any two parts whose bytes are a token (tiktoken) */
+    struct merge_slot *merges;  /* by_merges: open addressing on (left, right) ids */
+    uint64_t merge_mask;
 };
+
+typedef struct merge_slot {
+    uint64_t key;         /* left << 32 | right */
+    int32_t made;         /* the id the merge makes; -1: empty */
+} merge_slot;
+
+static inline uint64_t tok_merge_hash(uint64_t key) {
+    key ^= key >> 33;
+    key *= 0xFF51AFD7ED558CCDull;
+    key ^= key >> 33;
+    return key;
+}
+
+/* The id the listed merge (a, b) makes, or -1. Read-only. */
+static inline int32_t tok_merge_lookup(const ms_tok *t, int32_t a, int32_t b) {
+    const uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    for (uint64_t i = tok_merge_hash(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        const merge_slot *e = &t->merges[i];
+        if (e->made < 0) return -1;
+        if (e->key == key) return e->made;
+    }
+}
+
+/* ---- building, shared by the two loaders (tok_load.c, tok_hf.c) ---------- */
+
+enum { TOK_MAX_SPECIALS = 1 << 20 };  /* sanity cap on n_vocab - n_ranks */
+
+/* With t->blob, t->off[0..n_ranks] and t->n_ranks set: the hash table,
+ * byte_rank and pair_rank. Duplicate bytes are refused naming both entries
+ * (line_of_rank != NULL: "FILE line A ... line B"; NULL: by id), and every
+ * single byte must have a rank. Errors name `file`. */
+ms_status tok_build_table(ms_tok *t, const char *file, const int64_t *line_of_rank, ms_err *err);
+
+/* With n_ranks / n_vocab set: the specials' names. names[i] is the name of id
+ * n_ranks + i or NULL ("<|reserved_token_{id}|>"); ownership stays with the
+ * caller. Two ids may not share a name (MS_E_MODEL naming `file`). */
+ms_status tok_set_specials(ms_tok *t, char *const *names, const char *file, ms_err *err);
+
+/* Compile `pattern` (PCRE2 syntax) as the pre-tokenizer; JIT when available.
+ * A pattern that does not compile is MS_E_MODEL naming `file`. */
+ms_status tok_compile(ms_tok *t, const char *pattern, const char *file, ms_err *err);
+
+/* Load a Hugging Face tokenizer.json held in memory (tok_hf.c). */
+ms_status tok_load_hf_mem(const char *json, size_t len, int64_t n_vocab, ms_tok **out, ms_err *err);
 
 /* ---- hashing of raw token bytes ---------------------------------------- */
 

@@ -1,5 +1,7 @@
 /* text/tok_load.c - loading the Kimi K3 tokenizer (see tokenizer.h,
- * docs/TOKENIZER.md; the layout it fills is text/tok_int.h).
+ * docs/TOKENIZER.md; the layout it fills is text/tok_int.h), the builders
+ * both loaders share, and the choice of file (tiktoken.model, else a Hugging
+ * Face tokenizer.json: tok_hf.c).
  *
  * Owns: reading MODEL_DIR/tiktoken.model and MODEL_DIR/tokenizer_config.json
  *   (checked regular files, bounded sizes: base/file.h), parsing the ranks
@@ -22,16 +24,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum {
-    MAX_SPECIALS = 1 << 20,  /* sanity cap on n_vocab - n_ranks */
-};
+#include <unistd.h>
 
 /* Size limits of the two files: far above the released files' sizes (both
  * listed in docs/SECURITY.md, "Limits on metadata files"), so that anything
  * much larger is refused before a byte of it is read or allocated. */
 #define TOK_MAX_RANKS_BYTES (64LL * 1024 * 1024)
 #define TOK_MAX_CONFIG_BYTES (16LL * 1024 * 1024)
+/* tokenizer.json: gpt-oss's is about 27 MB (o200k vocabulary and merges). */
+#define TOK_MAX_HF_BYTES (128LL * 1024 * 1024)
 
 /* The spec's pattern for PCRE2. Three rewrites, each checked against the real
  * tiktoken by tests/t_tokenizer_parity.sh (unicode sweep):
@@ -209,18 +210,17 @@ done:
     return st;
 }
 
-/* The hash table, byte_rank and pair_rank of t's n_ranks tokens; duplicates
- * are refused with both line numbers, and every single byte must have a rank. */
-static ms_status build_table(ms_tok *t, const int64_t *line_of_rank, ms_err *err) {
+/* The hash table, byte_rank and pair_rank of t's n_ranks tokens (tok_int.h). */
+ms_status tok_build_table(ms_tok *t, const char *file, const int64_t *line_of_rank, ms_err *err) {
     const int64_t n = t->n_ranks, o = t->off[n];
     if (o > (int64_t)UINT32_MAX)
-        return ms_err_set(err, MS_E_MODEL, "tiktoken.model: %lld bytes of tokens, at most 4 GiB supported", (long long)o);
+        return ms_err_set(err, MS_E_MODEL, "%s: %lld bytes of tokens, at most 4 GiB supported", file, (long long)o);
     uint64_t cap = 1;
     while (cap < (uint64_t)n * 2) cap <<= 1;
     t->mask = cap - 1;
     t->table = malloc(cap * sizeof *t->table);
     t->pair_rank = malloc(65536 * sizeof *t->pair_rank);
-    if (!t->table || !t->pair_rank) return ms_err_set(err, MS_E_NOMEM, "tiktoken.model: out of memory");
+    if (!t->table || !t->pair_rank) return ms_err_set(err, MS_E_NOMEM, "%s: out of memory", file);
     for (uint64_t i = 0; i < cap; i++) t->table[i] = (slot){ 0, -1, 0, 0 };
     memset(t->pair_rank, 0xFF, 65536 * sizeof *t->pair_rank);
     for (int i = 0; i < 256; i++) t->byte_rank[i] = -1;
@@ -232,9 +232,12 @@ static ms_status build_table(ms_tok *t, const int64_t *line_of_rank, ms_err *err
             const slot *e = &t->table[i];
             if (e->rank < 0) break;
             if (e->len == (uint64_t)l && memcmp(t->blob + e->off, p, (size_t)l) == 0) {
+                if (!line_of_rank)
+                    return ms_err_set(err, MS_E_MODEL, "%s: tokens %d and %lld have the same bytes", file,
+                                      e->rank, (long long)r);
                 int64_t a = line_of_rank[e->rank], b = line_of_rank[r];
-                return ms_err_set(err, MS_E_MODEL, "tiktoken.model line %lld: token bytes duplicate those of line %lld",
-                                  (long long)(a > b ? a : b), (long long)(a > b ? b : a));
+                return ms_err_set(err, MS_E_MODEL, "%s line %lld: token bytes duplicate those of line %lld",
+                                  file, (long long)(a > b ? a : b), (long long)(a > b ? b : a));
             }
             i = (i + 1) & t->mask;
         }
@@ -244,7 +247,7 @@ static ms_status build_table(ms_tok *t, const int64_t *line_of_rank, ms_err *err
     }
     for (int i = 0; i < 256; i++)
         if (t->byte_rank[i] < 0)
-            return ms_err_set(err, MS_E_MODEL, "tiktoken.model: byte 0x%02X has no rank (every single byte must)", i);
+            return ms_err_set(err, MS_E_MODEL, "%s: byte 0x%02X has no rank (every single byte must)", file, i);
     return MS_OK;
 }
 
@@ -267,7 +270,7 @@ static ms_status parse_ranks(ms_tok *t, const char *text, size_t len_sz, ms_err 
     if (st == MS_OK) st = lay_out_tokens(t, text, ls, n, total, err);
     if (st == MS_OK) {
         t->n_ranks = n;
-        st = build_table(t, line_of_rank, err);
+        st = tok_build_table(t, "tiktoken.model", line_of_rank, err);
     }
     free(ls);
     free(line_of_rank);
@@ -327,35 +330,7 @@ static ms_status parse_specials(ms_tok *t, const char *json, size_t json_len, ms
             if (!names[id - t->n_ranks]) { st = ms_err_set(err, MS_E_NOMEM, "tokenizer: out of memory"); goto done; }
         }
     }
-    /* fill reserved names, lay out the blob */
-    int64_t total = 0;
-    for (int64_t i = 0; i < n_sp; i++) {
-        if (!names[i]) {
-            char buf[64];
-            snprintf(buf, sizeof buf, "<|reserved_token_%lld|>", (long long)(t->n_ranks + i));
-            names[i] = strdup(buf);
-            if (!names[i]) { st = ms_err_set(err, MS_E_NOMEM, "tokenizer: out of memory"); goto done; }
-        }
-        total += (int64_t)strlen(names[i]) + 1;
-    }
-    t->sp_blob = malloc((size_t)total + 1);
-    t->sp_off = malloc((size_t)(n_sp + 1) * sizeof *t->sp_off);
-    t->sp_len = malloc((size_t)(n_sp + 1) * sizeof *t->sp_len);
-    if (!t->sp_blob || !t->sp_off || !t->sp_len) { st = ms_err_set(err, MS_E_NOMEM, "tokenizer: out of memory"); goto done; }
-    int64_t o = 0;
-    for (int64_t i = 0; i < n_sp; i++) {
-        int64_t l = (int64_t)strlen(names[i]);
-        for (int64_t j = 0; j < i; j++)
-            if (t->sp_len[j] == l && memcmp(t->sp_blob + t->sp_off[j], names[i], (size_t)l) == 0) {
-                st = ms_err_set(err, MS_E_MODEL, "tokenizer_config.json: tokens %lld and %lld share the name '%.60s'",
-                                (long long)(t->n_ranks + j), (long long)(t->n_ranks + i), names[i]);
-                goto done;
-            }
-        t->sp_off[i] = o;
-        t->sp_len[i] = l;
-        memcpy(t->sp_blob + o, names[i], (size_t)l + 1);
-        o += l + 1;
-    }
+    st = tok_set_specials(t, names, "tokenizer_config.json", err);
 done:
     for (int64_t i = 0; i < n_sp; i++) free(names[i]);
     free(names);
@@ -363,16 +338,46 @@ done:
     return st;
 }
 
-static ms_status compile_pattern(ms_tok *t, ms_err *err) {
+/* The specials' names (tok_int.h); reserved names for the gaps. */
+ms_status tok_set_specials(ms_tok *t, char *const *names, const char *file, ms_err *err) {
+    const int64_t n_sp = t->n_vocab - t->n_ranks;
+    int64_t total = 0;
+    for (int64_t i = 0; i < n_sp; i++) total += names[i] ? (int64_t)strlen(names[i]) + 1 : 40;
+    t->sp_blob = malloc((size_t)total + 1);
+    t->sp_off = malloc((size_t)(n_sp + 1) * sizeof *t->sp_off);
+    t->sp_len = malloc((size_t)(n_sp + 1) * sizeof *t->sp_len);
+    if (!t->sp_blob || !t->sp_off || !t->sp_len) return ms_err_set(err, MS_E_NOMEM, "tokenizer: out of memory");
+    int64_t o = 0;
+    for (int64_t i = 0; i < n_sp; i++) {
+        char buf[40];
+        const char *name = names[i];
+        if (!name) {
+            snprintf(buf, sizeof buf, "<|reserved_token_%lld|>", (long long)(t->n_ranks + i));
+            name = buf;
+        }
+        int64_t l = (int64_t)strlen(name);
+        for (int64_t j = 0; j < i; j++)
+            if (t->sp_len[j] == l && memcmp(t->sp_blob + t->sp_off[j], name, (size_t)l) == 0)
+                return ms_err_set(err, MS_E_MODEL, "%s: tokens %lld and %lld share the name '%.60s'", file,
+                                  (long long)(t->n_ranks + j), (long long)(t->n_ranks + i), name);
+        t->sp_off[i] = o;
+        t->sp_len[i] = l;
+        memcpy(t->sp_blob + o, name, (size_t)l + 1);
+        o += l + 1;
+    }
+    return MS_OK;
+}
+
+ms_status tok_compile(ms_tok *t, const char *pattern, const char *file, ms_err *err) {
     int ec;
     PCRE2_SIZE eo;
-    t->re = pcre2_compile((PCRE2_SPTR)k3_pattern, PCRE2_ZERO_TERMINATED,
+    t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return ms_err_set(err, MS_E_INTERNAL, "tokenizer: pre-tokenizer regex does not compile at %zu: %s",
-                          (size_t)eo, (const char *)msg);
+        return ms_err_set(err, MS_E_MODEL, "%s: the pre-tokenizer regex does not compile at offset %zu: %s",
+                          file, (size_t)eo, (const char *)msg);
     }
     /* JIT is an optimisation: without it (unsupported CPU, no exec memory)
      * pcre2_match interprets the same pattern with the same results. */
@@ -389,14 +394,16 @@ ms_status ms_tok_load_mem(const char *ranks_text, size_t ranks_len,
     if (!t) return ms_err_set(err, MS_E_NOMEM, "tokenizer: out of memory");
     ms_status st = parse_ranks(t, ranks_text, ranks_len, err);
     if (st == MS_OK) {
-        if (n_vocab < t->n_ranks || n_vocab > INT32_MAX || n_vocab - t->n_ranks > MAX_SPECIALS)
+        if (n_vocab < t->n_ranks || n_vocab > INT32_MAX || n_vocab - t->n_ranks > TOK_MAX_SPECIALS)
             st = ms_err_set(err, MS_E_MODEL, "tokenizer: n_vocab %lld does not fit the %lld BPE ranks "
                             "(need n_ranks <= n_vocab <= n_ranks + %d)", (long long)n_vocab,
-                            (long long)t->n_ranks, MAX_SPECIALS);
+                            (long long)t->n_ranks, TOK_MAX_SPECIALS);
         t->n_vocab = n_vocab;
     }
     if (st == MS_OK) st = parse_specials(t, config_json, config_len, err);
-    if (st == MS_OK) st = compile_pattern(t, err);
+    if (st == MS_OK) st = tok_compile(t, k3_pattern, "tiktoken.model", err);
+    t->windowed = 1;
+    t->whole_piece = 1;
     if (st != MS_OK) {
         ms_tok_free(t);
         return st;
@@ -405,14 +412,36 @@ ms_status ms_tok_load_mem(const char *ranks_text, size_t ranks_len,
     return MS_OK;
 }
 
+ms_tok_kind ms_tok_find(const char *model_dir) {
+    size_t dl = strlen(model_dir);
+    char *p = malloc(dl + 32);
+    if (!p) return MS_TOK_NONE;
+    ms_tok_kind k = MS_TOK_NONE;
+    snprintf(p, dl + 32, "%s/tiktoken.model", model_dir);
+    if (access(p, F_OK) == 0) k = MS_TOK_TIKTOKEN;
+    else {
+        snprintf(p, dl + 32, "%s/tokenizer.json", model_dir);
+        if (access(p, F_OK) == 0) k = MS_TOK_HF_JSON;
+    }
+    free(p);
+    return k;
+}
+
 ms_status ms_tok_load(const char *model_dir, int64_t n_vocab, ms_tok **out, ms_err *err) {
     *out = NULL;
     size_t dl = strlen(model_dir);
+    const ms_tok_kind kind = ms_tok_find(model_dir);
     char *p1 = malloc(dl + 32), *p2 = malloc(dl + 32);
     char *ranks = NULL, *cfg = NULL;
     size_t rn = 0, cn = 0;
     ms_status st;
     if (!p1 || !p2) { st = ms_err_set(err, MS_E_NOMEM, "tokenizer: out of memory"); goto done; }
+    if (kind == MS_TOK_HF_JSON) {       /* no tiktoken.model: the Hugging Face file */
+        snprintf(p1, dl + 32, "%s/tokenizer.json", model_dir);
+        st = ms_file_read(p1, TOK_MAX_HF_BYTES, &ranks, &rn, err);
+        if (st == MS_OK) st = tok_load_hf_mem(ranks, rn, n_vocab, out, err);
+        goto done;
+    }
     snprintf(p1, dl + 32, "%s/tiktoken.model", model_dir);
     snprintf(p2, dl + 32, "%s/tokenizer_config.json", model_dir);
     st = ms_file_read(p1, TOK_MAX_RANKS_BYTES, &ranks, &rn, err);
@@ -435,6 +464,7 @@ void ms_tok_free(ms_tok *t) {
     free(t->sp_blob);
     free(t->sp_off);
     free(t->sp_len);
+    free(t->merges);
     if (t->re) pcre2_code_free(t->re);
     free(t);
 }

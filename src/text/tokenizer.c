@@ -3,7 +3,9 @@
  *
  * Owns: the windowing of long inputs, the pre-tokenizer matching, and BPE
  *   merging; decoding ids back to bytes and the special-token lookups.
- * Idea: encode = windows -> regex pieces -> BPE per piece. Windows replicate
+ * Idea: encode = windows -> regex pieces -> BPE per piece. A tokenizer.json
+ *   tokenizer (t->windowed == 0) has no windows: the input is one subject, as
+ *   in tiktoken and Hugging Face tokenizers. K3's windows replicate
  *   the reference exactly (400,000 code points; inside a window a cut before
  *   any character that would make a run of whitespace or of non-whitespace
  *   longer than 25,000). Each window is matched as its own subject, so the
@@ -34,6 +36,19 @@ enum {
 };
 
 /* ---- BPE ---------------------------------------------------------------- */
+
+/* The id made by joining the adjacent parts [s, m) and [m, e) of p, whose ids
+ * are a and b; -1 if they do not join. tiktoken joins any two parts whose
+ * bytes are a token; a tokenizer.json only its listed merges (the two agree
+ * when every split of every token is listed, as in files converted from
+ * tiktoken: docs/TOKENIZER.md). */
+static inline int32_t join(const ms_tok *t, const uint8_t *p, int64_t s, int64_t m, int64_t e, int32_t a,
+                           int32_t b) {
+    (void)m;
+    if (t->by_merges) return tok_merge_lookup(t, a, b);
+    if (e - s == 2) return t->pair_rank[(p[s] << 8) | p[s + 1]];
+    return tok_rank_lookup(t, p + s, e - s);
+}
 
 typedef struct heap_ent { int32_t rank, left, total; } heap_ent;
 
@@ -88,7 +103,7 @@ static int64_t bpe_heap(const ms_tok *t, const uint8_t *p, int64_t n, scratch *s
         tok[i] = t->byte_rank[p[i]];
     }
     for (int64_t i = 0; i + 1 < n; i++) {
-        int32_t r = t->pair_rank[(p[i] << 8) | p[i + 1]];
+        int32_t r = join(t, p, i, i + 1, i + 2, tok[i], tok[i + 1]);
         if (r >= 0) heap_push(h, &hn, (heap_ent){ r, (int32_t)i, 2 });
     }
     while (hn > 0) {
@@ -105,12 +120,12 @@ static int64_t bpe_heap(const ms_tok *t, const uint8_t *p, int64_t n, scratch *s
         if (end < n) prv[end] = l;
         if (prv[l] >= 0) {
             int32_t pl = prv[l];
-            int32_t rk = (int32_t)tok_rank_lookup(t, p + pl, end - pl);
+            int32_t rk = join(t, p, pl, l, end, tok[pl], tok[l]);
             if (rk >= 0) heap_push(h, &hn, (heap_ent){ rk, pl, end - pl });
         }
         if (end < n) {
             int32_t e2 = nxt[end];
-            int32_t rk = (int32_t)tok_rank_lookup(t, p + l, e2 - l);
+            int32_t rk = join(t, p, l, end, e2, tok[l], tok[end]);
             if (rk >= 0) heap_push(h, &hn, (heap_ent){ rk, l, e2 - l });
         }
     }
@@ -126,9 +141,10 @@ static int64_t bpe_small(const ms_tok *t, const uint8_t *p, int64_t n, int32_t *
     for (int64_t i = 0; i < n; i++) {
         start[i] = (int32_t)i;
         tok[i] = t->byte_rank[p[i]];
-        pr[i] = i + 1 < n ? t->pair_rank[(p[i] << 8) | p[i + 1]] : -1;
     }
     start[n] = (int32_t)n;
+    for (int64_t i = 0; i + 1 < n; i++) pr[i] = join(t, p, i, i + 1, i + 2, tok[i], tok[i + 1]);
+    if (n > 0) pr[n - 1] = -1;
     for (;;) {
         int64_t best = -1;
         for (int64_t i = 0; i + 1 < m; i++)
@@ -143,8 +159,9 @@ static int64_t bpe_small(const ms_tok *t, const uint8_t *p, int64_t n, int32_t *
         m--;
         start[m] = (int32_t)n;
         if (best > 0)
-            pr[best - 1] = tok_rank_lookup(t, p + start[best - 1], start[best + 1] - start[best - 1]);
-        pr[best] = best + 1 < m ? tok_rank_lookup(t, p + start[best], start[best + 2] - start[best]) : -1;
+            pr[best - 1] = join(t, p, start[best - 1], start[best], start[best + 1], tok[best - 1], tok[best]);
+        pr[best] = best + 1 < m ? join(t, p, start[best], start[best + 1], start[best + 2], tok[best], tok[best + 1])
+                                : -1;
     }
     memcpy(out, tok, (size_t)m * sizeof *out);
     return m;
@@ -202,7 +219,7 @@ static ms_status encode_piece(enc *e, const uint8_t *p, int64_t n) {
     ms_status st = reserve_ids(e, n);
     if (st) return st;
     int32_t *out = *e->ids + *e->n_ids;
-    int32_t r = tok_rank_lookup(e->t, p, n);
+    int32_t r = n == 1 || e->t->whole_piece ? tok_rank_lookup(e->t, p, n) : -1;
     if (r >= 0) {                        /* fast path: the piece is a token */
         out[0] = r;
         *e->n_ids += 1;
@@ -303,6 +320,14 @@ ms_status ms_tok_encode(const ms_tok *t, const char *text, size_t len,
     /* Windows and run cuts, replicating the reference's
      * _split_whitespaces_or_nonwhitespaces over 400,000-character windows. An
      * invalid UTF-8 byte counts as one non-space character. */
+    if (!t->windowed) {
+        /* tokenizer.json (tiktoken's and Hugging Face's own behaviour): the
+         * whole input is one subject; bpe_heap indexes pieces with int32 */
+        if (n > INT32_MAX / 4) st = ms_err_set(err, MS_E_USAGE, "ms_tok_encode: %lld bytes, at most %d in one call",
+                                               (long long)n, INT32_MAX / 4);
+        else st = encode_chunk(&e, s, n);
+        pos = n;
+    }
     while (pos < n && st == MS_OK) {
         int64_t n_chars = 0, slice = pos, run = 0;
         int cur = -1;

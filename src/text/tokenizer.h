@@ -1,9 +1,12 @@
-/* text/tokenizer.h - the Kimi K3 tokenizer: tiktoken-format byte-level BPE.
+/* text/tokenizer.h - byte-level BPE tokenizers in tiktoken's sense: Kimi K3's
+ *   (tiktoken.model) and gpt-oss's o200k_harmony (a Hugging Face
+ *   tokenizer.json whose merges follow the token ids).
  *
  * Owns: loading tiktoken.model (base64(bytes) SPACE rank per line) and the
- *   special tokens of tokenizer_config.json (added_tokens_decoder), the K3
- *   pre-tokenizer regular expression (PCRE2, spec section 5), BPE merging by
- *   rank, and decoding ids back to bytes.
+ *   special tokens of tokenizer_config.json (added_tokens_decoder), or a
+ *   tokenizer.json (vocab, merges, Split regex, added_tokens); the
+ *   pre-tokenizer regular expression (PCRE2: K3's, spec section 5, or the
+ *   file's), BPE merging by rank, and decoding ids back to bytes.
  * Idea: text is split by the pre-tokenizer, each piece is BPE-merged
  *   separately (lowest-rank adjacent pair first); keys are raw bytes.
  *   ms_tok_encode never produces special tokens: a user typing "<|open|>" gets
@@ -24,7 +27,16 @@
 
 typedef struct ms_tok ms_tok;
 
-/* Load MODEL_DIR/tiktoken.model and MODEL_DIR/tokenizer_config.json.
+/* Which tokenizer file a model directory holds. The rule: tiktoken.model
+ * when it exists (then tokenizer_config.json is needed too), else
+ * tokenizer.json (Hugging Face, byte-level BPE; specials from its
+ * added_tokens), else none. Existence only: whether the file is readable and
+ * sane is ms_tok_load's business. */
+typedef enum ms_tok_kind { MS_TOK_NONE = 0, MS_TOK_TIKTOKEN = 1, MS_TOK_HF_JSON = 2 } ms_tok_kind;
+ms_tok_kind ms_tok_find(const char *model_dir);
+
+/* Load the tokenizer of MODEL_DIR chosen by ms_tok_find: tiktoken.model +
+ * tokenizer_config.json, or tokenizer.json (docs/TOKENIZER.md).
  * n_vocab: the model's vocab size (ids >= n_vocab are refused; ids without a
  * name in [n_ranks, n_vocab) are "<|reserved_token_{id}|>"). */
 ms_status ms_tok_load(const char *model_dir, int64_t n_vocab, ms_tok **out, ms_err *err);
@@ -33,6 +45,10 @@ ms_status ms_tok_load(const char *model_dir, int64_t n_vocab, ms_tok **out, ms_e
 ms_status ms_tok_load_mem(const char *ranks_text, size_t ranks_len,
                           const char *config_json, size_t config_len,
                           int64_t n_vocab, ms_tok **out, ms_err *err);
+/* Load a Hugging Face tokenizer.json from memory (tests, fuzzing). The file
+ * is untrusted: every problem is MS_E_MODEL with a message naming
+ * tokenizer.json and what was expected (docs/TOKENIZER.md). */
+ms_status ms_tok_load_hf_mem(const char *json, size_t len, int64_t n_vocab, ms_tok **out, ms_err *err);
 void ms_tok_free(ms_tok *t);
 
 int64_t ms_tok_n_vocab(const ms_tok *t);

@@ -206,6 +206,66 @@ def seeds_tok_load():
     return s
 
 
+HARMONY = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>",
+           "<|end|>", "<|message|>", "<|call|>"]
+O200K_RE = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+            "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*"
+            "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def byte_alphabet():
+    """GPT-2's byte-to-unicode map: printable Latin-1 bytes stand for themselves."""
+    out, extra = {}, 0
+    for b in range(256):
+        if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def hf_tokenizer(merges, names, pattern=O200K_RE, merge_order=None, pre=None, arrays=True):
+    """A byte-level tokenizer.json: 256 byte tokens, merges in id order, specials after."""
+    al = byte_alphabet()
+    key = lambda bs: "".join(al[b] for b in bs)
+    vocab = {key(bytes([b])): b for b in range(256)}
+    pairs = []
+    for i, (a, b) in enumerate(merges):
+        vocab[key(a + b)] = 256 + i
+        pairs.append([key(a), key(b)] if arrays else key(a) + " " + key(b))
+    if merge_order:
+        pairs = [pairs[i] for i in merge_order]
+    n = 256 + len(merges)
+    if pre is None:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    d = {"version": "1.0", "added_tokens": [{"id": n + i, "content": c, "special": True}
+                                            for i, c in enumerate(names)],
+         "normalizer": None, "pre_tokenizer": pre, "post_processor": None, "decoder": {"type": "ByteLevel"},
+         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                   "ignore_merges": True, "vocab": vocab, "merges": pairs}}
+    return json.dumps(d, ensure_ascii=False).encode()
+
+
+def seeds_tok_hf():
+    m = [(b"h", b"e"), (b"l", b"l"), (b"he", b"ll"), (b" ", b"w"), (b"o", b"r"), (b"\n", b"\n")]
+    s = {}
+    s["harmony"] = hf_tokenizer(m, HARMONY)
+    s["merge_strings"] = hf_tokenizer(m, HARMONY[:3], arrays=False)
+    s["gpt2_bytelevel"] = hf_tokenizer(m, [], pre={"type": "ByteLevel", "add_prefix_space": False,
+                                                   "use_regex": True})
+    s["merges_swapped"] = hf_tokenizer(m, HARMONY, merge_order=[1, 0, 2, 3, 4, 5])
+    s["intersection"] = hf_tokenizer(m, HARMONY, pattern="[\\p{L}&&[^\\p{Han}]]+|\\s+")
+    s["bad_regex"] = hf_tokenizer(m, HARMONY, pattern="(a|b")
+    s["script_name"] = hf_tokenizer(m, HARMONY, pattern="\\p{Han}+|\\p{Greek}+|\\S+|\\s+")
+    s["not_json"] = hf_tokenizer(m, HARMONY)[:300]
+    return s
+
+
 def seeds_tok_encode():
     texts = [
         "Hello, world! It's the thing we're testing: 123456 apples.",
@@ -406,6 +466,7 @@ DICTS = {
     "index": DICT_JSON + DICT_INDEX,
     "config": DICT_JSON + DICT_CONFIG,
     "tok_load": DICT_JSON + DICT_TOK,
+    "tok_hf": DICT_JSON + ['"merges"', '"vocab"', '"added_tokens"', '"Regex"', '"\\\\\\\\p{L}"', '"\\xC4\\xA0"'],
     "chat_render": DICT_JSON + DICT_CHAT,
     "chat_parse": DICT_PARSE,
     "chat_json": DICT_JSON,
@@ -623,6 +684,7 @@ def main(argv):
             "index": seeds_index(model),
             "config": seeds_config(),
             "tok_load": seeds_tok_load(),
+            "tok_hf": seeds_tok_hf(),
             "tok_encode": seeds_tok_encode(),
             "tok_decode": seeds_tok_decode(),
             "chat_render": seeds_chat_render(),

@@ -20,7 +20,16 @@
 //   4. files with invalid UTF-8 (*.bin): tiktoken takes JS strings, so the
 //      expected ids are tiktoken's on each maximal valid UTF-8 segment plus one
 //      single-byte token per invalid byte (our documented rule);
-//   5. round trips decode(encode(x)) == x on a >= 5 MB mixed file and random bytes.
+//   5. round trips decode(encode(x)) == x on a >= 5 MB mixed file and random bytes;
+//   6. o200k_harmony (gpt-oss): writes WORK_DIR/o200k_harmony/tokenizer.json in
+//      Hugging Face's format from the package's o200k_base ranks (vocab keys in
+//      GPT-2's byte-to-unicode alphabet, merges = every split of a token into
+//      two tokens, sorted by the token's rank, as transformers' tiktoken
+//      converter writes them; the o200k pattern as a Split regex; the harmony
+//      specials at their ids, reserved names up to 201087) and compares our
+//      ids through that file with tiktoken's encode_ordinary on the whole input
+//      (no windows: neither tiktoken nor Hugging Face cuts); then checks that a
+//      copy with two merges swapped is refused.
 // Prints one line per check and ends with "N passed, N failed".
 "use strict";
 const fs = require("fs");
@@ -90,6 +99,79 @@ function writeVocab(name, nodeDir, workDir) {
   return { name, dir, nRanks, nVocab: nRanks + N_SPECIAL, pkg };
 }
 
+// ---- o200k_harmony as a Hugging Face tokenizer.json ------------------------
+
+// gpt-oss's specials (spec section 4); the other ids up to 201087 are reserved.
+const HARMONY_SPECIALS = {
+  199998: "<|startoftext|>", 199999: "<|endoftext|>", 200002: "<|return|>", 200003: "<|constrain|>",
+  200005: "<|channel|>", 200006: "<|start|>", 200007: "<|end|>", 200008: "<|message|>", 200012: "<|call|>",
+  200018: "<|endofprompt|>",
+};
+const HARMONY_N_VOCAB = 201088;
+
+// GPT-2's byte-to-unicode alphabet: printable Latin-1 bytes stand for
+// themselves, the other 68 bytes for U+0100.. in increasing order.
+function byteAlphabet() {
+  const m = new Array(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    const self = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    m[b] = String.fromCodePoint(self ? b : 256 + extra++);
+  }
+  return m;
+}
+
+// tokenizer.json text; swap: exchange two merges (the refusal check).
+function harmonyJson(nodeDir, swap) {
+  const pkg = JSON.parse(fs.readFileSync(path.join(nodeDir, "node_modules/tiktoken/encoders/o200k_base.json"), "utf8"));
+  const alpha = byteAlphabet();
+  const toks = [];
+  const parts = pkg.bpe_ranks.split(" ");
+  let rank = 0;
+  for (let i = 0; i < parts.length; i++) {
+    if (parts[i] === "!") { rank = Number(parts[++i]); continue; }
+    if (parts[i] === "") continue;
+    toks[rank++] = Buffer.from(parts[i], "base64").toString("latin1");
+  }
+  const rankOf = new Map(toks.map((t, r) => [t, r]));
+  const uni = (t) => Array.from(t, (c) => alpha[c.charCodeAt(0)]).join("");
+  const vocab = {};
+  toks.forEach((t, r) => { vocab[uni(t)] = r; });
+  const merges = [];
+  toks.forEach((t, r) => {
+    const local = [];
+    for (let k = 1; k < t.length; k++) {
+      const a = rankOf.get(t.slice(0, k)), b = rankOf.get(t.slice(k));
+      if (a !== undefined && b !== undefined) local.push([a, b]);
+    }
+    local.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+    for (const [a, b] of local) merges.push([uni(toks[a]), uni(toks[b])]);
+  });
+  if (swap) { const i = Math.floor(merges.length / 2); [merges[i], merges[i + 5000]] = [merges[i + 5000], merges[i]]; }
+  const added = [];
+  for (let id = toks.length; id < HARMONY_N_VOCAB; id++)
+    added.push({ id, content: HARMONY_SPECIALS[id] || `<|reserved_${id}|>`, single_word: false, lstrip: false,
+                 rstrip: false, normalized: false, special: true });
+  return JSON.stringify({
+    version: "1.0", truncation: null, padding: null, added_tokens: added, normalizer: null,
+    pre_tokenizer: { type: "Sequence", pretokenizers: [
+      { type: "Split", pattern: { Regex: pkg.pat_str }, behavior: "Isolated", invert: false },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false }] },
+    post_processor: null, decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
+             fuse_unk: false, byte_fallback: false, ignore_merges: true, vocab, merges },
+  });
+}
+
+function writeHarmony(nodeDir, workDir) {
+  const dir = path.join(workDir, "o200k_harmony"), bad = path.join(workDir, "o200k_harmony_swapped");
+  for (const [d, swap] of [[dir, false], [bad, true]]) {
+    fs.mkdirSync(d, { recursive: true });
+    fs.writeFileSync(path.join(d, "tokenizer.json"), harmonyJson(nodeDir, swap));
+  }
+  return { dir, bad };
+}
+
 // ---- the reference's windowing ---------------------------------------------
 
 function pyIsSpace(cp) {
@@ -148,10 +230,10 @@ function utf8Len(b, i) {
 // Invalid UTF-8: tiktoken on each maximal valid segment, one byte token per
 // invalid byte. (Only used on files small enough that no window or run cut
 // applies; the C side counts an invalid byte as one non-space character.)
-function refEncodeBytes(enc, buf, byteRank) {
+function refEncodeBytes(enc, buf, byteRank, encode = refEncode) {
   const parts = [];
   let i = 0, segStart = 0;
-  const flush = (end) => { if (end > segStart) parts.push(refEncode(enc, buf.subarray(segStart, end).toString("utf8"))); };
+  const flush = (end) => { if (end > segStart) parts.push(encode(enc, buf.subarray(segStart, end).toString("utf8"))); };
   while (i < buf.length) {
     const l = utf8Len(buf, i);
     if (l > 0) { i += l; continue; }
@@ -256,6 +338,60 @@ function mixedText(bytes, seed, corpusDir) {
   return Buffer.concat(out);
 }
 
+// Our ids (TEST_BIN --encode-raw over v.dir) against `encode` on every file.
+function compareFiles(enc, name, v, files, testBin, report, encode) {
+  const byteRank = new Array(256);
+  for (let b = 0; b < 256; b++) byteRank[b] = enc.encode_single_token(Uint8Array.of(b));
+  for (const f of files) {
+    const buf = fs.readFileSync(f);
+    const want = f.endsWith(".bin") ? refEncodeBytes(enc, buf, byteRank, encode) : encode(enc, buf.toString("utf8"));
+    const r = spawnSync(testBin, ["--encode-raw", v.dir, String(v.nVocab)], { input: buf, maxBuffer: 1 << 30 });
+    if (r.status !== 0) {
+      report(false, `${name} ${path.basename(f)}: ${testBin} exited ${r.status}: ${String(r.stderr).trim()}`);
+      continue;
+    }
+    const raw = r.stdout;
+    const got = new Uint32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
+    let i = 0;
+    while (i < got.length && i < want.length && got[i] === want[i]) i++;
+    const ok = got.length === want.length && i === got.length;
+    let detail = "";
+    if (!ok) {
+      const show = (ids) => Array.from(ids.slice(Math.max(0, i - 3), i + 4))
+        .map((t) => '"' + Array.from(enc.decode_single_token_bytes(t), (b) =>
+          (b >= 0x20 && b < 0x7f && b !== 0x22 && b !== 0x5c ? String.fromCharCode(b) : "\\x" + b.toString(16).padStart(2, "0"))).join("") + '"')
+        .join(" ");
+      detail = ` -- first difference at id ${i}: ours ${show(got)} / tiktoken ${show(want)}`;
+    }
+    report(ok, `${name} ${path.basename(f)}: ${want.length} ids${detail}`);
+  }
+}
+
+// Exact round trips decode(encode(x)) == x of each file through v.dir.
+function roundTrips(name, v, files, testBin, report) {
+  const rt = spawnSync(testBin, ["--roundtrip", v.dir, String(v.nVocab), ...files], { maxBuffer: 1 << 26 });
+  for (const line of String(rt.stdout).split("\n").filter((x) => x))
+    report(/round trip ok/.test(line), `${name} ${path.basename(line.split(":")[0])}: ${line.split(": ")[1]}`);
+  if (rt.status !== 0 && !String(rt.stdout).trim()) report(false, `${name} round trip: ${String(rt.stderr).trim()}`);
+}
+
+// gpt-oss: o200k_harmony through tokenizer.json, against tiktoken without windows.
+function checkHarmony(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, report) {
+  const name = "o200k_harmony";
+  const { dir, bad } = writeHarmony(nodeDir, workDir);
+  const pkg = JSON.parse(fs.readFileSync(path.join(nodeDir, "node_modules/tiktoken/encoders/o200k_base.json"), "utf8"));
+  const enc = new Tiktoken(pkg.bpe_ranks, {}, pkg.pat_str);
+  const v = { dir, nVocab: HARMONY_N_VOCAB };
+  report(enc.encode_ordinary("Hello world").length === 2, `${name}: oracle loads ("Hello world" -> 2 ids)`);
+  compareFiles(enc, name, v, files, testBin, report, (e, str) => e.encode_ordinary(str));
+  roundTrips(name, v, rtFiles, testBin, report);
+  const r = spawnSync(testBin, ["--encode-raw", bad, String(HARMONY_N_VOCAB)], { input: "x" });
+  const msg = String(r.stderr).trim();
+  report(r.status !== 0 && /merge priority must follow token ids/.test(msg),
+         `${name}: swapped merges refused (${msg.slice(0, 120)})`);
+  enc.free();
+}
+
 // ---- main ------------------------------------------------------------------
 
 function check(nodeDir, workDir, corpusDir, testBin) {
@@ -293,41 +429,13 @@ function check(nodeDir, workDir, corpusDir, testBin) {
       report(false, `${name}: tiktoken refuses the K3 pattern: ${e}`);
       continue;
     }
-    const byteRank = new Array(256);
-    for (let b = 0; b < 256; b++) byteRank[b] = enc.encode_single_token(Uint8Array.of(b));
     // spec goldens are for the K3 vocabulary; here sanity-check the setup
     report(enc.encode_ordinary("Hello world").length === 2, `${name}: oracle loads ("Hello world" -> 2 ids)`);
-    for (const f of files) {
-      const buf = fs.readFileSync(f);
-      const want = f.endsWith(".bin") ? refEncodeBytes(enc, buf, byteRank) : refEncode(enc, buf.toString("utf8"));
-      const r = spawnSync(testBin, ["--encode-raw", v.dir, String(v.nVocab)], { input: buf, maxBuffer: 1 << 30 });
-      if (r.status !== 0) {
-        report(false, `${name} ${path.basename(f)}: ${testBin} exited ${r.status}: ${String(r.stderr).trim()}`);
-        continue;
-      }
-      const raw = r.stdout;
-      const got = new Uint32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
-      let i = 0;
-      while (i < got.length && i < want.length && got[i] === want[i]) i++;
-      const ok = got.length === want.length && i === got.length;
-      let detail = "";
-      if (!ok) {
-        const show = (ids) => Array.from(ids.slice(Math.max(0, i - 3), i + 4))
-          .map((t) => '"' + Array.from(enc.decode_single_token_bytes(t), (b) =>
-            (b >= 0x20 && b < 0x7f && b !== 0x22 && b !== 0x5c ? String.fromCharCode(b) : "\\x" + b.toString(16).padStart(2, "0"))).join("") + '"')
-          .join(" ");
-        detail = ` -- first difference at id ${i}: ours ${show(got)} / tiktoken ${show(want)}`;
-      }
-      report(ok, `${name} ${path.basename(f)}: ${want.length} ids${detail}`);
-    }
-    // exact round trip on invalid UTF-8, big mixed text and random bytes
-    const rt = spawnSync(testBin, ["--roundtrip", v.dir, String(v.nVocab), path.join(genDir, "gen_invalid.bin"), big, rnd],
-                         { maxBuffer: 1 << 26 });
-    for (const line of String(rt.stdout).split("\n").filter((x) => x))
-      report(/round trip ok/.test(line), `${name} ${path.basename(line.split(":")[0])}: ${line.split(": ")[1]}`);
-    if (rt.status !== 0 && !String(rt.stdout).trim()) report(false, `${name} round trip: ${String(rt.stderr).trim()}`);
+    compareFiles(enc, name, v, files, testBin, report, refEncode);
+    roundTrips(name, v, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
     enc.free();
   }
+  checkHarmony(Tiktoken, nodeDir, workDir, files, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
   console.log(`${pass} passed, ${fail} failed`);
   return fail === 0 ? 0 : 1;
 }
