@@ -139,6 +139,15 @@ void ms_topk(const float *choice, int64_t E, int64_t k, int32_t *idx);
  * in token order, into f->zg (f->etok / f->eslot: each row's token and
  * slot); how many. */
 int64_t ms_moe_gather(ms_fwd *f, const float *src, int64_t e, int64_t T, int64_t k, int64_t width);
+/* One routed expert (its tensors at offsets off in its region, at eb) over
+ * the n rows ms_moe_gather left in f->zg, its outputs to f->ey (ms_moe_scatter). */
+typedef void (*ms_expert_fn)(ms_fwd_ctx *c, ms_fwd *f, const int64_t *off, const uint8_t *eb, int64_t n);
+struct ms_xio;
+/* Every expert the layer's selection uses, in the order x gives, each read
+ * once: gather its tokens' rows of src [T, width], acquire it, fn, release.
+ * Fails only when an expert read fails. */
+ms_status ms_moe_experts(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, struct ms_xio *x, const float *src,
+                         int64_t width, int64_t T, ms_expert_fn fn, ms_err *err);
 /* out [width] = w_0 y_0, then out = out + w_j y_j for j = 1..k-1: token t's
  * expert outputs f->ey [T, k, width] weighted by f->selw, in selection order. */
 void ms_moe_weighted_sum(const ms_fwd *f, int64_t t, int64_t k, int64_t width, float *out);

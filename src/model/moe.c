@@ -99,6 +99,22 @@ int64_t ms_moe_gather(ms_fwd *f, const float *src, int64_t e, int64_t T, int64_t
     return n;
 }
 
+ms_status ms_moe_experts(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, ms_xio *x, const float *src, int64_t width,
+                         int64_t T, ms_expert_fn fn, ms_err *err) {
+    const int64_t k = c->m->cfg.num_experts_per_token;
+    /* one expert at a time, in the order the policy gives, each read once per chunk */
+    for (int iu = 0; iu < x->n_used; iu++) {
+        const int64_t e = x->region[iu] - L->expert_region0;
+        const int64_t n = ms_moe_gather(f, src, e, T, k, width);
+        const uint8_t *eb;
+        const ms_status st = ms_xio_acquire(c, x, iu, n > 0 ? f->etok[n - 1] : -1, &eb, err);
+        if (st != MS_OK) return st;
+        fn(c, f, L->expert_off[e], eb, n);
+        ms_xio_release(c, x, iu);
+    }
+    return MS_OK;
+}
+
 void ms_moe_weighted_sum(const ms_fwd *f, int64_t t, int64_t k, int64_t width, float *out) {
     const float *w = f->selw + t * k, *y0 = f->ey + t * k * width;
     for (int64_t i = 0; i < width; i++) out[i] = w[0] * y0[i];
@@ -147,7 +163,7 @@ static void combine(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *
 ms_status ms_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base, int64_t T, int keep,
                          ms_err *err) {
     const ms_config *cf = &c->m->cfg;
-    const int64_t H = cf->hidden_size, k = cf->num_experts_per_token, lat = cf->routed_expert_hidden_size;
+    const int64_t H = cf->hidden_size, lat = cf->routed_expert_hidden_size;
     route(c, f, L, base, T);
     /* the experts this chunk needs: their reads start now and overlap the
      * latent projection and the shared experts below */
@@ -157,16 +173,8 @@ ms_status ms_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint
     /* shared experts on the ORIGINAL x, added unweighted (trap: test trap_shared_weighted);
      * f->a (the mixer's output) is free again: run already holds it */
     ms_dense_mlp(c, f, &L->sh_gate, &L->sh_up, &L->sh_down, base, f->x, f->a, T);
-    /* one expert at a time, in the order the policy gives, each read once per chunk */
-    for (int iu = 0; iu < x.n_used; iu++) {
-        const int64_t e = x.region[iu] - L->expert_region0;
-        const int64_t n = ms_moe_gather(f, f->z, e, T, k, lat);
-        const uint8_t *eb;
-        const ms_status st = ms_xio_acquire(c, &x, iu, n > 0 ? f->etok[n - 1] : -1, &eb, err);
-        if (st != MS_OK) return st;
-        expert(c, f, L->expert_off[e], eb, n);
-        ms_xio_release(c, &x, iu);
-    }
+    const ms_status st = ms_moe_experts(c, f, L, &x, f->z, lat, T, expert, err);
+    if (st != MS_OK) return st;
     combine(c, f, L, base, T);
     return MS_OK;
 }

@@ -88,15 +88,8 @@ ms_status ms_oss_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
     route(c, f, L, base, T);
     ms_xio x;
     ms_xio_layer_begin(c, f, L, T, keep, &x);
-    for (int iu = 0; iu < x.n_used; iu++) {
-        const int64_t e = x.region[iu] - L->expert_region0;
-        const int64_t n = ms_moe_gather(f, f->x, e, T, k, H);
-        const uint8_t *eb;
-        const ms_status st = ms_xio_acquire(c, &x, iu, n > 0 ? f->etok[n - 1] : -1, &eb, err);
-        if (st != MS_OK) return st;
-        expert(c, f, L->expert_off[e], eb, n);
-        ms_xio_release(c, &x, iu);
-    }
+    const ms_status st = ms_moe_experts(c, f, L, &x, f->x, H, T, expert, err);
+    if (st != MS_OK) return st;
     for (int64_t t = 0; t < T; t++) ms_moe_weighted_sum(f, t, k, H, f->ffn + t * H);
     return MS_OK;
 }
