@@ -12,7 +12,10 @@
 #   3. the gpt-oss server (harmony chat): /v1/models answers; a chat request with
 #      a system message, user text holding "<|start|>" and reasoning_effort "low"
 #      is answered (a message, finish_reason stop or length, completion_tokens <=
-#      max_tokens). The renderer's bytes are tests/test_harmony.c's.
+#      max_tokens). The renderer's bytes are tests/test_harmony.c's. What it does
+#      not do yet - tool_choice "required" or a named function, response_format
+#      json_object / json_schema - is a 400 naming the parameter; tools with
+#      tool_choice "auto" are answered.
 # Last line: "t_oss_serve: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -86,4 +89,17 @@ if printf '%s' "$out" | $PY -c 'import json,sys
 d = json.load(sys.stdin); c = d["choices"][0]
 ok = c["finish_reason"] in ("stop", "length") and d["usage"]["completion_tokens"] <= 9 and "message" in c
 sys.exit(0 if ok else 1)'; then ok; else bad "a harmony chat with a system message and effort low: $out"; fi
+# what the harmony server does not do yet is refused by name (400), not served wrongly
+TOOLS='"tools":[{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}]'
+for body in '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":"required","max_tokens":9}|tool_choice' \
+            '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":{"type":"function","function":{"name":"get_time"}},"max_tokens":9}|tool_choice' \
+            '{"model":"oss_b","messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_object"},"max_tokens":9}|response_format'; do
+    param=${body##*|}
+    code=$(curl -s -o "$tmp/r400" -w '%{http_code}' --max-time 60 "$U/v1/chat/completions" -H 'Content-Type: application/json' -d "${body%|*}")
+    if [ "$code" = 400 ] && grep -q "\"param\":\"$param\"" "$tmp/r400" && grep -q "harmony" "$tmp/r400"; then ok
+    else bad "$param on the harmony server: HTTP $code, $(cat "$tmp/r400")"; fi
+done
+out=$(curl -s --max-time 60 "$U/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":"auto","max_tokens":9,"temperature":0}')
+if printf '%s' "$out" | grep -q '"finish_reason"'; then ok; else bad "tools with tool_choice auto on the harmony server: $out"; fi
 finish
