@@ -20,7 +20,8 @@
  *     - loaded: every entry lies inside the file (image at a multiple of
  *       4096 from 4096 on, ending at or before the index), its ranges inside
  *       their shards, their bytes summing to raw_bytes, shift a multiple of
- *       4096 in [0, raw_bytes], ceil(image / 1 MiB) block hashes; entries
+ *       4096 in [0, raw_bytes + 2 pages per range and one more: the padding of
+ *       the region buffer], ceil(image / 1 MiB) block hashes; entries
  *       sorted by first range, no two alike; ms_pack_find finds each;
  *     - the region byte 1 picks, when the pack has an entry for it that fits
  *       its buffer (the store's test, store/land.c), is used as the store
@@ -202,7 +203,8 @@ static void check_entries(const ms_pack *p, const fz_img *m) {
             e->image_off + e->image_bytes > ix || ix > (int64_t)m->n)
             fz_fail("entry %lld: image [%lld, +%lld) outside [4096, index at %lld)", (long long)k,
                     (long long)e->image_off, (long long)e->image_bytes, (long long)ix);
-        if (e->shift < 0 || e->shift % MS_PACK_ALIGN || e->shift > e->raw_bytes || e->n_ranges < 1)
+        if (e->shift < 0 || e->shift % MS_PACK_ALIGN || e->n_ranges < 1 ||
+            e->shift > e->raw_bytes + ((int64_t)e->n_ranges + 1) * 2 * MS_PACK_ALIGN)     /* format/pack.c's bound */
             fz_fail("entry %lld: shift %lld, raw %lld, %d ranges", (long long)k, (long long)e->shift,
                     (long long)e->raw_bytes, e->n_ranges);
         int64_t sum = 0;
