@@ -20,7 +20,7 @@
  *     - loaded: every entry lies inside the file (image at a multiple of
  *       4096 from 4096 on, ending at or before the index), its ranges inside
  *       their shards, their bytes summing to raw_bytes, shift a multiple of
- *       4096 in [0, raw_bytes + 2 pages per range and one more: the padding of
+ *       4096 in [0, raw_bytes + 2 pages per range and 2 more: the padding of
  *       the region buffer], ceil(image / 1 MiB) block hashes; entries
  *       sorted by first range, no two alike; ms_pack_find finds each;
  *     - the region byte 1 picks, when the pack has an entry for it that fits
