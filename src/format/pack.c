@@ -648,7 +648,7 @@ static ms_status parse_entry(ms_pack *p, uint64_t k, const uint8_t **q, const pa
     if (e->image_off < MS_PACK_ALIGN || e->image_off % MS_PACK_ALIGN || e->image_bytes <= 0 ||
         e->image_off > ix_off || e->image_bytes > ix_off - e->image_off || e->n_ranges <= 0 ||
         e->shift < 0 || e->shift % MS_PACK_ALIGN || e->raw_bytes <= 0 ||
-        e->shift > e->raw_bytes + ((int64_t)e->n_ranges + 1) * 2 * MS_PACK_ALIGN)
+        e->shift - e->raw_bytes > ((int64_t)e->n_ranges + 1) * 2 * MS_PACK_ALIGN)
         return ms_err_set(err, MS_E_MODEL, "%s: entry %llu is malformed", path, (unsigned long long)k);
     const int ns = ms_ckpt_n_shards(ck);
     int64_t sum = 0;

@@ -204,7 +204,7 @@ static void check_entries(const ms_pack *p, const fz_img *m) {
             fz_fail("entry %lld: image [%lld, +%lld) outside [4096, index at %lld)", (long long)k,
                     (long long)e->image_off, (long long)e->image_bytes, (long long)ix);
         if (e->shift < 0 || e->shift % MS_PACK_ALIGN || e->n_ranges < 1 ||
-            e->shift > e->raw_bytes + ((int64_t)e->n_ranges + 1) * 2 * MS_PACK_ALIGN)     /* format/pack.c's bound */
+            e->shift - e->raw_bytes > ((int64_t)e->n_ranges + 1) * 2 * MS_PACK_ALIGN)     /* format/pack.c's bound */
             fz_fail("entry %lld: shift %lld, raw %lld, %d ranges", (long long)k, (long long)e->shift,
                     (long long)e->raw_bytes, e->n_ranges);
         int64_t sum = 0;
