@@ -131,10 +131,10 @@ int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t
  * of them kept (fewer: one rejection). */
 void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted, int64_t trunk, int64_t expert,
                        int64_t fed);
-/* Session sid fed tok[n0..n1) in a decode step: append them to the history,
- * after a separator and up to MS_DRAFT_LEAD ids before n0 when the history
- * does not end with this session's run up to n0 (*end: where the session's
- * run in the history ends). */
+/* Sequence sid (an ms_session) fed tok[n0..n1) in a decode step: append them
+ * to the history, after a separator and up to MS_DRAFT_LEAD ids before n0
+ * when the history does not end with sequence sid's ids up to n0 (*end:
+ * where that sequence's ids in the history end). */
 void ms_drafter_remember(ms_drafter *d, int64_t sid, int64_t *end, const int32_t *tok, int64_t n0, int64_t n1);
 
 #endif
