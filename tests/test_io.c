@@ -720,6 +720,48 @@ static void test_busy(ms_io_kind kind) {
     ms_buf_free(buf, 256 * 4096, 0);
 }
 
+/* ms_io_set_depth: clamped to 1 .. queue_depth; with 64 chunks queued and a
+ * depth of 2 no more than 2 are ever in flight (the ring fills its depth
+ * before it waits, so it reaches exactly 2); raised to the queue depth, the
+ * ring has all 8 in flight at once, and the workers at most 8; the data is
+ * intact either way. */
+static void test_depth(ms_io_kind kind) {
+    ms_io_params p = params(kind, 8, 4096);
+    int skipped;
+    ms_io *io = open_io(&p, &skipped);
+    if (!io) return;
+    int fi = add_main_file(io);
+    const char *kn = ms_io_kind_name(kind);
+    CHECK(ms_io_depth(io) == 8, "%s: depth starts at the queue depth, got %d", kn, ms_io_depth(io));
+    ms_io_set_depth(io, 0);
+    CHECK(ms_io_depth(io) == 1, "%s: depth 0 is clamped to 1, got %d", kn, ms_io_depth(io));
+    ms_io_set_depth(io, 1000);
+    CHECK(ms_io_depth(io) == 8, "%s: depth 1000 is clamped to 8, got %d", kn, ms_io_depth(io));
+    for (int round = 0; round < 2; round++) {
+        const int depth = round == 0 ? 2 : 8;
+        ms_io_set_depth(io, depth);
+        ms_io_stats before, st;
+        ms_io_get_stats(io, &before);
+        ms_io_pause(io, 1);
+        uint8_t *buf;
+        const uint64_t t = submit_at(io, fi, 4096 * (int64_t)round * 64, 64, MS_IO_PRIO_DEMAND, &buf);
+        ms_io_pause(io, 0);
+        ms_err err;
+        ms_err_clear(&err);
+        CHECK(ms_io_wait(io, t, &err) == MS_OK, "%s: wait at depth %d: %s", kn, depth, err.msg);
+        expect_data(buf, 4096 * (int64_t)round * 64, 64, "depth");
+        ms_io_get_stats(io, &st);
+        CHECK(st.reading_peak >= before.reading_peak, "%s: the peak never falls", kn);
+        if (round == 0) CHECK(st.reading_peak <= 2, "%s: depth 2, yet %lld reads in flight at once", kn, (long long)st.reading_peak);
+        if (kind == MS_IO_URING)
+            CHECK(st.reading_peak == depth, "%s: the ring keeps its depth %d in flight, peak %lld", kn, depth,
+                  (long long)st.reading_peak);
+        CHECK(st.reading_peak <= 8, "%s: more reads in flight (%lld) than the queue depth", kn, (long long)st.reading_peak);
+        ms_buf_free(buf, 64 * 4096, 0);
+    }
+    ms_io_close(io);
+}
+
 /* Queued while paused, read after: DEMAND (and what was promoted to it) first,
  * then AHEAD, then SPECULATIVE, each FIFO; a cancelled batch reads nothing and
  * fails "cancelled"; a batch cancelled after it completed is intact. */
@@ -842,6 +884,7 @@ int main(void) {
         test_check(kinds[k]);
         test_prio(kinds[k]);
         test_busy(kinds[k]);
+        test_depth(kinds[k]);
     }
 
     /* parameter validation */

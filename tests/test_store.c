@@ -200,10 +200,13 @@ typedef struct cfg {
     int ring;               /* ring slots (0 = default 2) */
 } cfg;
 
+/* reads in flight of the stores store_make opens (test_depth raises it) */
+static int g_qd = 3;
+
 static ms_status store_make(fixture *fx, const cfg *c, ms_store **out, ms_err *err) {
     ms_io_params io = ms_io_default_params();
     io.kind = c->kind;
-    io.queue_depth = 3;
+    io.queue_depth = g_qd;
     io.chunk_bytes = 128 << 10;     /* several chunks per region */
     io.fault = c->fault;
     ms_store_params p = ms_store_default_params();
@@ -581,6 +584,50 @@ static void test_budgets(fixture *fx) {
     printf("store matrix: %d runs (%d budgets x 3 backends x 2 policies x read-ahead on/off), %lld bad bytes\n",
            runs, nbud, (long long)total_bad);
     CHECK(failed_runs == 0, "%d runs failed to start", failed_runs);
+}
+
+/* Reads in flight after start (store.c, expert_depth): the whole queue depth
+ * while the trunk streams or every expert is resident; one expert's reads
+ * (the largest expert region's 128 KiB chunks, at least 4) when the trunk is
+ * pinned and only experts stream. */
+static void test_depth(fixture *fx) {
+    int64_t most = 0;
+    for (int i = 0; i < fx->n; i++) {
+        if (fx->cls[i] != MS_REGION_EXPERT) continue;
+        int64_t n = 0;
+        for (int k = 0; k < fx->n_ranges[i]; k++)
+            n += (ms_io_span(fx->ranges[i][k].offset, fx->ranges[i][k].n_bytes) + (128 << 10) - 1) / (128 << 10);
+        if (n > most) most = n;
+    }
+    const int want_pinned = most > 4 ? (int)most : 4;
+    cfg c = { 1, MS_IO_URING, "lru", 1, 1, 0, 0, 0, { 0 }, NULL, 0 };
+    g_qd = 32;
+    const ms_plan floor_plan = probe_plan(fx, &c);
+    int seen_stream = 0, seen_pinned = 0, seen_resident = 0;
+    for (int step = 0; step <= 16; step++) {
+        c.ram = step == 16 ? 0 : floor_plan.floor_bytes + (floor_plan.full_bytes - floor_plan.floor_bytes) * step / 16;
+        ms_store *s = NULL;
+        ms_err err;
+        ms_err_clear(&err);
+        if (store_make(fx, &c, &s, &err) != MS_OK) {
+            CHECK(0, "depth: budget %lld: %s", (long long)c.ram, err.msg);
+            ms_store_close(s);
+            continue;
+        }
+        const ms_plan *p = ms_store_get_plan(s);
+        const int pinned = p->n_ring == 0 && !p->experts_resident;
+        const int want = pinned ? (want_pinned < 32 ? want_pinned : 32) : 32;
+        const int got = ms_io_depth(ms_store_io(s));
+        CHECK(got == want, "depth: budget %lld (ring %d, experts resident %d): %d reads in flight, want %d",
+              (long long)c.ram, p->n_ring, p->experts_resident, got, want);
+        seen_stream |= p->n_ring > 0;
+        seen_pinned |= pinned;
+        seen_resident |= p->experts_resident;
+        ms_store_close(s);
+    }
+    g_qd = 3;
+    CHECK(seen_stream && seen_pinned && seen_resident, "depth: budgets cover a streamed trunk (%d), a pinned one "
+          "with streamed experts (%d) and resident experts (%d)", seen_stream, seen_pinned, seen_resident);
 }
 
 /* ------------------------------------------------------------- statistics */
@@ -1288,6 +1335,7 @@ int main(void) {
         return CHECK_DONE("test_store");
     }
     test_budgets(&fx);
+    test_depth(&fx);
     test_stats(&fx);
     test_guesses(&fx);
     test_peek(&fx);

@@ -121,6 +121,7 @@ ms_status ms_io_open(const ms_io_params *p, ms_io **out, ms_err *err) {
     io->p = *p;
     io->p.chunk_bytes = (p->chunk_bytes + MS_IO_ALIGN - 1) / MS_IO_ALIGN * MS_IO_ALIGN;
     io->next_ticket = 1;
+    io->depth = p->queue_depth;
     io->efd = -1;
     pthread_mutex_init(&io->mu, NULL);
     pthread_cond_init(&io->cv_work, NULL);
@@ -348,6 +349,17 @@ static io_batch *batch_get(ms_io *io, int64_t n) {
     return b;
 }
 
+/* Wake as many pread workers as can take one of n new chunks (the room left
+ * under io->depth): waking all queue_depth of them costs the submitting
+ * thread its core on a small machine (~0.7 ms a submit at 32 workers on 2
+ * cores). A worker that finishes a read takes the next chunk itself.
+ * Under io->mu. */
+static void wake_readers(ms_io *io, int64_t n) {
+    int64_t room = io->depth - io->reading;
+    if (n > room) n = room;
+    for (int64_t k = 0; k < n; k++) pthread_cond_signal(&io->cv_work);
+}
+
 ms_status ms_io_submit(ms_io *io, const ms_io_req *reqs, int n, uint64_t *ticket,
                        ms_err *err) {
     return ms_io_submit_prio(io, reqs, n, MS_IO_PRIO_DEMAND, ticket, err);
@@ -437,7 +449,7 @@ ms_status ms_io_submit_prio(ms_io *io, const ms_io_req *reqs, int n, int prio, u
     io->st.requests += n;
     for (int64_t k = 0; k < b->n_chunks; k++) io_q_push_back(io, b->order[k]);
     *ticket = b->ticket;
-    if (b->n_chunks && io->p.kind != MS_IO_URING) pthread_cond_broadcast(&io->cv_work);
+    if (b->n_chunks && io->p.kind != MS_IO_URING) wake_readers(io, b->n_chunks);
     pthread_mutex_unlock(&io->mu);
     if (b->n_chunks && io->p.kind == MS_IO_URING) io_ring_wake(io);
     return MS_OK;
@@ -461,6 +473,25 @@ static void promote_locked(ms_io *io, io_batch *b) {
         io_q_push_back(io, l);
         l = next;
     }
+}
+
+void ms_io_set_depth(ms_io *io, int depth) {
+    pthread_mutex_lock(&io->mu);
+    if (depth < 1) depth = 1;
+    if (depth > io->p.queue_depth) depth = io->p.queue_depth;
+    const int more = depth > io->depth;
+    io->depth = depth;
+    if (more && io->p.kind != MS_IO_URING) pthread_cond_broadcast(&io->cv_work);
+    pthread_mutex_unlock(&io->mu);
+    if (more && io->p.kind == MS_IO_URING) io_ring_wake(io);
+}
+
+int ms_io_depth(const ms_io *io) {
+    ms_io *m = (ms_io *)io;
+    pthread_mutex_lock(&m->mu);
+    const int d = m->depth;
+    pthread_mutex_unlock(&m->mu);
+    return d;
 }
 
 void ms_io_pause(ms_io *io, int paused) {

@@ -291,6 +291,15 @@ void ms_io_promote(ms_io *io, uint64_t ticket);
  * in cancelled_chunks / cancelled_bytes. Thread-safe. */
 int64_t ms_io_cancel(ms_io *io, uint64_t ticket);
 
+/* At most `depth` reads in flight from now on (clamped to 1 .. queue_depth;
+ * the reads already in flight finish): the queue's order then decides what
+ * lands first, since reads in flight together land together. The store
+ * lowers it when only experts stream (store/store.c, expert_depth).
+ * Thread-safe. */
+void ms_io_set_depth(ms_io *io, int depth);
+/* The current limit (queue_depth unless ms_io_set_depth lowered it). */
+int ms_io_depth(const ms_io *io);
+
 /* 1: readers take no new chunk (those in flight finish); 0: resume. Lets a
  * test queue several batches and then watch the order they are read in.
  * Thread-safe. */
@@ -330,6 +339,7 @@ typedef struct ms_io_stats {
                              busy as far as the engine can see it */
     int64_t depth_ns;     /* the reads in flight integrated over time: depth_ns / busy_ns
                              is the mean number in flight while busy (<= queue_depth) */
+    int64_t reading_peak; /* the most reads in flight at once (<= the depth at the time) */
 } ms_io_stats;
 
 /* Snapshot of the counters since open. Thread-safe. */

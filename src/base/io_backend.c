@@ -3,8 +3,9 @@
  * files; base/io.h is the contract).
  *
  * Owns: the pread workers (MS_IO_PREAD, MS_IO_DIRECT: queue_depth threads,
- *   one pread(2) each at a time) and the io_uring thread with its ring and
- *   eventfd (MS_IO_URING).
+ *   one pread(2) each at a time, at most io->depth of them reading) and the
+ *   io_uring thread with its ring and eventfd (MS_IO_URING; at most io->depth
+ *   SQEs in flight).
  * Idea: a backend takes the head of the most urgent queue, asks
  *   io_attempt_plan how to read it, reads unlocked, and hands the result to
  *   io_attempt_done, which says whether the chunk is DONE, must be reissued
@@ -35,7 +36,8 @@ void *io_pread_worker(void *arg) {
     ms_io *io = arg;
     pthread_mutex_lock(&io->mu);
     for (;;) {
-        while ((!io->q_len || io->paused) && !io->stop) pthread_cond_wait(&io->cv_work, &io->mu);
+        while ((!io->q_len || io->paused || io->reading >= io->depth) && !io->stop)
+            pthread_cond_wait(&io->cv_work, &io->mu);
         io_chunk *c = io_q_pop(io);
         if (!c) break; /* stop and drained */
         for (;;) {
@@ -112,7 +114,7 @@ void *io_ring_thread(void *arg) {
     int n_bad = 0;
     pthread_mutex_lock(&io->mu);
     for (;;) {
-        while (io->inflight < io->p.queue_depth && io->q_len && !io->paused) {
+        while (io->inflight < io->depth && io->q_len && !io->paused) {
             io_chunk *c = io_q_pop(io);
             if (c->b->failed) {
                 io_chunk_finish(io, c);

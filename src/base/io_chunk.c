@@ -275,5 +275,6 @@ void io_reading_add(ms_io *io, int delta) {
     io->reading_t = now;
     io->reading += delta;
     MS_ASSERT(io->reading >= 0);
+    if (io->reading > io->st.reading_peak) io->st.reading_peak = io->reading;
 }
 

@@ -105,6 +105,7 @@ struct ms_io {
     int64_t next_req_index;
     int stop;
     int paused;             /* ms_io_pause: readers take no new chunk */
+    int depth;              /* reads in flight at most (ms_io_set_depth; <= queue_depth) */
     ms_io_stats st;
     /* reads in flight on the device, every backend (pread calls running,
      * SQEs submitted), and when that count last changed: busy_ns / depth_ns */

@@ -33,6 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the fewest reads in flight expert_depth keeps */
+#define MS_STORE_MIN_DEPTH 4
+
 ms_store_params ms_store_default_params(void) {
     ms_store_params p;
     memset(&p, 0, sizeof p);
@@ -433,6 +436,33 @@ static ms_status load_resident(ms_store *s, ms_err *err) {
     return MS_OK;
 }
 
+/* Reads in flight while only experts stream (no trunk region streams, the
+ * experts do not all fit): the reads of the largest expert, at least
+ * MS_STORE_MIN_DEPTH; else 0 (keep the queue depth). Reads in flight
+ * together land together, so with the whole queue depth a layer's experts
+ * (gpt-oss: 4 x 10 reads) all land at its end and their computation waits
+ * for the last byte of the last one; with one expert's reads in flight they
+ * land one after another in the order they are needed, each computed while
+ * the next is read, and the next layer's guesses queue behind them instead
+ * of sharing the disk with them. The trunk's streaming keeps the full depth
+ * (docs/perf/history.md, "32 reads in flight by default";
+ * "one expert's reads in flight when only experts stream"). */
+static int expert_depth(const ms_store *s) {
+    const ms_plan *pl = &s->plan;
+    if (pl->n_ring > 0 || pl->experts_resident || pl->n_expert_regions == 0) return 0;
+    const int64_t cb = (s->io_p.chunk_bytes + MS_IO_ALIGN - 1) / MS_IO_ALIGN * MS_IO_ALIGN;
+    int64_t most = 0;
+    for (int i = 0; i < s->n_regions; i++) {
+        const region *r = &s->regions[i];
+        if (r->cls != MS_REGION_EXPERT) continue;
+        int64_t n = 0;
+        for (int j = 0; j < r->n_ranges; j++)
+            if (r->ranges[j].n_bytes > 0) n += (ms_io_span(r->ranges[j].offset, r->ranges[j].n_bytes) + cb - 1) / cb;
+        if (n > most) most = n;
+    }
+    return most > MS_STORE_MIN_DEPTH ? (int)most : MS_STORE_MIN_DEPTH;
+}
+
 ms_status ms_store_start(ms_store *s, ms_err *err) {
     MS_ASSERT(!s->started && !s->start_failed);
     ms_status st = plan_and_allocate(s, err);
@@ -440,6 +470,8 @@ ms_status ms_store_start(ms_store *s, ms_err *err) {
     if (st == MS_OK && s->trace_path) st = ms_trace_open(s->trace_path, &s->trace, err);
     if (st == MS_OK) st = load_resident(s, err);
     if (st != MS_OK) { s->start_failed = 1; return st; }
+    const int depth = expert_depth(s);
+    if (depth > 0) ms_io_set_depth(s->io, depth);
     s->started = 1;
     return MS_OK;
 }
