@@ -85,6 +85,72 @@ typedef struct attn_job {
     int sliding;
 } attn_job;
 
+/* sc[s] = (float)(scale * sum over i in order of q[i] k_s[i]) in double, for
+ * the n keys at kb, kb + pw, ...: the definition above, key by key. Four keys
+ * at a time, each sum in its own register: the dot product of one key is a
+ * chain of head_dim dependent additions, and four chains overlap in the core;
+ * each key's sum keeps its order, so the bits are those of one key at a time. */
+static void scores(const double *q, const float *kb, int64_t pw, int64_t n, int64_t hd, double scale, float *sc) {
+    int64_t s = 0;
+    for (; s + 4 <= n; s += 4) {
+        const float *k0 = kb + s * pw, *k1 = k0 + pw, *k2 = k1 + pw, *k3 = k2 + pw;
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (int64_t i = 0; i < hd; i++) {
+            const double qi = q[i];
+            a0 += qi * (double)k0[i];
+            a1 += qi * (double)k1[i];
+            a2 += qi * (double)k2[i];
+            a3 += qi * (double)k3[i];
+        }
+        sc[s + 0] = (float)(a0 * scale);
+        sc[s + 1] = (float)(a1 * scale);
+        sc[s + 2] = (float)(a2 * scale);
+        sc[s + 3] = (float)(a3 * scale);
+    }
+    for (; s < n; s++) {
+        const float *k = kb + s * pw;
+        double acc = 0.0;
+        for (int64_t i = 0; i < hd; i++) acc += q[i] * (double)k[i];
+        sc[s] = (float)(acc * scale);
+    }
+}
+
+/* out[i] = (float)(sum over keys s in order of (double)p[s] v_s[i]) for the n
+ * values at vb, vb + pw, ...: eight elements at a time, each in its own
+ * register across all the keys (an array in memory made every addition a
+ * load and a store), each element's sum still in key order. */
+static void weighted_values(const float *p, const float *vb, int64_t pw, int64_t n, int64_t hd, float *out) {
+    int64_t i0 = 0;
+    for (; i0 + 8 <= hd; i0 += 8) {
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+        for (int64_t s = 0; s < n; s++) {
+            const double ps = (double)p[s];
+            const float *v = vb + s * pw + i0;
+            a0 += ps * (double)v[0];
+            a1 += ps * (double)v[1];
+            a2 += ps * (double)v[2];
+            a3 += ps * (double)v[3];
+            a4 += ps * (double)v[4];
+            a5 += ps * (double)v[5];
+            a6 += ps * (double)v[6];
+            a7 += ps * (double)v[7];
+        }
+        out[i0 + 0] = (float)a0;
+        out[i0 + 1] = (float)a1;
+        out[i0 + 2] = (float)a2;
+        out[i0 + 3] = (float)a3;
+        out[i0 + 4] = (float)a4;
+        out[i0 + 5] = (float)a5;
+        out[i0 + 6] = (float)a6;
+        out[i0 + 7] = (float)a7;
+    }
+    for (; i0 < hd; i0++) {
+        double a = 0;
+        for (int64_t s = 0; s < n; s++) a += (double)p[s] * (double)vb[s * pw + i0];
+        out[i0] = (float)a;
+    }
+}
+
 /* Heads [h0, h1) of every token of the segment. */
 static void attn_heads(void *ctx, int64_t h0, int64_t h1) {
     const attn_job *j = ctx;
@@ -101,15 +167,12 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1) {
             const int64_t k0 = j->sliding && p + 1 > c->sliding_window ? p + 1 - c->sliding_window : 0;
             const int64_t n = p + 1 - k0;
             const float *q = f->q + (t * nh + h) * hd;
-            const float *kb = j->cache + k0 * pw + g * hd;
+            double qd[MS_OSS_MAX_HEAD_DIM];
+            for (int64_t i = 0; i < hd; i++) qd[i] = (double)q[i];
+            scores(qd, j->cache + k0 * pw + g * hd, pw, n, hd, scale, sc);
             float mx = j->sinks[h];
-            for (int64_t s = 0; s < n; s++) {
-                const float *k = kb + s * pw;
-                double acc = 0.0;
-                for (int64_t i = 0; i < hd; i++) acc += (double)q[i] * (double)k[i];
-                sc[s] = (float)(acc * scale);
+            for (int64_t s = 0; s < n; s++)
                 if (sc[s] > mx) mx = sc[s];
-            }
             double sum = 0.0;
             for (int64_t s = 0; s < n; s++) {
                 sc[s] = ms_expf(sc[s] - mx);
@@ -117,15 +180,7 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1) {
             }
             sum += (double)ms_expf(j->sinks[h] - mx);
             for (int64_t s = 0; s < n; s++) sc[s] = (float)((double)sc[s] / sum);
-            double acc[MS_OSS_MAX_HEAD_DIM] = { 0 };
-            const float *vb = j->cache + k0 * pw + kvh * hd + g * hd;
-            for (int64_t s = 0; s < n; s++) {
-                const double ps = (double)sc[s];
-                const float *v = vb + s * pw;
-                for (int64_t i = 0; i < hd; i++) acc[i] += ps * (double)v[i];
-            }
-            float *o = f->mo + (t * nh + h) * hd;
-            for (int64_t i = 0; i < hd; i++) o[i] = (float)acc[i];
+            weighted_values(sc, j->cache + k0 * pw + kvh * hd + g * hd, pw, n, hd, f->mo + (t * nh + h) * hd);
         }
     }
 }
