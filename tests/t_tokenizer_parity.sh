@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# tests/t_tokenizer_parity.sh - our tokenizer against the real tiktoken.
+# tests/t_tokenizer_parity.sh - our tokenizer against the real tiktoken, and
+# our reading of a Hugging Face tokenizer.json against Hugging Face's.
 #
-# Installs the pinned npm `tiktoken` (tests/tokenizer/package.json + lock; the
-# WASM build of OpenAI's Rust core) with `npm ci` into $MS_BUILD/tokenizer-oracle
+# Installs the pinned npm `tiktoken` (the WASM build of OpenAI's Rust core) and
+# `@huggingface/tokenizers` (tests/tokenizer/package.json + lock) with `npm ci`
+# into $MS_BUILD/tokenizer-oracle
 # (nothing is written into the source tree), then runs tests/tokenizer/oracle.js,
 # which compares $MS_BUILD/tests/test_tokenizer --encode-raw with tiktoken on the
 # corpus for the o200k_base and cl100k_base ranks (see docs/TOKENIZER.md).
@@ -22,7 +24,8 @@ command -v node >/dev/null && command -v npm >/dev/null || fail "node/npm not fo
 mkdir -p "$NODE_DIR" "$WORK" || fail "cannot create $NODE_DIR"
 # reinstall only when the pinned lock file changed
 if ! cmp -s tests/tokenizer/package-lock.json "$NODE_DIR/package-lock.json" ||
-   [ ! -f "$NODE_DIR/node_modules/tiktoken/package.json" ]; then
+   [ ! -f "$NODE_DIR/node_modules/tiktoken/package.json" ] ||
+   [ ! -f "$NODE_DIR/node_modules/@huggingface/tokenizers/package.json" ]; then
     cp tests/tokenizer/package.json tests/tokenizer/package-lock.json "$NODE_DIR/" || fail "cannot copy package files"
     if ! (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
         tail -n 5 "$NODE_DIR/npm.log"

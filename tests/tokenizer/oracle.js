@@ -1,7 +1,8 @@
 // tests/tokenizer/oracle.js - parity driver: our C tokenizer against the real tiktoken.
 //
 // Run by tests/t_tokenizer_parity.sh after `npm ci` installed the pinned
-// tiktoken (WASM build of OpenAI's Rust core) into a directory under $MS_BUILD:
+// tiktoken (WASM build of OpenAI's Rust core) and @huggingface/tokenizers into
+// a directory under $MS_BUILD:
 //
 //   node oracle.js check  NODE_DIR WORK_DIR CORPUS_DIR TEST_BIN
 //   node oracle.js bench-file OUT_FILE MBYTES      (mixed text for docs/TOKENIZER.md)
@@ -29,7 +30,10 @@
 //      specials at their ids, reserved names up to 201087) and compares our
 //      ids through that file with tiktoken's encode_ordinary on the whole input
 //      (no windows: neither tiktoken nor Hugging Face cuts); then checks that a
-//      copy with two merges swapped is refused.
+//      copy with two merges swapped is refused;
+//   7. the same tokenizer.json read by Hugging Face's JavaScript tokenizer
+//      (npm @huggingface/tokenizers, pinned beside tiktoken) on every UTF-8
+//      corpus file: our reading of the file against Hugging Face's.
 // Prints one line per check and ends with "N passed, N failed".
 "use strict";
 const fs = require("fs");
@@ -392,6 +396,44 @@ function checkHarmony(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, repor
   enc.free();
 }
 
+// gpt-oss: the same tokenizer.json read by Hugging Face's own JavaScript
+// tokenizer (@huggingface/tokenizers: its pre-tokenizer sequence, byte-level
+// alphabet, BPE with ignore_merges, added tokens), on every corpus file that
+// is valid UTF-8. Hugging Face matches added tokens inside the text, which the
+// engine never does for user text, so "<|" is written "< |" in the text both
+// are given (the files hold harmony markup on purpose).
+function checkHarmonyHF(nodeDir, dir, files, testBin, report) {
+  const name = "o200k_harmony (Hugging Face tokenizers)";
+  const { Tokenizer } = require(require.resolve("@huggingface/tokenizers", { paths: [nodeDir] }));
+  const tok = new Tokenizer(JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8")), {});
+  const hello = tok.encode("Hello world", { add_special_tokens: false }).ids;
+  report(hello.length === 2 && hello[0] === 13225, `${name}: oracle loads ("Hello world" -> ${hello.join(",")})`);
+  const special = tok.encode("<|start|>", { add_special_tokens: false }).ids;
+  report(special.length === 1 && special[0] === 200006, `${name}: reads the added tokens ("<|start|>" -> ${special.join(",")})`);
+  let n = 0;
+  for (const f of files) {
+    if (f.endsWith(".bin")) continue;
+    const raw = fs.readFileSync(f);
+    const text = raw.toString("utf8");
+    if (!Buffer.from(text, "utf8").equals(raw)) continue;   /* not UTF-8: no JavaScript string holds it */
+    const safe = text.split("<|").join("< |");
+    const want = tok.encode(safe, { add_special_tokens: false }).ids;
+    const r = spawnSync(testBin, ["--encode-raw", dir, String(HARMONY_N_VOCAB)], { input: Buffer.from(safe, "utf8"), maxBuffer: 1 << 30 });
+    if (r.status !== 0) {
+      report(false, `${name} ${path.basename(f)}: ${testBin} exited ${r.status}: ${String(r.stderr).trim()}`);
+      continue;
+    }
+    const got = new Uint32Array(r.stdout.buffer.slice(r.stdout.byteOffset, r.stdout.byteOffset + r.stdout.length));
+    let i = 0;
+    while (i < got.length && i < want.length && got[i] === want[i]) i++;
+    const ok = got.length === want.length && i === got.length;
+    const detail = ok ? "" : ` -- first difference at id ${i}: ours ${Array.from(got.slice(i, i + 4))} / Hugging Face ${want.slice(i, i + 4)}`;
+    report(ok, `${name} ${path.basename(f)}: ${want.length} ids${detail}`);
+    n++;
+  }
+  report(n >= 5, `${name}: ${n} UTF-8 files compared`);
+}
+
 // ---- main ------------------------------------------------------------------
 
 function check(nodeDir, workDir, corpusDir, testBin) {
@@ -436,6 +478,7 @@ function check(nodeDir, workDir, corpusDir, testBin) {
     enc.free();
   }
   checkHarmony(Tiktoken, nodeDir, workDir, files, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
+  checkHarmonyHF(nodeDir, path.join(workDir, "o200k_harmony"), files, testBin, report);
   console.log(`${pass} passed, ${fail} failed`);
   return fail === 0 ? 0 : 1;
 }
