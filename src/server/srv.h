@@ -422,7 +422,8 @@ void srv_gen_emit_text(srv *s, srv_job *j, srv_gen *g, const char *r, size_t nr,
 void srv_gen_clean_call(const ms_tool_call *tc, srv_buf *bn, srv_buf *ba, srv_call_out *out);
 /* Send the tool calls of r not yet sent, up to index upto. */
 void srv_gen_emit_calls(srv *s, srv_job *j, srv_gen *g, const ms_reply *r, int64_t upto);
-/* Reasoning tokens: up to and including the <|sep|> of close(think). */
+/* Reasoning tokens: up to and including the <|sep|> of close(think) (gpt-oss:
+ * the <|end|> of its last analysis message). */
 int64_t srv_gen_count_reasoning(srv *s, const srv_job *j, const srv_gen *g);
 /* Free what g holds (it may be reused after a memset). */
 void srv_gen_free(srv_gen *g);

@@ -138,10 +138,16 @@ def check_json(END):
                     ok(True, "")
                 except ValueError as e:
                     ok(False, f"{where}: content does not validate: {e}: {text[:200]!r}")
+                u = d["usage"]
+                n_reason = u["completion_tokens_details"]["reasoning_tokens"]
                 if c["message"].get("reasoning_content"):
                     with_reasoning += 1
+                    ok(0 < n_reason < u["completion_tokens"], f"{where}: reasoning_tokens {n_reason} of {u}")
                 else:
                     direct += 1
+            elif c["message"].get("reasoning_content") and not c["message"].get("content"):
+                u = d["usage"]        # cut in the analysis (all tokens are reasoning) or the header after it
+                ok(0 < u["completion_tokens_details"]["reasoning_tokens"] <= u["completion_tokens"], f"{where}: {u}")
             if seed == 1 or k == 13:
                 same_streamed(body, d, where)
     print(f"oss_structured: {ended} of 30 json replies ended ({with_reasoning} after an analysis, "
