@@ -23,6 +23,7 @@ leaves <|end|> out, so the bias does not reach the JSON. Checks:
 - max_tokens inside a call's header or arguments: "length", no call, streamed
   or not; completion_tokens == max_tokens;
 - a call sent back with its tool result continues the conversation (200);
+  one in the renderer's header form is read on from the kept state;
 - what stays refused: response_format with a forced tool_choice, a tool
   parameter keyword outside the subset ('pattern'), a tool name a harmony
   header cannot carry.
@@ -274,6 +275,45 @@ def check_follow_up(sets, END):
        f"follow-up, a second forced call: {st} {str(d3)[:300]}")
 
 
+def vocab_id(text):
+    """The id of one ordinary token by its bytes (tokenizer.json's byte-level names)."""
+    names = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    extra = 0
+    char = {}
+    for b in range(256):
+        if b in names:
+            char[b] = chr(b)
+        else:
+            char[b] = chr(256 + extra)
+            extra += 1
+    tok = json.load(open(os.path.join(MODEL_DIR, "tokenizer.json")))
+    return tok["model"]["vocab"]["".join(char[b] for b in text.encode())]
+
+
+def check_reuse():
+    """A call in the renderer's header form, sent back as returned: the follow-up
+    reads on from the kept state (everything but the <|call|> the reply stopped on).
+    The nudge: the first header takes " to" (the renderer's form at once, no
+    analysis) and the arguments of a tool without parameters get no white space."""
+    tools = [{"type": "function", "function": {"name": "get_time"}}]
+    msgs = [{"role": "user", "content": "Time?"}]
+    bias = {str(vocab_id(" to")): 100}
+    for w in (" ", "\n", "\t", "\r"):
+        bias[str(vocab_id(w))] = -100
+    st, d = post({"model": MODEL, "messages": msgs, "tools": tools, "tool_choice": "required", "max_tokens": 100,
+                  "temperature": 0, "logit_bias": bias})
+    m = d["choices"][0]["message"] if st == 200 else {}
+    if not ok(st == 200 and [c["function"] for c in m.get("tool_calls") or []] == [{"name": "get_time", "arguments": "{}"}],
+              f"reuse: the call: {st} {str(d)[:300]}"):
+        return
+    msgs = msgs + [m, {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "noon"}]
+    st, d2 = post({"model": MODEL, "messages": msgs, "tools": tools, "max_tokens": 4, "temperature": 0})
+    u = d["usage"]
+    want = u["prompt_tokens"] + u["completion_tokens"] - 1
+    ok(st == 200 and d2["usage"]["prompt_tokens_details"]["cached_tokens"] == want,
+       f"reuse: the follow-up read {str(d2.get('usage'))} (want {want} cached)")
+
+
 def check_refusals(sets):
     msgs = [{"role": "user", "content": "x"}]
     bad = [{"type": "function", "function": {"name": "z", "parameters": {
@@ -296,6 +336,7 @@ def main():
     check_length(sets, END)
     check_bits(sets, END)
     check_follow_up(sets, END)
+    check_reuse()
     check_refusals(sets)
     print(f"oss_structured: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
