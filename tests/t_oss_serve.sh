@@ -17,8 +17,9 @@
 #      response_format json_object) answer 200 with a call / a JSON object;
 #      tests/server/oss_structured.py checks response_format and forced calls
 #      in depth (schemas, tool sets, streaming, max_tokens inside a call, bits,
-#      a follow-up, the refusals that remain); tools with tool_choice "auto"
-#      are answered.
+#      also against a second server with --parallel 2 --speculate 4 --ram min
+#      and n = 2, a follow-up, the refusals that remain); tools with
+#      tool_choice "auto" are answered.
 # Last line: "t_oss_serve: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -114,7 +115,10 @@ PYEOF
     then ok; else bad "$want on the harmony server: HTTP $code, $(head -c 400 "$tmp/r200")"; fi
 done
 # response_format and forced calls in depth (tests/server/oss_structured.py)
-$PY tests/server/oss_structured.py "$U/v1" oss_b "$OSS" tests/schema/corpus.jsonl tests/schema/tools.jsonl > "$tmp/oss_structured.out" 2>&1; rc=$?
+serve_start oss2 "$OSS" --parallel 2 --speculate 4 --ram min
+U2=$(cat "$tmp/url.oss2")
+[ -n "$U2" ] && ok || bad "the gpt-oss server with --parallel 2 --speculate 4 --ram min did not start: $(tail -n 3 "$tmp/srv.oss2.log")"
+$PY tests/server/oss_structured.py "$U/v1" oss_b "$OSS" tests/schema/corpus.jsonl tests/schema/tools.jsonl ${U2:+"$U2/v1"} > "$tmp/oss_structured.out" 2>&1; rc=$?
 grep -v '^oss_structured: [0-9]* passed' "$tmp/oss_structured.out"
 grep '^oss_structured: [0-9]* passed' "$tmp/oss_structured.out"
 [ $rc -eq 0 ] && ok || bad "oss_structured: $(grep -c '^FAIL' "$tmp/oss_structured.out") checks failed"

@@ -3,7 +3,10 @@
 gpt-oss model (chat format harmony; docs/SERVER.md, "gpt-oss (harmony)"),
 against a running server.
 
-Usage: oss_structured.py URL MODEL_NAME MODEL_DIR SCHEMAS.jsonl TOOLS.jsonl
+Usage: oss_structured.py URL MODEL_NAME MODEL_DIR SCHEMAS.jsonl TOOLS.jsonl [URL_OTHER]
+
+URL_OTHER: the same model served with other knobs (t_oss_serve.sh: --parallel 2
+--speculate 4 --ram min), which must give the same bytes.
 
 The tiny test model writes its analysis channel until max_tokens unless told
 to close it: most requests carry logit_bias on <|end|> (the analysis ends after
@@ -24,6 +27,8 @@ leaves <|end|> out, so the bias does not reach the JSON. Checks:
   or not; completion_tokens == max_tokens;
 - a call sent back with its tool result continues the conversation (200);
   one in the renderer's header form is read on from the kept state;
+- at URL_OTHER: the same choices, and n = 2 gives the choices of seed and
+  seed + 1 sent alone;
 - what stays refused: response_format with a forced tool_choice, a tool
   parameter keyword outside the subset ('pattern'), a tool name a harmony
   header cannot carry.
@@ -38,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from check import validate  # noqa: E402
 
 URL, MODEL, MODEL_DIR, SCHEMAS, TOOLS = sys.argv[1:6]
+URL2 = sys.argv[6] if len(sys.argv) > 6 else None
 NO_PARAMS = {"type": "object", "properties": {}, "additionalProperties": False}
 passed = failed = 0
 
@@ -52,8 +58,8 @@ def ok(cond, what):
     return cond
 
 
-def post(body):
-    req = urllib.request.Request(URL + "/chat/completions", data=json.dumps(body).encode(),
+def post(body, url=None):
+    req = urllib.request.Request((url or URL) + "/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
@@ -253,6 +259,17 @@ def check_bits(sets, END):
                          "logit_bias": {str(END): 8}}, **extra)
             a, b = choices(post(body)[1]), choices(post(body)[1])
             ok(a and a == b, f"bits temperature {temp} {list(extra)}: a second request differs: {a} {b}")
+            if not URL2:
+                continue
+            o = choices(post(body, URL2)[1])
+            ok(o == a, f"bits temperature {temp} {list(extra)}: other knobs differ: {o} {a}")
+            two = choices(post(dict(body, n=2), URL2)[1])
+            alone = choices(post(dict(body, seed=seed + 1))[1])
+            for c in two or []:
+                c.pop("index", None)
+            for c in a + alone:
+                c.pop("index", None)
+            ok(two == a + alone, f"bits temperature {temp} {list(extra)}: n = 2 {two} != alone {a + alone}")
 
 
 def check_follow_up(sets, END):
