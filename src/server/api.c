@@ -691,8 +691,8 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     chat_in_free(&c);
     if (rc < 0) return -1;
     if (harmony) {
-        /* tool_choice "auto": the model's calls are parsed from its commentary
-           messages, their arguments as written (no schema mask) */
+        /* response_format or a forced call: harmony.c's constraint; under "auto"
+           the model's calls are parsed as written (no schema mask) */
         if ((j->json_mode || forced_name || !strcmp(choice, "required")) &&
             srv_hspec_build(s, j, tools, forced_name, e) < 0)
             return -1;
