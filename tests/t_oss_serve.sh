@@ -12,9 +12,13 @@
 #   3. the gpt-oss server (harmony chat): /v1/models answers; a chat request with
 #      a system message, user text holding "<|start|>" and reasoning_effort "low"
 #      is answered (a message, finish_reason stop or length, completion_tokens <=
-#      max_tokens). The renderer's bytes are tests/test_harmony.c's. What it does
-#      not do yet - tool_choice "required" or a named function, response_format
-#      json_object / json_schema - is a 400 naming the parameter; tools with
+#      max_tokens). The renderer's bytes are tests/test_harmony.c's. Requests
+#      refused before (tool_choice "required" or a named function,
+#      response_format json_object) answer 200 with a call / a JSON object;
+#      tests/server/oss_structured.py checks response_format and forced calls
+#      in depth (schemas, tool sets, streaming, max_tokens inside a call, bits,
+#      also against a second server with --parallel 2 --speculate 4 --ram min
+#      and n = 2, a follow-up, the refusals that remain); tools with
 #      tool_choice "auto" are answered.
 # Last line: "t_oss_serve: N passed, N failed".
 set -u
@@ -89,16 +93,35 @@ if printf '%s' "$out" | $PY -c 'import json,sys
 d = json.load(sys.stdin); c = d["choices"][0]
 ok = c["finish_reason"] in ("stop", "length") and d["usage"]["completion_tokens"] <= 9 and "message" in c
 sys.exit(0 if ok else 1)'; then ok; else bad "a harmony chat with a system message and effort low: $out"; fi
-# what the harmony server does not do yet is refused by name (400), not served wrongly
+# what the harmony server refused before (400 unsupported_parameter) is answered:
+# a forced call of the one tool (finish tool_calls, arguments {}) and a JSON answer
 TOOLS='"tools":[{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}]'
-for body in '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":"required","max_tokens":9}|tool_choice' \
-            '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":{"type":"function","function":{"name":"get_time"}},"max_tokens":9}|tool_choice' \
-            '{"model":"oss_b","messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_object"},"max_tokens":9}|response_format'; do
-    param=${body##*|}
-    code=$(curl -s -o "$tmp/r400" -w '%{http_code}' --max-time 60 "$U/v1/chat/completions" -H 'Content-Type: application/json' -d "${body%|*}")
-    if [ "$code" = 400 ] && grep -q "\"param\":\"$param\"" "$tmp/r400" && grep -q "harmony" "$tmp/r400"; then ok
-    else bad "$param on the harmony server: HTTP $code, $(cat "$tmp/r400")"; fi
+END=$($PY -c 'import json,sys; print(next(a["id"] for a in json.load(open(sys.argv[1]))["added_tokens"] if a["content"] == "<|end|>"))' "$OSS/tokenizer.json")
+for body in '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":"required","max_tokens":200,"seed":1,"logit_bias":{"'$END'":100}}|call' \
+            '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":{"type":"function","function":{"name":"get_time"}},"max_tokens":200,"seed":2,"logit_bias":{"'$END'":100}}|call' \
+            '{"model":"oss_b","messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_object"},"max_tokens":200,"temperature":0,"logit_bias":{"'$END'":100}}|json'; do
+    want=${body##*|}
+    code=$(curl -s -o "$tmp/r200" -w '%{http_code}' --max-time 60 "$U/v1/chat/completions" -H 'Content-Type: application/json' -d "${body%|*}")
+    if [ "$code" = 200 ] && $PY - "$tmp/r200" "$want" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+if sys.argv[2] == "call":
+    tc = c["message"]["tool_calls"]
+    assert c["finish_reason"] == "tool_calls" and len(tc) == 1, c
+    assert tc[0]["function"]["name"] == "get_time" and json.loads(tc[0]["function"]["arguments"]) == {}, tc
+else:
+    assert c["finish_reason"] == "stop" and isinstance(json.loads(c["message"]["content"]), dict), c
+PYEOF
+    then ok; else bad "$want on the harmony server: HTTP $code, $(head -c 400 "$tmp/r200")"; fi
 done
+# response_format and forced calls in depth (tests/server/oss_structured.py)
+serve_start oss2 "$OSS" --parallel 2 --speculate 4 --ram min
+U2=$(cat "$tmp/url.oss2")
+[ -n "$U2" ] && ok || bad "the gpt-oss server with --parallel 2 --speculate 4 --ram min did not start: $(tail -n 3 "$tmp/srv.oss2.log")"
+$PY tests/server/oss_structured.py "$U/v1" oss_b "$OSS" tests/schema/corpus.jsonl tests/schema/tools.jsonl ${U2:+"$U2/v1"} > "$tmp/oss_structured.out" 2>&1; rc=$?
+grep -v '^oss_structured: [0-9]* passed' "$tmp/oss_structured.out"
+grep '^oss_structured: [0-9]* passed' "$tmp/oss_structured.out"
+[ $rc -eq 0 ] && ok || bad "oss_structured: $(grep -c '^FAIL' "$tmp/oss_structured.out") checks failed"
 out=$(curl -s --max-time 60 "$U/v1/chat/completions" -H 'Content-Type: application/json' \
     -d '{"model":"oss_b","messages":[{"role":"user","content":"Time?"}],'"$TOOLS"',"tool_choice":"auto","max_tokens":9,"temperature":0}')
 if printf '%s' "$out" | grep -q '"finish_reason"'; then ok; else bad "tools with tool_choice auto on the harmony server: $out"; fi

@@ -23,6 +23,8 @@
  *   and nothing is sampled. "required" forces up to the open tools tag and
  *   the <|open|> of the call's tag. "none" leaves the tools out of the
  *   prompt. Forced ids count as completion tokens: max_tokens cuts them.
+ *   A gpt-oss model (harmony) forces nothing here: harmony.c constrains its
+ *   reply's headers and bodies token by token (response_format too).
  * Tools (toolcall.c): every tool's parameters schema is checked here (400
  *   naming a keyword outside the subset); the worker then constrains each
  *   call's tag and arguments with them.
@@ -655,17 +657,12 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
         return srv_err_set(e, 400, INVALID, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
     j->logprobs = want_lp ? (top >= 0 ? (int)top : 0) : -1;
     if (response_format(s, req, j, e) < 0) return -1;
-    /* gpt-oss's harmony: a reply opens with its channel header and its calls are
-     * commentary messages, while the JSON mask and the forced calls below are
-     * written around K3's markup: refused by name rather than served wrongly */
+    /* gpt-oss's harmony: the reply's channels and call headers are constrained
+       by harmony.c (its analysis stays free), K3's markup by the code below */
     const int harmony = strcmp(ms_chat_format_name(s->e), "harmony") == 0;
-    if (harmony && j->json_mode)
-        return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
-                           "response_format json_object / json_schema is not supported for this model's chat format "
-                           "(harmony) yet");
     const char *effort;
     if (thinking_params(s, req, &j->thinking, &effort, e) < 0) return -1;
-    if (j->json_mode && j->thinking)     /* the think block the prompt opens could not be closed under the mask */
+    if (j->json_mode && j->thinking && !harmony)  /* the think block the prompt opens could not be closed under the mask */
         return srv_err_set(e, 400, INVALID, "response_format", "unsupported_parameter",
                            "response_format json_object / json_schema needs thinking off");
 
@@ -673,10 +670,6 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (tool_params(req, j, &tcs, e) < 0) return -1;
     const json_t *tools = tcs.tools, *forced_fn = tcs.forced_fn;
     const char *choice = tcs.choice, *forced_name = tcs.forced_name;
-    if (harmony && (forced_name || !strcmp(choice, "required")))
-        return srv_err_set(e, 400, INVALID, "tool_choice", "unsupported_parameter",
-                           "tool_choice '%s' is not supported for this model's chat format (harmony) yet; "
-                           "use 'auto' (the model's calls are returned as it writes them)", choice);
 
     chat_in c;
     memset(&c, 0, sizeof c);
@@ -697,19 +690,25 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     free(tools_json);
     chat_in_free(&c);
     if (rc < 0) return -1;
-    if (!strcmp(choice, "required") && json_array_size(tools) == 1) {
-        forced_fn = json_object_get(json_array_get(tools, 0), "function");
-        forced_name = json_string_value(json_object_get(forced_fn, "name"));
+    if (harmony) {
+        /* response_format or a forced call: harmony.c's constraint; under "auto"
+           the model's calls are parsed as written (no schema mask) */
+        if ((j->json_mode || forced_name || !strcmp(choice, "required")) &&
+            srv_hspec_build(s, j, tools, forced_name, e) < 0)
+            return -1;
+    } else {
+        if (!strcmp(choice, "required") && json_array_size(tools) == 1) {
+            forced_fn = json_object_get(json_array_get(tools, 0), "function");
+            forced_name = json_string_value(json_object_get(forced_fn, "name"));
+        }
+        if (forced_name) {
+            if (forced_ids(s, j, forced_name, tool_is_parameterless(forced_fn), e) < 0) return -1;
+        } else if (!strcmp(choice, "required")) {
+            if (forced_ids(s, j, NULL, 0, e) < 0) return -1;
+        }
+        if (tools && srv_tools_build(s, tools, forced_name || !strcmp(choice, "required"), &j->tools, e) < 0)
+            return -1;
     }
-    if (forced_name) {
-        if (forced_ids(s, j, forced_name, tool_is_parameterless(forced_fn), e) < 0) return -1;
-    } else if (!strcmp(choice, "required")) {
-        if (forced_ids(s, j, NULL, 0, e) < 0) return -1;
-    }
-    /* harmony: the tools are declared in the prompt and the model's calls parsed
-     * from its commentary messages, their arguments as written (no schema mask yet) */
-    if (tools && !harmony && srv_tools_build(s, tools, forced_name || !strcmp(choice, "required"), &j->tools, e) < 0)
-        return -1;
     j->kind = SRV_CHAT;
     make_id(s, j, "chatcmpl-");
     if (fit_context(s, j, j->n_prompt + j->n_forced, e) < 0) return -1;

@@ -169,8 +169,38 @@ void srv_gen_on_token(srv *s, srv_job *j, srv_gen *g, int32_t id) {
     ms_reply_free(&r);
 }
 
+/* gpt-oss (harmony, which always reasons): the tokens up to and including the
+ * <|end|> of the last analysis message; all of them while one is open. */
+static int64_t harmony_reasoning(srv *s, const srv_gen *g) {
+    const int32_t start = ms_special_id(s->e, "<|start|>"), channel = ms_special_id(s->e, "<|channel|>");
+    const int32_t message = ms_special_id(s->e, "<|message|>"), end = ms_special_id(s->e, "<|end|>");
+    int64_t n = 0;
+    int in_channel = 0, body = 0, analysis = 0;
+    char name[9];               /* the channel's first bytes: "analysis" */
+    size_t n_name = 0;
+    for (int64_t i = 0; i < g->n; i++) {
+        const int32_t id = g->ids[i];
+        if (id == start) { body = analysis = in_channel = 0; n_name = 0; }
+        else if (id == channel && !body) { in_channel = 1; n_name = 0; }
+        else if (id == message && !body) {
+            body = 1;
+            analysis = n_name == 8 && !memcmp(name, "analysis", 8);
+            in_channel = 0;
+        } else if (id == end && body) {
+            if (analysis) n = i + 1;
+            body = analysis = 0;
+        } else if (in_channel) {
+            const char *b;
+            int64_t len = ms_token_bytes(s->e, id, &b);
+            for (int64_t k = 0; k < len && n_name < sizeof name; k++) name[n_name++] = b[k];
+        }
+    }
+    return body && analysis ? g->n : n;
+}
+
 /* Reasoning tokens: up to and including the <|sep|> of close(think). */
 int64_t srv_gen_count_reasoning(srv *s, const srv_job *j, const srv_gen *g) {
+    if (!strcmp(ms_chat_format_name(s->e), "harmony")) return harmony_reasoning(s, g);
     if (!j->thinking) return 0;
     for (int64_t i = 0; i < g->n; i++) {
         if (g->ids[i] != s->id_close) continue;

@@ -123,6 +123,7 @@ char *srv_err_body(const srv_err *e);
 typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
 
 typedef struct srv_tools srv_tools;    /* toolcall.c: a request's tools, for the constraint */
+typedef struct srv_hspec srv_hspec;    /* harmony.c: a gpt-oss reply's constraint */
 
 typedef struct srv_job {
     /* set by the HTTP thread before srv_submit, read-only afterwards */
@@ -140,6 +141,8 @@ typedef struct srv_job {
     int64_t n_forced;
     int forced_done;            /* forced ids close the message: nothing to sample */
     srv_tools *tools;           /* chat with tools (tool_choice not "none"), else NULL */
+    srv_hspec *hspec;           /* gpt-oss (harmony) with response_format json or a forced
+                                   tool_choice: the reply's constraint, else NULL */
     ms_sample_params sp;
     int64_t max_tokens;         /* sampled tokens, >= 1 */
     char **stop;                /* stop strings (content / text), malloc'd */
@@ -314,6 +317,8 @@ int srv_tools_build(srv *s, const json_t *tools, int required, srv_tools **out, 
 void srv_tools_free(srv_tools *t);
 /* JSON text without the whitespace outside strings (arguments as sent). */
 void srv_json_compact(srv_buf *out, const char *t, size_t n);
+/* The schema of a tool without parameters: exactly {}. */
+extern const char srv_no_params_schema[];
 
 /* One choice's constraint state (worker only; see toolcall.c's diagram). */
 typedef struct srv_tcall {
@@ -341,6 +346,40 @@ const float *srv_tcall_logits(srv_tcall *c, const float *logits, int32_t *forced
 int srv_tcall_observe(srv_tcall *c, int32_t id);
 /* 1 inside a call (its tag was read, its close(call) was not). */
 int srv_tcall_in_call(const srv_tcall *c);
+
+/* harmony.c: response_format and forced tool calls on a gpt-oss model (see its
+ * diagram; docs/SERVER.md, "gpt-oss (harmony)") */
+/* j->hspec for j's response_format (j->json_mode set), or else for a forced
+ * tool choice over tools (forced_name: that tool; NULL: "required", any of
+ * them); every tool's parameters checked (400 naming a keyword outside the
+ * subset or a name a header cannot carry). 0 or -1 with e (j->hspec may be
+ * set: the job frees it). */
+int srv_hspec_build(srv *s, srv_job *j, const json_t *tools, const char *forced_name, srv_err *e);
+void srv_hspec_free(srv_hspec *h);
+
+/* One choice's state (worker only). */
+typedef struct srv_hcon {
+    srv *s;
+    const srv_hspec *h;         /* NULL: not in use */
+    ms_sampler *smp;            /* gets the body's grammar while it is open */
+    ms_grammar *g;
+    int state, later, target;   /* target: the candidate header taken */
+    int64_t pos;                /* ids of the header read */
+    unsigned char *viable;      /* per candidate header: still matches */
+    int32_t end_id;             /* the body's end token */
+    float *w;                   /* masked logits [n_vocab] */
+    char msg[256];
+} srv_hcon;
+
+/* 0, or -1 when out of memory (free it anyway). */
+int srv_hcon_init(srv_hcon *c, srv *s, const srv_hspec *h, ms_sampler *smp);
+void srv_hcon_free(srv_hcon *c);
+/* The next id's logits (logits, or a masked copy), or *forced >= 0. */
+const float *srv_hcon_logits(srv_hcon *c, const float *logits, int32_t *forced);
+/* After every output id. -1 when the body's grammar cannot be opened (c->msg says why). */
+int srv_hcon_observe(srv_hcon *c, int32_t id);
+/* 1 while a call's body is open (its <|call|> not yet read). */
+int srv_hcon_in_call(const srv_hcon *c);
 
 /* gen.c: one choice's output while a slot serves it (worker only) */
 typedef struct srv_gen {
@@ -383,7 +422,8 @@ void srv_gen_emit_text(srv *s, srv_job *j, srv_gen *g, const char *r, size_t nr,
 void srv_gen_clean_call(const ms_tool_call *tc, srv_buf *bn, srv_buf *ba, srv_call_out *out);
 /* Send the tool calls of r not yet sent, up to index upto. */
 void srv_gen_emit_calls(srv *s, srv_job *j, srv_gen *g, const ms_reply *r, int64_t upto);
-/* Reasoning tokens: up to and including the <|sep|> of close(think). */
+/* Reasoning tokens: up to and including the <|sep|> of close(think) (gpt-oss:
+ * the <|end|> of its last analysis message). */
 int64_t srv_gen_count_reasoning(srv *s, const srv_job *j, const srv_gen *g);
 /* Free what g holds (it may be reused after a memset). */
 void srv_gen_free(srv_gen *g);

@@ -50,7 +50,7 @@ struct srv_tools {
 };
 
 /* A tool without parameters takes exactly {}. */
-static const char NO_PARAMS[] = "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}";
+const char srv_no_params_schema[] = "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}";
 
 void srv_tools_free(srv_tools *t) {
     if (!t) return;
@@ -157,7 +157,7 @@ int srv_tools_build(srv *s, const json_t *tools, int required, srv_tools **out, 
                                "tools[%zu].function.parameters must be a JSON Schema object", i);
         }
         t->tag[i] = call_tag(json_string_value(json_object_get(fn, "name")));
-        t->schema[i] = json_is_object(p) ? json_dumps(p, JSON_COMPACT) : strdup(NO_PARAMS);
+        t->schema[i] = json_is_object(p) ? json_dumps(p, JSON_COMPACT) : strdup(srv_no_params_schema);
         if (!t->tag[i] || !t->schema[i]) {
             t->n++;
             srv_tools_free(t);

@@ -154,6 +154,7 @@ void srv_job_unref(srv_job *j) {
     free(j->forced);
     free(j->schema);
     srv_tools_free(j->tools);
+    srv_hspec_free(j->hspec);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->echo_text);

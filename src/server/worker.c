@@ -55,6 +55,7 @@ typedef struct srv_pick {
     srv_gen *g;
     ms_sampler *smp;
     srv_tcall *tc;              /* tool calls constrained (tc->t set), else unused */
+    srv_hcon *hc;               /* a gpt-oss reply constrained (hc->h set), else unused */
     const char *finish;
     int oom;
 } srv_pick;
@@ -62,10 +63,12 @@ typedef struct srv_pick {
 static int32_t srv_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
     srv_pick *p = user;
     int32_t id = -1;
-    const float *lg = p->tc->t ? srv_tcall_logits(p->tc, logits, &id) : logits;
+    const float *lg = p->tc->t ? srv_tcall_logits(p->tc, logits, &id)
+                    : p->hc->h ? srv_hcon_logits(p->hc, logits, &id) : logits;
     if (id < 0) id = ms_sampler_next(p->smp, lg, hist, n_hist);     /* else forced markup: no draw */
     *stop = 1;
     if (p->tc->t && srv_tcall_observe(p->tc, id) != 0) { p->oom = 1; return id; }
+    if (p->hc->h && srv_hcon_observe(p->hc, id) != 0) { p->oom = 1; return id; }
     if (srv_gen_push(p->g, id) != 0) { p->oom = 1; return id; }
     if (p->j->logprobs >= 0) {
         srv_lp *e = srv_gen_lp_next(p->g);
@@ -115,6 +118,7 @@ typedef struct slot {
     ms_sampler *smp;
     ms_grammar *grammar;        /* response_format json_object / json_schema, else NULL */
     srv_tcall tc;               /* tool calls' constraint (toolcall.c) */
+    srv_hcon hc;                /* gpt-oss: response_format / forced call (harmony.c) */
     int32_t *full;              /* prompt + forced output */
     int64_t n_full, at;         /* ids read so far */
     int decoding;               /* the prompt is read */
@@ -178,7 +182,9 @@ static int slot_start(srv *s, slot *sl) {
     sp.seed = j->sp.seed + (uint64_t)sl->choice;
     sl->smp = ms_sampler_open(&sp, s->info.n_vocab, sl->msg, sizeof sl->msg);
     if (!sl->smp) { sl->fail = sl->msg; sl->fail_status = 400; return -1; }
-    if (j->json_mode && open_grammar(s, j, sl) < 0) return -1;
+    if (j->hspec) {     /* gpt-oss: the constraint opens the body's grammar itself */
+        if (srv_hcon_init(&sl->hc, s, j->hspec, sl->smp) != 0) { sl->fail = "out of memory"; return -1; }
+    } else if (j->json_mode && open_grammar(s, j, sl) < 0) return -1;
     if (j->tools && !j->json_mode && srv_tcall_init(&sl->tc, s, j->tools, sl->smp) != 0) {
         sl->fail = "out of memory";
         return -1;
@@ -201,7 +207,7 @@ static int slot_start(srv *s, slot *sl) {
     else ms_session_reuse(sl->ses, sl->full, sl->n_full, &have);
     sl->at = have;
     sl->res.n_cached = sl->at < j->n_prompt ? sl->at : j->n_prompt;
-    sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, &sl->tc, NULL, 0 };
+    sl->pk = (srv_pick){ s, j, &sl->g, sl->smp, &sl->tc, &sl->hc, NULL, 0 };
     if (j->forced_done) sl->pk.finish = "tool_calls";
     else if (sl->g.n >= j->max_tokens) sl->pk.finish = "length";   /* max_tokens cut the forced ids */
     return 0;
@@ -230,7 +236,7 @@ static void slot_reply(srv *s, slot *sl, ms_reply *reply, srv_call_out **calls, 
         size_t nc = strlen(reply->content);
         /* a call cut inside its markup (max_tokens) is not presented */
         int64_t n_calls = g->stopped ? 0 : reply->n_tool_calls;
-        if (n_calls > 0 && srv_tcall_in_call(&sl->tc)) n_calls--;
+        if (n_calls > 0 && (srv_tcall_in_call(&sl->tc) || srv_hcon_in_call(&sl->hc))) n_calls--;
         if (j->stream) {
             srv_gen_emit_text(s, j, g, reply->reasoning, strlen(reply->reasoning), reply->content, nc, 1);
             srv_gen_emit_calls(s, j, g, reply, n_calls);
@@ -309,6 +315,7 @@ static void slot_end(srv *s, slot *sl) {
     srv_gen_free(g);
     free(sl->full);
     srv_tcall_free(&sl->tc);
+    srv_hcon_free(&sl->hc);
     ms_sampler_close(sl->smp);
     ms_grammar_close(sl->grammar);
     sl->grammar = NULL;
@@ -359,7 +366,7 @@ static void slot_pick(srv *s, slot *all, int P, slot *sl, int prompt_done) {
         const int32_t *hist = ms_session_tokens(sl->ses, &n_hist);
         int stop = 0;
         sl->pending = srv_picker(&sl->pk, ms_session_logits(sl->ses), hist, n_hist, &stop);
-        if (sl->pk.oom) sl->fail = "out of memory";
+        if (sl->pk.oom) sl->fail = sl->hc.h && sl->hc.msg[0] ? sl->hc.msg : "out of memory";
     }
     if (sl->pk.finish || sl->fail) slot_end(s, sl);
 }
@@ -461,7 +468,7 @@ static void step(srv *s, slot *sl, int P) {
             a->st = ms_session_decode(a->ses, a->pending, n_draft, srv_picker, &a->pk, out, &n_out);
             atomic_fetch_add(&s->n_steps, 1);
             atomic_fetch_add(&s->n_step_tokens, n_out);
-            if (a->pk.oom) a->fail = "out of memory";
+            if (a->pk.oom) a->fail = a->hc.h && a->hc.msg[0] ? a->hc.msg : "out of memory";
             if (a->st == MS_OK && !a->fail) a->pending = out[n_out - 1];
             if (a->st != MS_OK || a->fail || a->pk.finish) slot_end(s, a);
         }
