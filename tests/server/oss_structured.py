@@ -36,39 +36,20 @@ Prints "oss_structured: N passed, N failed"."""
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema"))
 from check import validate  # noqa: E402
+from chatapi import Tally, post_chat  # noqa: E402
 
 URL, MODEL, MODEL_DIR, SCHEMAS, TOOLS = sys.argv[1:6]
 URL2 = sys.argv[6] if len(sys.argv) > 6 else None
 NO_PARAMS = {"type": "object", "properties": {}, "additionalProperties": False}
-passed = failed = 0
-
-
-def ok(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
-    return cond
+T = Tally()
+ok = T.ok
 
 
 def post(body, url=None):
-    req = urllib.request.Request((url or URL) + "/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            raw, status = r.read(), r.status
-    except urllib.error.HTTPError as e:
-        raw, status = e.read(), e.code
-    if body.get("stream"):
-        return status, raw
-    return status, json.loads(raw)
+    return post_chat(url or URL, body)
 
 
 def stream(body):
@@ -355,8 +336,7 @@ def main():
     check_follow_up(sets, END)
     check_reuse()
     check_refusals(sets)
-    print(f"oss_structured: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    T.finish("oss_structured")
 
 
 if __name__ == "__main__":

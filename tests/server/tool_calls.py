@@ -24,41 +24,21 @@ import base64
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema"))
 from check import validate  # noqa: E402
+from chatapi import Tally, post_chat  # noqa: E402
 
 URL, MODEL_DIR, CORPUS = sys.argv[1], sys.argv[2], sys.argv[3]
 URL2 = sys.argv[4] if len(sys.argv) > 4 else None
 NO_PARAMS = {"type": "object", "properties": {}, "additionalProperties": False}
 MAXT = 96
-passed = failed = 0
-
-
-def ok(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
-    return cond
+T = Tally()
+ok = T.ok
 
 
 def post(body, url=None):
-    req = urllib.request.Request((url or URL) + "/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            raw = r.read()
-            status = r.status
-    except urllib.error.HTTPError as e:
-        raw, status = e.read(), e.code
-    if body.get("stream"):
-        return status, raw
-    return status, json.loads(raw)
+    return post_chat(url or URL, body)
 
 
 def stream(body, url=None):
@@ -162,8 +142,7 @@ def main():
     check_length(sets, open_id, c_id)
     check_bits(sets, open_id, c_id)
     check_refusals(sets)
-    print(f"tool_calls: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    T.finish("tool_calls")
 
 
 def check_length(sets, open_id, c_id):
