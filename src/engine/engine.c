@@ -155,6 +155,7 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
         s->draft_sid = e->draft ? ms_drafter_sid(e->draft) : 0;
         s->draft_end = -1;
         if (!s->ver_logits || !s->ver_ids) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
+        if (e->dm && (st = ms_dm_sess_open(s, &err)) != MS_OK) goto fail;
     }
     if (e->pipe_up) {
         /* the other stages keep their layers' state of it under this name */
@@ -172,6 +173,7 @@ fail:
     snprintf(e->error, sizeof e->error, "%s", err.msg);
     if (s->st.kda_S) ms_state_free(&s->st, &e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &e->model);
+    ms_dm_sess_close(s->dm);
     free(s->ver_logits);
     free(s->ver_ids);
     free(s->logits);
@@ -185,6 +187,7 @@ void ms_session_close(ms_session *s) {
     ms_engine_pipe_op(s->e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);
     ms_state_free(&s->st, &s->e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &s->e->model);
+    ms_dm_sess_close(s->dm);
     free(s->ver_logits);
     free(s->ver_ids);
     free(s->logits);
@@ -526,7 +529,12 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     int64_t m = 0, want = n_draft < s->max_draft ? n_draft : s->max_draft;
     if (want > s->st.max_ctx - s->st.n_past - 1) want = s->st.max_ctx - s->st.n_past - 1;
     int src = MS_DRAFT_CONTEXT;
-    if (want > 0) m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, s->ver_ids + 1, &src);
+    if (want > 0) {
+        ms_draft_offer offer;
+        offer.n = 0;
+        if (s->dm) ms_dm_draft(s, pending, want, &offer);
+        m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, &offer, s->ver_ids + 1, &src);
+    }
     const int64_t nb = s->st.n_past;
     int64_t t0 = 0, x0 = 0;
     if (e->draft) bytes_read(e, &t0, &x0);
