@@ -131,7 +131,10 @@ static void test_offer(void) {
     CHECK(m == 3 && src == MS_DRAFT_MODEL, "auto: a likely offer is taken whole (m %lld, source %d)", (long long)m, src);
     CHECK(ms_drafter_model_more(&d, o.q, 3) == 1, "auto, pass-dominated: more may pay");
     /* every model draft rejected at once: its acceptance falls, context wins */
-    for (int i = 0; i < 40; i++) ms_drafter_passed(&d, MS_DRAFT_MODEL, 3, 0, 10, 40, 4);   /* a token costs a pass */
+    for (int i = 0; i < 40; i++) {
+        ms_drafter_passed(&d, MS_DRAFT_MODEL, 3, 0, 10, 40, 4);    /* a token costs a pass */
+        ms_drafter_model_verified(&d, 0.9);                        /* the first id, rejected */
+    }
     CHECK(d.rejected[MS_DRAFT_MODEL] == 40 && d.drafted[MS_DRAFT_MODEL] == 120, "model source counted");
     m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, &o, out, &src);
     CHECK(src != MS_DRAFT_MODEL, "auto: a model always wrong is not chosen (source %d, m %lld)", src, (long long)m);

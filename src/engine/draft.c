@@ -298,7 +298,17 @@ const char *ms_draft_source_name(int src) {
 /* a source's running acceptance: the chance that a drafted id is accepted
    once every one before it was */
 static double acceptance(const ms_drafter *d, int s) {
+    if (s == MS_DRAFT_MODEL) return (double)(d->accepted[s] + 1) / (d->model_q + 1.0);
     return (double)(d->accepted[s] + 1) / (double)(d->accepted[s] + d->rejected[s] + 2);
+}
+
+/* p = q x r, a probability */
+static double chance(double q, double r) { return q * r < 1.0 ? q * r : 1.0; }
+
+void ms_drafter_model_verified(ms_drafter *d, double q_sum) {
+    pthread_mutex_lock(&d->mu);
+    d->model_q += q_sum;
+    pthread_mutex_unlock(&d->mu);
 }
 
 int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k) {
@@ -313,7 +323,7 @@ int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k) {
     if (!(c_tok > 0)) return 1;             /* a fed token costs nothing more: any length pays */
     double p[MS_MAX_DRAFT_IDS], prod = 1, best;
     for (int64_t i = 0; i < k; i++) {
-        p[i] = q[i] * r;
+        p[i] = chance(q[i], r);
         prod *= p[i];
     }
     ms_draft_choose(p, (int)k, c_pass, c_tok, &best);
@@ -355,7 +365,7 @@ static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_
         /* a drafted id is verified only when every one before it was accepted: the
            chance that one is, given that, is accepted / (accepted + rejections) */
         const double r = acceptance(d, s);
-        for (int64_t i = 0; i < mm; i++) p[i] = q[i] * r;
+        for (int64_t i = 0; i < mm; i++) p[i] = chance(q[i], r);
         double g;
         const int k = ms_draft_choose(p, (int)mm, c_pass, c_tok, &g);
         if (k > 0 && g > best) {

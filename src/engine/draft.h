@@ -106,6 +106,7 @@ typedef struct ms_drafter {
     int64_t next_sid;
     /* running acceptance per source (never reset: it steers drafts, not reports) */
     int64_t drafted[MS_DRAFT_SOURCES], accepted[MS_DRAFT_SOURCES], rejected[MS_DRAFT_SOURCES];
+    double model_q;             /* the draft model's probabilities of the ids of it verified, summed */
     /* decode passes measured: bytes read, passes and tokens fed */
     int64_t m_trunk, m_expert, m_passes, m_fed;
     /* what a pass and a token touch when nothing is read (resident) */
@@ -147,6 +148,13 @@ int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k);
  * of them kept (fewer: one rejection). */
 void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted, int64_t trunk, int64_t expert,
                        int64_t fed);
+/* After a pass that verified ids of the draft model: q_sum, its probabilities
+ * of the ids verified (the accepted ones and the first rejected) summed. The
+ * model source's acceptance is its calibration: (accepted + 1) / (q_sum's
+ * total + 1), the ratio of the ids it got right to the ids its probabilities
+ * promised, so p = min(1, q x that) (its q already says how likely an id is,
+ * which the count sources' running rate would count twice). */
+void ms_drafter_model_verified(ms_drafter *d, double q_sum);
 /* Sequence sid (an ms_session) fed tok[n0..n1) in a decode step: append them
  * to the history, after a separator and up to MS_DRAFT_LEAD ids before n0
  * when the history does not end with sequence sid's ids up to n0 (*end:

@@ -494,7 +494,8 @@ static void bytes_read(const ms_engine *e, int64_t *trunk, int64_t *experts) {
 
 /* After a decode pass that fed tok[n0..n_past) and verified m ids of source
  * src, i of them kept: the drafter's counts and history, the stats. */
-static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t i, int64_t t0, int64_t x0) {
+static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t i, int64_t t0, int64_t x0,
+                          const ms_draft_offer *offer) {
     ms_engine *e = s->e;
     e->stats.spec_passes++;
     e->stats.spec_drafted += m;
@@ -507,6 +508,11 @@ static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t
     int64_t t1, x1;
     bytes_read(e, &t1, &x1);
     ms_drafter_passed(e->draft, src, m, i, t1 - t0, x1 - x0, m + 1);
+    if (src == MS_DRAFT_MODEL && m > 0) {
+        double q = 0;                       /* the ids verified: those kept and the first rejected */
+        for (int64_t j = 0; j < m && j <= i; j++) q += offer->q[j];
+        ms_drafter_model_verified(e->draft, q);
+    }
     ms_drafter_remember(e->draft, s->draft_sid, &s->draft_end, s->tokens, n0, s->st.n_past);
 }
 
@@ -529,9 +535,9 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     int64_t m = 0, want = n_draft < s->max_draft ? n_draft : s->max_draft;
     if (want > s->st.max_ctx - s->st.n_past - 1) want = s->st.max_ctx - s->st.n_past - 1;
     int src = MS_DRAFT_CONTEXT;
+    ms_draft_offer offer;
+    offer.n = 0;
     if (want > 0) {
-        ms_draft_offer offer;
-        offer.n = 0;
         if (s->dm) ms_dm_draft(s, pending, want, &offer);
         m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, &offer, s->ver_ids + 1, &src);
     }
@@ -544,7 +550,7 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
         st = feed(s, &pending, 1, NULL, NULL, 0, 0, 1, &dt);
         e->stats.decode_s += dt;
         if (st != MS_OK) return st;
-        decode_passed(s, nb, src, 0, 0, t0, x0);
+        decode_passed(s, nb, src, 0, 0, t0, x0, &offer);
         e->stats.n_tokens_decode++;
         out[0] = pick(user, s->logits, s->tokens, s->st.n_past, &stop);
         *n_out = 1;
@@ -579,7 +585,7 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     } else {
         s->rb.n_rec = 0;
     }
-    decode_passed(s, nb, src, m, i, t0, x0);
+    decode_passed(s, nb, src, m, i, t0, x0, &offer);
     return MS_OK;
 }
 
