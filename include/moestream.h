@@ -387,6 +387,7 @@ typedef int32_t (*ms_pick_fn)(void *user, const float *logits, const int32_t *hi
  * prompt lookup (the most recent earlier occurrence of the last 3, else 2,
  * else 1 ids of the history + pending, and what followed it), else from the
  * engine's earlier outputs or the draft corpus (ms_engine_params.draft_corpus);
+ * with a draft model (ms_engine_params.draft_model), by it, greedily, first;
  * with draft_auto, from the source and of the length (possibly 0) expected to
  * emit most tokens per byte read (docs/ARCHITECTURE.md, "Drafts"); feed pending + draft
  * in ONE pass over the weights, then pick from each row in turn while the

@@ -14,7 +14,10 @@
  *                       once (--ram min: the store plans at its own floor);
  *   6. start_runtime    the store's plan and resident reads, the load-time
  *                       checks, the thread pool, the forward scratch, the
- *                       tokenizer.
+ *                       tokenizer, the draft sources and the draft model (a
+ *                       second engine on this one's thread pool, whose
+ *                       vocabulary step 2 checked and whose bytes step 4
+ *                       counted).
  * A failure at any step closes what the earlier ones opened (ms_engine_close
  * takes a partly opened engine). The sidecars come before the budget because
  * their hashes are part of the process's resident size.
