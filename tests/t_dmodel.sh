@@ -13,7 +13,10 @@
 #  3. `plan --draft-model` shows the draft's line and a larger total;
 #  4. refused, exit 2, naming both directories: a draft of another vocabulary
 #     (a generated model), a draft without --speculate;
-#  5. tests/t_bundled.sh passes on models/k3-tiny-draft (its layout, the engine's
+#  5. `chat` from a pipe answers two messages alike with and without it; under
+#     mpirun -np 2 (a build with MPI) `run` gives the one-process ids with drafts
+#     of the model (it runs on the first stage);
+#  6. tests/t_bundled.sh passes on models/k3-tiny-draft (its layout, the engine's
 #     perplexity against the float64 reference, a trained model's perplexity).
 # Prints "t_dmodel: N passed, N failed" as its last line.
 set -u
@@ -103,7 +106,22 @@ t0=$(sed -n 's/^total planned: \([0-9.]*\) MiB/\1/p' "$tmp/p0.txt"); t1=$(sed -n
 "$BIN" run $M --prompt x --draft-model $D > /dev/null 2> "$tmp/ce.txt"; rc=$?
 [ $rc = 2 ] && grep -q -- "--speculate" "$tmp/ce.txt" && ok || bad "--draft-model without --speculate: exit $rc, '$(cat "$tmp/ce.txt")'"
 
-# ---- 5. the draft's own checkpoint --------------------------------------------------------
+# ---- 5. chat, and a pipeline of two processes ----------------------------------------
+printf 'Who was Moses?\nAnd then?\n' | "$BIN" chat $M --quiet --max-tokens 40 > "$tmp/c0.txt" 2>&1
+printf 'Who was Moses?\nAnd then?\n' | "$BIN" chat $M --quiet --max-tokens 40 --speculate auto --draft-model $D > "$tmp/c1.txt" 2>&1
+[ -s "$tmp/c0.txt" ] && cmp -s "$tmp/c0.txt" "$tmp/c1.txt" && ok || bad "chat --draft-model: the answers differ"
+. tests/lib_mpi.sh
+if mpi_built; then
+    # the draft model runs on the first stage, beside the sampler
+    mpirun -np 2 "$BIN" run $M --prompt "$P1" --max-tokens 32 --ignore-eos --json --quiet --speculate 4 \
+        --draft-model $D > "$tmp/mp.json" 2> "$tmp/mp.txt" || bad "mpirun -np 2 run --draft-model: exit $?: $(tail -n 3 "$tmp/mp.txt")"
+    "$BIN" run $M --prompt "$P1" --max-tokens 32 --ignore-eos --json --quiet > "$tmp/sp.json"
+    [ "$(field "$tmp/mp.json" 'd["generated_ids"]')" = "$(field "$tmp/sp.json" 'd["generated_ids"]')" ] &&
+        [ "$(field "$tmp/mp.json" 'd["stats"]["drafted_by_source"]["model"] > 0')" = True ] && ok ||
+        bad "mpirun -np 2 run --draft-model: ids differ from one process, or no draft of the model"
+fi
+
+# ---- 6. the draft's own checkpoint --------------------------------------------------------
 # tests/t_bundled.sh on it: layout, engine perplexity = the float64 reference's, trained
 MS_BUNDLED_MODEL=$D bash tests/t_bundled.sh > "$tmp/bundled.txt" 2>&1
 tail -n 1 "$tmp/bundled.txt" | grep -q ', 0 failed$' && ok || bad "t_bundled on $D: $(grep FAIL "$tmp/bundled.txt" | head -n 3)"

@@ -144,6 +144,29 @@ static void test_offer(void) {
     ms_drafter_free(&d);
 }
 
+/* the model source's acceptance is its calibration: a model whose ids held more
+   often than its probabilities said drafts longer */
+static void test_calibration(void) {
+    ms_drafter d;
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_drafter_init(&d, 1, 100, 50, &err) == MS_OK, "drafter init");
+    const int64_t sid = ms_drafter_sid(&d);
+    const int32_t ctx[] = { 5, 6, 7, 8, 9 };
+    ms_draft_offer o = { 3, { 70, 71, 72 }, { 0.5, 0.5, 0.5 } };
+    int32_t out[8];
+    int src = -1;
+    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, &o, out, &src);
+    CHECK(m == 1 && src == MS_DRAFT_MODEL, "uncalibrated, q 0.5: one id pays (m %lld)", (long long)m);
+    for (int i = 0; i < 30; i++) {
+        ms_drafter_passed(&d, MS_DRAFT_MODEL, 3, 3, 100, 200, 4);
+        ms_drafter_model_verified(&d, 1.5);
+    }
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, &o, out, &src);
+    CHECK(m == 3 && src == MS_DRAFT_MODEL, "every id held at q 0.5: the whole offer (m %lld)", (long long)m);
+    ms_drafter_free(&d);
+}
+
 static void test_drafter(void) {
     ms_drafter d;
     ms_err err;
@@ -172,6 +195,7 @@ static void test_drafter(void) {
     CHECK(m == 0, "auto, measured token-only costs: no draft (m %lld)", (long long)m);
     ms_drafter_free(&d);
     test_offer();
+    test_calibration();
     ms_err_clear(&err);
     const ms_status st = ms_draft_corpus_check("/nonexistent/corpus.txt", &err);
     CHECK(st == MS_E_USAGE && strstr(err.msg, "--draft-corpus") && strstr(err.msg, "/nonexistent/corpus.txt"),
