@@ -1,9 +1,9 @@
 /* engine/draft.c - draft sources and the choice of a draft's length (see
  * draft.h).
  *
- * Owns: prompt lookup, the counted index and its chains, the choice rule,
- *   the engine's drafter (history, corpus, running acceptance, measured
- *   costs).
+ * Owns: prompt lookup, the counted index and its chains, the choice rule
+ *   (a draft model's offer weighed among the sources, its calibration), the
+ *   engine's drafter (history, corpus, running acceptance, measured costs).
  * Idea: a source offers, for the longest suffix of the text it has seen, the
  *   ids that followed it with their counts; chaining the most frequent one
  *   gives a draft whose i-th id is accepted with probability about the

@@ -9,7 +9,8 @@
  * hooks engine/pipe.c registers (ms_engine_pipe_*, e->pipe). A session that failed mid-forward is unsound: its state may hold a
  * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
  * ms_session_decode is the decode step of every front end: plain (feed the
- * pending token, pick once) or speculative (a draft from engine/draft.c, one
+ * pending token, pick once) or speculative (a draft from engine/draft.c, with
+ * a draft model's offer from engine/draft_model.c, one
  * recorded verify feed, pick per row while the draft holds, roll back to the
  * last kept position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
  */
