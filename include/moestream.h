@@ -114,6 +114,17 @@ typedef struct ms_engine_params {
        the file cannot be read or is too large (before the model loads) or the model has
        no tokenizer. */
     const char *draft_corpus;
+    /* with max_draft > 0: a draft model, the directory of another checkpoint the engine
+       runs (same layout, any size) whose vocabulary and tokenizer are the model's: same
+       vocab_size and the same bytes for every id (refused at open otherwise, MS_E_USAGE
+       naming both). It is kept resident, run by the same kernels and threads, and drafts
+       greedily ahead of the model (one more source, MS_DRAFT_MODEL; with draft_auto its
+       length is chosen by the same rule, q per token its own probability of the id it
+       drafted); each session has its own state of it, advanced over the tokens kept.
+       Its weights, its sessions' state and their marks are counted in the plan (out of
+       ram_bytes). Only the bytes the model reads change; every emitted bit is the same.
+       NULL = none. */
+    const char *draft_model;
     /* prompt chunks: a feed of several tokens runs through the model prefill_chunk tokens
        at a time, and each chunk is one pass over the weights: a streamed trunk, and the
        experts the chunk's tokens use, are read once per chunk. A prompt of n tokens
@@ -226,7 +237,9 @@ void ms_engine_info(const ms_engine *e, ms_model_info *info);
 
 /* Where ms_session_decode's drafts come from: the session's own tokens, the
  * engine's earlier outputs (every session's decode steps), the draft corpus. */
-enum { MS_DRAFT_CONTEXT = 0, MS_DRAFT_HISTORY = 1, MS_DRAFT_CORPUS = 2, MS_DRAFT_SOURCES = 3 };
+enum { MS_DRAFT_CONTEXT = 0, MS_DRAFT_HISTORY = 1, MS_DRAFT_CORPUS = 2, MS_DRAFT_MODEL = 3, MS_DRAFT_SOURCES = 4 };
+/* Their names in reports ("context", "history", "corpus", "model"); "?" for another value. */
+const char *ms_draft_source_name(int src);
 
 /* Counters since the engine was opened (or since ms_engine_stats_reset). */
 typedef struct ms_stats {
@@ -268,6 +281,10 @@ typedef struct ms_stats {
     int64_t spec_passes, spec_drafted, spec_accepted;
     /* the same drafted / accepted tokens by where the draft came from (MS_DRAFT_*) */
     int64_t spec_src_drafted[MS_DRAFT_SOURCES], spec_src_accepted[MS_DRAFT_SOURCES];
+    /* the draft model (ms_engine_params.draft_model): tokens it was fed (the tokens the
+       sessions kept, caught up, and the ones it drafted from) and the time it took */
+    int64_t draft_model_tokens;
+    double draft_model_s;
     /* packed trunk: trunk_bytes_read counts the packed bytes read; these are the
        checkpoint bytes they stood for, and the decode time (on the I/O threads) */
     int pack_on;                /* 1: a pack is loaded */
@@ -370,6 +387,7 @@ typedef int32_t (*ms_pick_fn)(void *user, const float *logits, const int32_t *hi
  * prompt lookup (the most recent earlier occurrence of the last 3, else 2,
  * else 1 ids of the history + pending, and what followed it), else from the
  * engine's earlier outputs or the draft corpus (ms_engine_params.draft_corpus);
+ * with a draft model (ms_engine_params.draft_model), by it, greedily, first;
  * with draft_auto, from the source and of the length (possibly 0) expected to
  * emit most tokens per byte read (docs/ARCHITECTURE.md, "Drafts"); feed pending + draft
  * in ONE pass over the weights, then pick from each row in turn while the
@@ -627,6 +645,14 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
 ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t max_context, int max_draft,
                                   int64_t prefill_chunk, int n_seq, int n_stages, const char *stages, char *out,
                                   size_t n);
+/* ms_plan_describe_stages with a draft model (ms_engine_params.draft_model, NULL =
+ * none): its resident bytes (weights, n_seq sessions' state at max_context and
+ * their marks) are a line of the table and come out of ram_bytes before the
+ * store's share (a pipeline: the first stage's). Reads the draft's config.json
+ * only; MS_E_MODEL naming it when that cannot be read. */
+ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
+                                 int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *stages,
+                                 char *out, size_t n);
 
 /* ---- expert request traces (ms_engine_params.trace_path) ---- */
 

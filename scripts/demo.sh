@@ -3,7 +3,8 @@
 # Runs the bundled default model (models/k3-tiny: the exact K3 architecture,
 # trained on English text, see models/README.md) under the smallest RAM plan
 # that fits (--ram min), so its trunk and routed experts are streamed from
-# disk, and prints its continuation of a prompt with the statistics.
+# disk, and prints its continuation of a prompt with the statistics; with its draft model
+# (models/k3-tiny-draft) speculating ahead.
 # Without the bundled model it generates a tiny random checkpoint in the
 # released layout and runs it on token ids.
 set -eu
@@ -11,11 +12,16 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 BIN=$BUILD/moestream
 model=models/k3-tiny
+draft=models/k3-tiny-draft
 if [ -f "$model/config.json" ]; then
     prompt=${DEMO_PROMPT:-"And it came to pass, when the"}
-    echo "demo: $BIN run $model --prompt \"$prompt\" --max-tokens 80 --ram min"
+    # its draft model guesses ahead and k3-tiny checks the guesses in one pass: the same
+    # text from about half the bytes read (docs/PERFORMANCE.md, "A draft model")
+    spec=()
+    [ -f "$draft/config.json" ] && spec=(--speculate auto --draft-model "$draft")
+    echo "demo: $BIN run $model --prompt \"$prompt\" --max-tokens 80 --ram min ${spec[*]}"
     echo
-    "$BIN" run "$model" --prompt "$prompt" --max-tokens 80 --ram min
+    "$BIN" run "$model" --prompt "$prompt" --max-tokens 80 --ram min "${spec[@]}"
 else
     dir=$BUILD/demo-model
     if [ ! -f "$dir/config.json" ]; then

@@ -13,6 +13,8 @@
 #                               (tools/ossref.py), in the Hugging Face release layout
 #   OUTDIR/trap_oss_NAME      one fixture per trap of spec/gpt-oss.md (osslib.TRAPS), laid
 #                               out as trap_NAME
+#   OUTDIR/draft_a, draft_a0  draft models for a (--draft-model; presets e, e0): a's
+#                               vocabulary, 4 layers; draft_a0's greedy id is always 0
 #   OUTDIR/MANIFEST           the model directories, one per line
 #   OUTDIR/STAMP              hash of tools/*.py and this script
 # golden/ holds golden.json, tf_logits.f32 [n_tf, V], gen_logits0.f32 [V] (see msref.py).
@@ -119,6 +121,8 @@ t0=$(date +%s)
 NAMES=""
 for p in a b c d; do spawn "$p" job_model "$p"; NAMES="$NAMES $p"; done
 spawn d_odd job_model d_odd d 1; NAMES="$NAMES d_odd"
+spawn draft_a $PY tools/msgen.py "$TMP/draft_a" --preset e; NAMES="$NAMES draft_a"
+spawn draft_a0 $PY tools/msgen.py "$TMP/draft_a0" --preset e0; NAMES="$NAMES draft_a0"
 for t in $TRAPS; do spawn "trap_$t" job_trap "$t"; NAMES="$NAMES trap_$t"; done
 spawn oss_a job_oss_model oss_a oa; NAMES="$NAMES oss_a"
 spawn oss_b job_oss_model oss_b ob; NAMES="$NAMES oss_b"

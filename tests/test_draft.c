@@ -106,6 +106,67 @@ static void test_lookup(void) {
     CHECK(ms_draft_lookup(tok, 5, 9, 5, out) == 0, "prompt lookup: no match, no draft");
 }
 
+/* a draft model's offer: fixed length takes it whole; auto weighs it like the
+   other sources (its q, its running acceptance) and asks for more only while
+   a longer draft could pay */
+static void test_offer(void) {
+    ms_drafter d;
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_drafter_init(&d, 0, 100, 1, &err) == MS_OK, "drafter init");
+    const int64_t sid = ms_drafter_sid(&d);
+    const int32_t ctx[] = { 5, 6, 7, 8, 9 };   /* nothing repeats: no other source drafts */
+    ms_draft_offer o = { 3, { 70, 71, 72 }, { 0.9, 0.9, 0.9 } };
+    int32_t out[8];
+    int src = -1;
+    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, &o, out, &src);
+    CHECK(m == 3 && src == MS_DRAFT_MODEL && out[0] == 70 && out[2] == 72,
+          "fixed length: the model's offer (m %lld, source %d)", (long long)m, src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 2, &o, out, &src);
+    CHECK(m == 2 && src == MS_DRAFT_MODEL, "fixed length: the offer cut to the length asked (m %lld)", (long long)m);
+    CHECK(ms_drafter_model_more(&d, o.q, 3) == 1, "fixed length: the model drafts as long as asked");
+    d.auto_len = 1;
+    /* a pass costs 100 bytes, a token 1: a likely draft pays, longer ones too */
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, &o, out, &src);
+    CHECK(m == 3 && src == MS_DRAFT_MODEL, "auto: a likely offer is taken whole (m %lld, source %d)", (long long)m, src);
+    CHECK(ms_drafter_model_more(&d, o.q, 3) == 1, "auto, pass-dominated: more may pay");
+    /* every model draft rejected at once: its acceptance falls, context wins */
+    for (int i = 0; i < 40; i++) {
+        ms_drafter_passed(&d, MS_DRAFT_MODEL, 3, 0, 10, 40, 4);    /* a token costs a pass */
+        ms_drafter_model_verified(&d, 0.9);                        /* the first id, rejected */
+    }
+    CHECK(d.rejected[MS_DRAFT_MODEL] == 40 && d.drafted[MS_DRAFT_MODEL] == 120, "model source counted");
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, &o, out, &src);
+    CHECK(src != MS_DRAFT_MODEL, "auto: a model always wrong is not chosen (source %d, m %lld)", src, (long long)m);
+    /* tokens cost as much as passes: an unlikely id cannot make a longer draft pay */
+    const double low[] = { 0.05, 0.05 };
+    CHECK(ms_drafter_model_more(&d, low, 2) == 0, "auto: no more ids once they cannot pay");
+    ms_drafter_free(&d);
+}
+
+/* the model source's acceptance is its calibration: a model whose ids held more
+   often than its probabilities said drafts longer */
+static void test_calibration(void) {
+    ms_drafter d;
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_drafter_init(&d, 1, 100, 50, &err) == MS_OK, "drafter init");
+    const int64_t sid = ms_drafter_sid(&d);
+    const int32_t ctx[] = { 5, 6, 7, 8, 9 };
+    ms_draft_offer o = { 3, { 70, 71, 72 }, { 0.5, 0.5, 0.5 } };
+    int32_t out[8];
+    int src = -1;
+    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, &o, out, &src);
+    CHECK(m == 1 && src == MS_DRAFT_MODEL, "uncalibrated, q 0.5: one id pays (m %lld)", (long long)m);
+    for (int i = 0; i < 30; i++) {
+        ms_drafter_passed(&d, MS_DRAFT_MODEL, 3, 3, 100, 200, 4);
+        ms_drafter_model_verified(&d, 1.5);
+    }
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, &o, out, &src);
+    CHECK(m == 3 && src == MS_DRAFT_MODEL, "every id held at q 0.5: the whole offer (m %lld)", (long long)m);
+    ms_drafter_free(&d);
+}
+
 static void test_drafter(void) {
     ms_drafter d;
     ms_err err;
@@ -120,19 +181,21 @@ static void test_drafter(void) {
     int32_t out[8];
     int src = -1;
     const int32_t mine[] = { 10, 11 };
-    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
+    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, NULL, out, &src);
     CHECK(m == 2 && src == MS_DRAFT_HISTORY && out[0] == 13 && out[1] == 14,
           "fixed length: another session drafts from the history (m %lld, source %d)", (long long)m, src);
-    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, out, &src);
+    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, NULL, out, &src);
     CHECK(m == 0, "a session's own current run is not drafted from the history (m %lld)", (long long)m);
     d.auto_len = 1;
-    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, NULL, out, &src);
     CHECK(m >= 1 && src == MS_DRAFT_HISTORY, "auto, pass-dominated: drafts (m %lld)", (long long)m);
     /* measured: a pass reads nothing beyond its tokens: no draft pays */
     ms_drafter_passed(&d, MS_DRAFT_CONTEXT, 0, 0, 0, 1000, 1);
-    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, out, &src);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, NULL, out, &src);
     CHECK(m == 0, "auto, measured token-only costs: no draft (m %lld)", (long long)m);
     ms_drafter_free(&d);
+    test_offer();
+    test_calibration();
     ms_err_clear(&err);
     const ms_status st = ms_draft_corpus_check("/nonexistent/corpus.txt", &err);
     CHECK(st == MS_E_USAGE && strstr(err.msg, "--draft-corpus") && strstr(err.msg, "/nonexistent/corpus.txt"),

@@ -47,7 +47,7 @@ import stwrite  # noqa: E402
 # mla: one-based MLA layer numbers (the config's full_attn_layers).
 # Weight-scale knobs (all default 1 / 0): gate_gain multiplies every SiTU gate
 # projection, w2_shift moves the expert down-projection scale bytes (log2),
-# bias_amp is the router correction bias range.
+# bias_amp is the router correction bias range; lm_head_gain multiplies lm_head's std.
 # ---------------------------------------------------------------------------
 
 PRESETS = {
@@ -80,6 +80,19 @@ PRESETS = {
               experts=7, topk=3, shared=1, conv=3, kda_heads=3, kda_dim=13,
               mla_heads=5, q_lora=27, kv_lora=19, nope=11, rope=5, v=9,
               inter=83, moe_inter=32, latent=64, scaling=1.0, shards=3, seed=5005),
+    # A draft model for preset a (--draft-model): a's vocabulary (384 ids, no tokenizer)
+    # in 4 layers and 4 experts; its own random weights, so its drafts are mostly wrong.
+    "e": dict(layers=4, hidden=64, vocab=384, block=2, mla=[3, 4], dense=1,
+              experts=4, topk=2, shared=1, conv=4, kda_heads=2, kda_dim=16,
+              mla_heads=2, q_lora=32, kv_lora=16, nope=16, rope=8, v=16,
+              inter=64, moe_inter=32, latent=32, scaling=1.0, shards=3, seed=6006),
+    # e with an all-zero lm_head: every logit is 0, so its greedy id is always 0 and
+    # a draft from it is always wrong wherever the model never emits id 0.
+    "e0": dict(layers=4, hidden=64, vocab=384, block=2, mla=[3, 4], dense=1,
+               experts=4, topk=2, shared=1, conv=4, kda_heads=2, kda_dim=16,
+               mla_heads=2, q_lora=32, kv_lora=16, nope=16, rope=8, v=16,
+               inter=64, moe_inter=32, latent=32, scaling=1.0, shards=3, seed=6006,
+               lm_head_gain=0.0),
 }
 
 # The real widths (spec section 2); counts (layers, experts, vocab) are flags.
@@ -360,7 +373,7 @@ def plan_checkpoint(p, rng):
                 t += plan_expert(p, il, ie, n255.get((il, ie), [0, 0, 0]))
         items.append(t)
     H, V = p["hidden"], p["vocab"]
-    items.append([(mslib.LM_HEAD, BF16, [V, H], ("normal", 0.0, 2.0 / math.sqrt(H)))])
+    items.append([(mslib.LM_HEAD, BF16, [V, H], ("normal", 0.0, p.get("lm_head_gain", 1.0) * 2.0 / math.sqrt(H)))])
     return items
 
 

@@ -33,6 +33,8 @@ Invariants: the model computes exactly msref's function (checked, not assumed); 
 Does not: run at inference time; need a GPU.
 
 Usage: train_tiny.py OUT_DIR [--minutes 23] [--seed 7]       train, export, verify
+       train_tiny.py OUT_DIR --preset draft --minutes 10     the smaller draft model
+                                                              (models/k3-tiny-draft)
        train_tiny.py OUT_DIR --export-only CKPT.pt            export a saved state, verify
        train_tiny.py OUT_DIR --verify                         verify an exported model
        train_tiny.py OUT_DIR --selftest                       chunked KDA == recurrence
@@ -67,6 +69,17 @@ PARAMS = dict(layers=8, hidden=128, vocab=N_RANKS + train_bpe.N_SPECIAL, block=3
               mla=[4, 7, 8], dense=1, experts=16, topk=2, shared=1, conv=4, kda_heads=4,
               kda_dim=32, mla_heads=4, q_lora=64, kv_lora=32, nope=32, rope=16, v=32,
               inter=256, moe_inter=96, latent=64, scaling=1.0, shards=4, seed=7)
+# --preset: the configurations this script trains. "tiny" is models/k3-tiny; "draft" is
+# models/k3-tiny-draft, a smaller model of the same architecture and tokenizer that
+# speculative decoding runs ahead of k3-tiny (--draft-model): 4 layers (KDA at one-based
+# [1, 2], MLA at [3, 4]), hidden 64, 8 experts. The vocabulary must stay k3-tiny's.
+PRESETS = {
+    "tiny": PARAMS,
+    "draft": dict(layers=4, hidden=64, vocab=N_RANKS + train_bpe.N_SPECIAL, block=2,
+                  mla=[3, 4], dense=1, experts=8, topk=2, shared=1, conv=4, kda_heads=2,
+                  kda_dim=32, mla_heads=2, q_lora=32, kv_lora=16, nope=16, rope=8, v=16,
+                  inter=128, moe_inter=64, latent=32, scaling=1.0, shards=3, seed=7),
+}
 EPS = 1e-5
 LOWER_BOUND = -5.0
 BETA1, BETA2 = 4.0, 25.0
@@ -644,17 +657,24 @@ def main(argv):
     ap.add_argument("out_dir")
     ap.add_argument("--minutes", type=float, default=23.0, help="training wall time")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                    help="the configuration (tiny: models/k3-tiny; draft: models/k3-tiny-draft)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--cache", default="/tmp/k3tiny_corpus_ids.npy", help="tokenized corpus cache")
-    ap.add_argument("--save", default="/tmp/k3tiny_state.pt", help="where the trained state goes")
+    ap.add_argument("--save", help="where the trained state goes (default /tmp/k3tiny_PRESET_state.pt)")
     ap.add_argument("--export-only", metavar="STATE", help="export a saved state")
     ap.add_argument("--verify", action="store_true", help="only verify an exported model")
     ap.add_argument("--selftest", action="store_true")
     a = ap.parse_args(argv)
     torch.set_num_threads(2)
+    global PARAMS
+    PARAMS = PRESETS[a.preset]
+    msgen.check_params(PARAMS)      # the layout's limits (MXFP4 groups of 32), before any work
+    if a.save is None:
+        a.save = "/tmp/k3tiny_%s_state.pt" % a.preset
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
@@ -674,6 +694,8 @@ def main(argv):
     else:
         model, meta = train(a, log)
     meta["sample_prompt"] = PROMPT
+    meta["preset"] = a.preset
+    meta["config"] = {k: PARAMS[k] for k in sorted(PARAMS)}
     export(model, a.out_dir, meta)
     meta["sample_msref_greedy"] = verify(a.out_dir, a.seed, log)
     with open(os.path.join(a.out_dir, "training.json"), "w") as f:

@@ -40,6 +40,7 @@ void cli_engine_params(const cli_opts *o, ms_engine_params *ep_out) {
     ep.max_draft = o->speculate;
     ep.draft_auto = o->speculate_auto;
     ep.draft_corpus = o->draft_corpus;
+    ep.draft_model = o->draft_model;
     ep.n_seq = o->parallel;
     ep.prefill_chunk = o->chunk;
     ep.prompt_cache_bytes = o->prompt_cache;
@@ -105,14 +106,15 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
             (long long)st->trunk_unpacked_bytes,
             st->unpack_s, (long long)st->pack_fallbacks);
     /* drafted / accepted tokens by the source of the draft */
-    static const char *src_name[MS_DRAFT_SOURCES] = { "context", "history", "corpus" };
     for (int k = 0; k < 2; k++) {
         fprintf(f, "\"%s_by_source\": {", k ? "accepted" : "drafted");
         for (int i = 0; i < MS_DRAFT_SOURCES; i++)
-            fprintf(f, "%s\"%s\": %lld", i ? ", " : "", src_name[i],
+            fprintf(f, "%s\"%s\": %lld", i ? ", " : "", ms_draft_source_name(i),
                     (long long)(k ? st->spec_src_accepted[i] : st->spec_src_drafted[i]));
         fputs("}, ", f);
     }
+    fprintf(f, "\"draft_model_tokens\": %lld, \"draft_model_s\": %.6f, ", (long long)st->draft_model_tokens,
+            st->draft_model_s);
     fputs("\"stage_bytes_read\": [", f);
     /* a pipeline's bytes per stage (each process reads its own disk) */
     for (int r = 0; r < st->n_stages; r++)
@@ -160,11 +162,16 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
                 st->n_tokens_decode ? (double)(st->trunk_bytes_read + st->expert_bytes_read) / 1e6 / (double)st->n_tokens_decode : 0.0,
                 st->n_tokens_decode ? (double)st->trunk_bytes_read / 1e6 / (double)st->n_tokens_decode : 0.0,
                 st->n_tokens_decode ? (double)st->expert_bytes_read / 1e6 / (double)st->n_tokens_decode : 0.0);
-    if (st->spec_drafted > 0)
-        fprintf(f, "moestream: drafts accepted by source: context %lld/%lld, history %lld/%lld, corpus %lld/%lld\n",
-                (long long)st->spec_src_accepted[MS_DRAFT_CONTEXT], (long long)st->spec_src_drafted[MS_DRAFT_CONTEXT],
-                (long long)st->spec_src_accepted[MS_DRAFT_HISTORY], (long long)st->spec_src_drafted[MS_DRAFT_HISTORY],
-                (long long)st->spec_src_accepted[MS_DRAFT_CORPUS], (long long)st->spec_src_drafted[MS_DRAFT_CORPUS]);
+    if (st->spec_drafted > 0) {
+        fprintf(f, "moestream: drafts accepted by source:");
+        for (int i = 0; i < MS_DRAFT_SOURCES; i++)
+            fprintf(f, "%s %s %lld/%lld", i ? "," : "", ms_draft_source_name(i), (long long)st->spec_src_accepted[i],
+                    (long long)st->spec_src_drafted[i]);
+        fputc('\n', f);
+    }
+    if (st->draft_model_tokens > 0)
+        fprintf(f, "moestream: draft model: %lld tokens fed in %.3f s\n", (long long)st->draft_model_tokens,
+                st->draft_model_s);
 }
 
 /* ---- stop strings -------------------------------------------------------------- */

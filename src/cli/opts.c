@@ -89,9 +89,11 @@ const cli_opt cli_common_opts[] = {
     { "--predict-experts", CLI_FLAG, C(no_predict_experts), NULL, 0, 0, NULL, NULL, 0, NULL, NULL },
     { "--speculate", CLI_CUSTOM, C(speculate), "K|auto", 0, 0, "0 = off",
       "decode: verify up to K drafted tokens per pass (same bits); auto: up to 8, as many as pay;"
-      " --draft-corpus FILE: also draft from this text", 0, parse_speculate, NULL },
+      " --draft-corpus FILE: also draft from this text; --draft-model DIR: from this smaller model",
+      0, parse_speculate, NULL },
     /* in --speculate's help (--help stays within 60 lines) */
     { "--draft-corpus", CLI_STR, C(draft_corpus), "FILE", 0, 0, NULL, NULL, 0, NULL, NULL },
+    { "--draft-model", CLI_STR, C(draft_model), "DIR", 0, 0, NULL, NULL, 0, NULL, NULL },
     { "--chunk", CLI_I64, C(chunk), "N", 1, 65536, "chosen for --ram, else 32",
       "prompt tokens per pass over the weights (same bits)", 0, NULL, NULL },
     { "--parallel", CLI_INT, C(parallel), "N", 1, 64, "1",

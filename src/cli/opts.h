@@ -95,6 +95,7 @@ typedef struct cli_opts {
     int speculate;              /* --speculate K: draft up to K tokens per decode pass */
     int speculate_auto;         /* --speculate auto: K = 8, each pass drafts the length that pays */
     const char *draft_corpus;   /* --draft-corpus FILE: a draft source (text) */
+    const char *draft_model;    /* --draft-model DIR: a draft source (a model of the same tokenizer) */
     int parallel;               /* --parallel N: sequences served together (the plan counts
                                    N sessions' state; 0 = 1) */
     int64_t chunk;              /* --chunk N: prompt tokens per pass over the weights (0 = the

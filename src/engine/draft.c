@@ -1,9 +1,9 @@
 /* engine/draft.c - draft sources and the choice of a draft's length (see
  * draft.h).
  *
- * Owns: prompt lookup, the counted index and its chains, the choice rule,
- *   the engine's drafter (history, corpus, running acceptance, measured
- *   costs).
+ * Owns: prompt lookup, the counted index and its chains, the choice rule
+ *   (a draft model's offer weighed among the sources, its calibration), the
+ *   engine's drafter (history, corpus, running acceptance, measured costs).
  * Idea: a source offers, for the longest suffix of the text it has seen, the
  *   ids that followed it with their counts; chaining the most frequent one
  *   gives a draft whose i-th id is accepted with probability about the
@@ -290,6 +290,48 @@ static const ms_draft_index *source(const ms_drafter *d, int s) {
     return s == MS_DRAFT_HISTORY ? &d->hist : s == MS_DRAFT_CORPUS ? &d->corpus : NULL;
 }
 
+const char *ms_draft_source_name(int src) {
+    static const char *const name[MS_DRAFT_SOURCES] = { "context", "history", "corpus", "model" };
+    return src >= 0 && src < MS_DRAFT_SOURCES ? name[src] : "?";
+}
+
+/* a source's running acceptance: the chance that a drafted id is accepted
+   once every one before it was */
+static double acceptance(const ms_drafter *d, int s) {
+    if (s == MS_DRAFT_MODEL) return (double)(d->accepted[s] + 1) / (d->model_q + 1.0);
+    return (double)(d->accepted[s] + 1) / (double)(d->accepted[s] + d->rejected[s] + 2);
+}
+
+/* p = q x r, a probability */
+static double chance(double q, double r) { return q * r < 1.0 ? q * r : 1.0; }
+
+void ms_drafter_model_verified(ms_drafter *d, double q_sum) {
+    pthread_mutex_lock(&d->mu);
+    d->model_q += q_sum;
+    pthread_mutex_unlock(&d->mu);
+}
+
+int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k) {
+    if (k >= MS_MAX_DRAFT_IDS) return 0;
+    pthread_mutex_lock(&d->mu);
+    const int auto_len = d->auto_len;
+    double c_pass, c_tok;
+    costs(d, &c_pass, &c_tok);
+    const double r = acceptance(d, MS_DRAFT_MODEL);
+    pthread_mutex_unlock(&d->mu);
+    if (!auto_len) return 1;
+    if (!(c_tok > 0)) return 1;             /* a fed token costs nothing more: any length pays */
+    double p[MS_MAX_DRAFT_IDS], prod = 1, best;
+    for (int64_t i = 0; i < k; i++) {
+        p[i] = chance(q[i], r);
+        prod *= p[i];
+    }
+    ms_draft_choose(p, (int)k, c_pass, c_tok, &best);
+    /* a longer draft adds at most prod emitted tokens per c_tok bytes per id: it
+       can beat the best so far only if prod / c_tok does */
+    return prod / c_tok > best;
+}
+
 /* the positions of x a session drafts from: the history without the
  * session's own run (its context source has those ids already) */
 static int64_t below(const ms_drafter *d, const ms_draft_index *x, int64_t sid) {
@@ -300,7 +342,7 @@ static int64_t below(const ms_drafter *d, const ms_draft_index *x, int64_t sid) 
 
 /* auto: each source's chain cut by the choice rule; the best gain */
 static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                          int64_t want, int32_t *out, int *src) {
+                          int64_t want, const ms_draft_offer *model, int32_t *out, int *src) {
     int32_t buf[MS_MAX_DRAFT_IDS];
     double q[MS_MAX_DRAFT_IDS], p[MS_MAX_DRAFT_IDS];
     double c_pass, c_tok, best;
@@ -309,12 +351,21 @@ static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_
     int64_t m = 0;
     for (int s = 0; s < MS_DRAFT_SOURCES; s++) {
         const ms_draft_index *x = source(d, s);
-        if (x && x->n == 0) continue;
-        const int64_t mm = ms_draft_chain(x, below(d, x, sid), tok, n_past, pending, want, buf, q);
+        int64_t mm;
+        if (s == MS_DRAFT_MODEL) {
+            mm = model && model->n < want ? model->n : model ? want : 0;
+            if (mm > 0) {
+                memcpy(buf, model->ids, (size_t)mm * sizeof *buf);
+                memcpy(q, model->q, (size_t)mm * sizeof *q);
+            }
+        } else {
+            if (x && x->n == 0) continue;
+            mm = ms_draft_chain(x, below(d, x, sid), tok, n_past, pending, want, buf, q);
+        }
         /* a drafted id is verified only when every one before it was accepted: the
            chance that one is, given that, is accepted / (accepted + rejections) */
-        const double r = (double)(d->accepted[s] + 1) / (double)(d->accepted[s] + d->rejected[s] + 2);
-        for (int64_t i = 0; i < mm; i++) p[i] = q[i] * r;
+        const double r = acceptance(d, s);
+        for (int64_t i = 0; i < mm; i++) p[i] = chance(q[i], r);
         double g;
         const int k = ms_draft_choose(p, (int)mm, c_pass, c_tok, &g);
         if (k > 0 && g > best) {
@@ -328,17 +379,22 @@ static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_
 }
 
 int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                         int64_t want, int32_t *out, int *src) {
+                         int64_t want, const ms_draft_offer *model, int32_t *out, int *src) {
     double q[MS_MAX_DRAFT_IDS];
     if (want > MS_MAX_DRAFT_IDS) want = MS_MAX_DRAFT_IDS;
     *src = MS_DRAFT_CONTEXT;
     pthread_mutex_lock(&d->mu);
     int64_t m;
     if (d->auto_len) {
-        m = draft_auto(d, sid, tok, n_past, pending, want, out, src);
+        m = draft_auto(d, sid, tok, n_past, pending, want, model, out, src);
+    } else if (model && model->n > 0) {
+        /* a draft model was given: it drafts every pass, as long as asked */
+        m = model->n < want ? model->n : want;
+        memcpy(out, model->ids, (size_t)m * sizeof *out);
+        *src = MS_DRAFT_MODEL;
     } else {
         m = ms_draft_lookup(tok, n_past, pending, want, out);
-        for (int s = MS_DRAFT_HISTORY; m == 0 && s < MS_DRAFT_SOURCES; s++)
+        for (int s = MS_DRAFT_HISTORY; m == 0 && s < MS_DRAFT_CORPUS + 1; s++)
             if (source(d, s)->n > 0 &&
                 (m = ms_draft_chain(source(d, s), below(d, source(d, s), sid), tok, n_past, pending, want, out, q)) > 0)
                 *src = s;

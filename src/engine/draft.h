@@ -87,6 +87,14 @@ int64_t ms_draft_chain(const ms_draft_index *x, int64_t below, const int32_t *ct
  * the chosen value. Pure. */
 int ms_draft_choose(const double *p, int K, double c_pass, double c_tok, double *gain);
 
+/* What a draft model offers a pass: n ids drafted greedily after h, and q[i]
+ * its probability of ids[i] (engine/draft_model.c). */
+typedef struct ms_draft_offer {
+    int64_t n;
+    int32_t ids[MS_MAX_DRAFT_IDS];
+    double q[MS_MAX_DRAFT_IDS];
+} ms_draft_offer;
+
 /* The engine's drafter (one per engine with max_draft > 0). */
 typedef struct ms_drafter {
     pthread_mutex_t mu;         /* guards everything below: sessions may decode on several threads */
@@ -98,6 +106,7 @@ typedef struct ms_drafter {
     int64_t next_sid;
     /* running acceptance per source (never reset: it steers drafts, not reports) */
     int64_t drafted[MS_DRAFT_SOURCES], accepted[MS_DRAFT_SOURCES], rejected[MS_DRAFT_SOURCES];
+    double model_q;             /* the draft model's probabilities of the ids of it verified, summed */
     /* decode passes measured: bytes read, passes and tokens fed */
     int64_t m_trunk, m_expert, m_passes, m_fed;
     /* what a pass and a token touch when nothing is read (resident) */
@@ -118,19 +127,34 @@ ms_status ms_draft_corpus_check(const char *path, ms_err *err);
 /* A new session's id for ms_drafter_remember. */
 int64_t ms_drafter_sid(ms_drafter *d);
 /* The draft for session sid's h = tok[0..n_past) + pending: up to want ids
- * into out, the source in *src (the history without sid's own current run). Fixed length (auto_len 0): prompt lookup, else the history's
- * chain, else the corpus's, as long as it goes. Auto: each source's chain,
+ * into out, the source in *src (the history without sid's own current run);
+ * model: the draft model's offer (NULL or n 0: none). Fixed length (auto_len
+ * 0): the draft model's offer when there is one, else prompt lookup, else the
+ * history's chain, else the corpus's, as long as it goes. Auto: each source's chain,
  * p[i] = q[i] x its running acceptance ((accepted + 1) / (accepted +
  * rejections + 2), a drafted id's chance once those before it held), cut to the length the choice rule
  * picks with this run's costs; the source with the best gain (0 ids when
  * none is expected to pay). */
 int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                         int64_t want, int32_t *out, int *src);
+                         int64_t want, const ms_draft_offer *model, int32_t *out, int *src);
+/* While a draft model drafts (auto only; fixed length: always 1): whether a
+ * draft longer than the k ids drafted so far (q: its probabilities of them)
+ * could emit more tokens per byte than the best cut of those k, with the
+ * model source's running acceptance and this run's costs. Deterministic in
+ * its inputs and the drafter's counts; 0 at MS_MAX_DRAFT_IDS. */
+int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k);
 /* After a decode pass of `fed` tokens that read trunk / expert bytes and
  * verified `drafted` ids of source src (any when drafted is 0), `accepted`
  * of them kept (fewer: one rejection). */
 void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted, int64_t trunk, int64_t expert,
                        int64_t fed);
+/* After a pass that verified ids of the draft model: q_sum, its probabilities
+ * of the ids verified (the accepted ones and the first rejected) summed. The
+ * model source's acceptance is its calibration: (accepted + 1) / (q_sum's
+ * total + 1), the ratio of the ids it got right to the ids its probabilities
+ * promised, so p = min(1, q x that) (its q already says how likely an id is,
+ * which the count sources' running rate would count twice). */
+void ms_drafter_model_verified(ms_drafter *d, double q_sum);
 /* Sequence sid (an ms_session) fed tok[n0..n1) in a decode step: append them
  * to the history, after a separator and up to MS_DRAFT_LEAD ids before n0
  * when the history does not end with sequence sid's ids up to n0 (*end:

@@ -9,7 +9,8 @@
  * hooks engine/pipe.c registers (ms_engine_pipe_*, e->pipe). A session that failed mid-forward is unsound: its state may hold a
  * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
  * ms_session_decode is the decode step of every front end: plain (feed the
- * pending token, pick once) or speculative (a draft from engine/draft.c, one
+ * pending token, pick once) or speculative (a draft from engine/draft.c, with
+ * a draft model's offer from engine/draft_model.c, one
  * recorded verify feed, pick per row while the draft holds, roll back to the
  * last kept position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
  */
@@ -155,6 +156,7 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
         s->draft_sid = e->draft ? ms_drafter_sid(e->draft) : 0;
         s->draft_end = -1;
         if (!s->ver_logits || !s->ver_ids) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }
+        if (e->dm && (st = ms_dm_sess_open(s, &err)) != MS_OK) goto fail;
     }
     if (e->pipe_up) {
         /* the other stages keep their layers' state of it under this name */
@@ -172,6 +174,7 @@ fail:
     snprintf(e->error, sizeof e->error, "%s", err.msg);
     if (s->st.kda_S) ms_state_free(&s->st, &e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &e->model);
+    ms_dm_sess_close(s->dm);
     free(s->ver_logits);
     free(s->ver_ids);
     free(s->logits);
@@ -185,6 +188,7 @@ void ms_session_close(ms_session *s) {
     ms_engine_pipe_op(s->e, MS_PIPE_CLOSE, s->st.pipe_id, 0, NULL, 0);
     ms_state_free(&s->st, &s->e->model);
     if (s->rb.kda) ms_rollback_free(&s->rb, &s->e->model);
+    ms_dm_sess_close(s->dm);
     free(s->ver_logits);
     free(s->ver_ids);
     free(s->logits);
@@ -491,7 +495,8 @@ static void bytes_read(const ms_engine *e, int64_t *trunk, int64_t *experts) {
 
 /* After a decode pass that fed tok[n0..n_past) and verified m ids of source
  * src, i of them kept: the drafter's counts and history, the stats. */
-static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t i, int64_t t0, int64_t x0) {
+static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t i, int64_t t0, int64_t x0,
+                          const ms_draft_offer *offer) {
     ms_engine *e = s->e;
     e->stats.spec_passes++;
     e->stats.spec_drafted += m;
@@ -504,6 +509,11 @@ static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t
     int64_t t1, x1;
     bytes_read(e, &t1, &x1);
     ms_drafter_passed(e->draft, src, m, i, t1 - t0, x1 - x0, m + 1);
+    if (src == MS_DRAFT_MODEL && m > 0) {
+        double q = 0;                       /* the ids verified: those kept and the first rejected */
+        for (int64_t j = 0; j < m && j <= i; j++) q += offer->q[j];
+        ms_drafter_model_verified(e->draft, q);
+    }
     ms_drafter_remember(e->draft, s->draft_sid, &s->draft_end, s->tokens, n0, s->st.n_past);
 }
 
@@ -526,7 +536,12 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     int64_t m = 0, want = n_draft < s->max_draft ? n_draft : s->max_draft;
     if (want > s->st.max_ctx - s->st.n_past - 1) want = s->st.max_ctx - s->st.n_past - 1;
     int src = MS_DRAFT_CONTEXT;
-    if (want > 0) m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, s->ver_ids + 1, &src);
+    ms_draft_offer offer;
+    offer.n = 0;
+    if (want > 0) {
+        if (s->dm) ms_dm_draft(s, pending, want, &offer);
+        m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, &offer, s->ver_ids + 1, &src);
+    }
     const int64_t nb = s->st.n_past;
     int64_t t0 = 0, x0 = 0;
     if (e->draft) bytes_read(e, &t0, &x0);
@@ -536,7 +551,7 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
         st = feed(s, &pending, 1, NULL, NULL, 0, 0, 1, &dt);
         e->stats.decode_s += dt;
         if (st != MS_OK) return st;
-        decode_passed(s, nb, src, 0, 0, t0, x0);
+        decode_passed(s, nb, src, 0, 0, t0, x0, &offer);
         e->stats.n_tokens_decode++;
         out[0] = pick(user, s->logits, s->tokens, s->st.n_past, &stop);
         *n_out = 1;
@@ -571,7 +586,7 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     } else {
         s->rb.n_rec = 0;
     }
-    decode_passed(s, nb, src, m, i, t0, x0);
+    decode_passed(s, nb, src, m, i, t0, x0, &offer);
     return MS_OK;
 }
 

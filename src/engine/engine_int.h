@@ -2,7 +2,7 @@
  * files of src/engine/ (open.c: open/close; engine.c: sessions and feeds;
  * plan.c: the budget; split.c: a pipeline's layer split; text.c, chat.c:
  * tokenizer and chat wrappers; session_io.c: sessions on disk; draft.c:
- * speculation's draft sources) and by the
+ * speculation's draft sources; draft_model.c: a draft model) and by the
  * pipeline above them (pipe.c). Nothing outside src/engine includes it but
  * tests.
  *
@@ -137,6 +137,7 @@ struct ms_engine {
     const ms_kern *kern;        /* the kernel table (e->model takes it once bound) */
     int n_threads;
     ms_pool *pool;
+    int pool_borrowed;          /* 1: pool is another engine's (a draft model's engine) */
     ms_stats stats;
     int64_t scale255;
     ms_tok *tok;                /* NULL when the model ships no tokenizer */
@@ -163,6 +164,8 @@ struct ms_engine {
     int n_stop_ids;
     ms_drafter *draft;          /* ms_session_decode's draft sources (engine/draft.c); NULL
                                    without speculation */
+    struct ms_engine *dm;       /* the draft model's engine (engine/draft_model.c); NULL: none */
+    int64_t dm_mark_floats;     /* floats of one mark of its state (ms_dm_mark_floats) */
     char error[512];
 };
 
@@ -180,6 +183,7 @@ struct ms_session {
     int32_t *ver_ids;           /* [max_draft + 1] pending token + draft */
     int64_t draft_sid;          /* names its runs in the engine's history (ms_drafter_remember) */
     int64_t draft_end;          /* where its run in the history ends */
+    struct ms_dm_sess *dm;      /* its state of the draft model (NULL: none) */
     ms_status sticky;
     char error[512];
 };
@@ -193,6 +197,38 @@ ms_status ms_session_feed_rec(ms_session *s, const int32_t *ids, int64_t n, floa
  * becomes `logits` (the row of position n_keep - 1, [n_vocab]). MS_E_USAGE when
  * the last feed was not recorded or n_keep is out of [1, its length]. */
 ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits);
+
+/* ---- the draft model (engine/draft_model.c) ---- */
+typedef struct ms_dm_sess ms_dm_sess;
+/* Before the model's weights are read: MS_E_USAGE naming both directories when
+ * the draft's config.json cannot be read or its vocab_size is not e's. */
+ms_status ms_dm_check_config(const ms_engine *e, ms_err *err);
+/* Open e->p.draft_model as e->dm (resident, e's kernels and threads), after
+ * e's tokenizer: MS_E_USAGE naming both when their tokenizers differ (a
+ * digest of every id's bytes; both without one: equal). */
+ms_status ms_dm_open(ms_engine *e, ms_err *err);
+void ms_dm_close(ms_engine *e);
+/* Floats of one mark: the recurrent state (KDA S and conv history) of m. */
+int64_t ms_dm_mark_floats(const ms_model *m);
+/* s->dm: a session of the draft engine, its marks (e->p.max_draft of them) and
+ * a catch-up buffer (max_context ids). */
+ms_status ms_dm_sess_open(ms_session *s, ms_err *err);
+void ms_dm_sess_close(ms_dm_sess *d);
+/* The draft model's offer for s's h = ids + pending: up to want ids drafted
+ * greedily (fewer when ms_drafter_model_more says a longer one cannot pay),
+ * with its probability of each. Counts draft_model_tokens / _s. Returns o->n. */
+int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, ms_draft_offer *o);
+/* The resident bytes of draft model `dir` for n_seq sessions of max_ctx
+ * positions and max_draft marks each: its weights, its sessions' state, the
+ * marks and catch-up buffers, its forward scratch and name table
+ * (engine/plan.c). MS_E_USAGE naming dir when its config cannot be read. */
+ms_status ms_draft_model_bytes(const char *dir, int64_t max_ctx, int max_draft, int n_seq, int64_t *weights,
+                               int64_t *rest, ms_err *err);
+/* ms_engine_open for one process, whatever pipeline this process runs in, on
+ * the threads of `pool` (NULL: its own; else it must outlive the engine): the
+ * draft model's engine. */
+ms_status ms_engine_open_alone(const ms_engine_params *p, ms_pool *pool, ms_engine **out, char *errbuf,
+                               size_t errbuf_len);
 
 /* FNV-1a 64 over bytes, continuing from h (start with MS_FNV_INIT). */
 #define MS_FNV_INIT 0xcbf29ce484222325ull

@@ -14,7 +14,10 @@
  *                       once (--ram min: the store plans at its own floor);
  *   6. start_runtime    the store's plan and resident reads, the load-time
  *                       checks, the thread pool, the forward scratch, the
- *                       tokenizer.
+ *                       tokenizer, the draft sources and the draft model (a
+ *                       second engine on this one's thread pool, whose
+ *                       vocabulary step 2 checked and whose bytes step 4
+ *                       counted).
  * A failure at any step closes what the earlier ones opened (ms_engine_close
  * takes a partly opened engine). The sidecars come before the budget because
  * their hashes are part of the process's resident size.
@@ -113,6 +116,8 @@ static ms_status resolve_params(ms_engine *e, const ms_engine_params *p, ms_err 
     if (!p->model_dir) return ms_err_set(err, MS_E_USAGE, "no model directory given");
     if (p->draft_corpus && e->p.max_draft == 0)
         return ms_err_set(err, MS_E_USAGE, "--draft-corpus %s: drafts need speculation (--speculate)", p->draft_corpus);
+    if (p->draft_model && e->p.max_draft == 0)
+        return ms_err_set(err, MS_E_USAGE, "--draft-model %s: drafts need speculation (--speculate)", p->draft_model);
     if (p->draft_corpus) return ms_draft_corpus_check(p->draft_corpus, err);
     return MS_OK;
 }
@@ -127,13 +132,14 @@ static ms_status open_checkpoint(ms_engine *e, ms_err *err) {
     ms_status st;
     if ((st = ms_config_load(path, &e->cfg, err)) != MS_OK) return st;
     if ((st = ms_ckpt_open(e->p.model_dir, &e->ckpt, err)) != MS_OK) return st;
-    e->pipe = registered;
     e->stage = e->pipe ? e->pipe->rank : 0;
     e->n_stages = e->pipe ? e->pipe->size : 1;
     ms_model full;
     if ((st = ms_model_bind(&full, &e->cfg, NULL, NULL, err)) == MS_OK)
         st = ms_pipe_split_model(&full, e->p.stages, e->n_stages, e->stage_start, err);
     ms_model_free(&full);
+    /* the draft model runs where the decoding does, on the first stage */
+    if (st == MS_OK && e->p.draft_model && e->stage == 0) st = ms_dm_check_config(e, err);
     return st;
 }
 
@@ -216,14 +222,23 @@ static ms_status plan_budget(ms_engine *e, const ms_engine_params *p, int64_t *s
                                     e->p.n_seq, p->trunk_bytes, p->expert_bytes, rss };
         e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
     }
-    const int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk, e->p.n_seq);
+    int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk, e->p.n_seq);
+    int64_t dm_weights = 0, dm_rest = 0;
+    if (e->p.draft_model && e->stage == 0 &&
+        (st = ms_draft_model_bytes(e->p.draft_model, e->p.max_context, e->p.max_draft, e->p.n_seq, &dm_weights,
+                                   &dm_rest, err)) != MS_OK) {
+        ms_model_free(&dry);
+        return st;
+    }
+    session += dm_weights + dm_rest;        /* resident beside the sessions (engine/draft_model.c) */
     *store_ram = ms_store_budget(p->ram_bytes, session, rss);
     if (*store_ram >= 0) st = ms_prompt_cache_plan(&dry, p, store_ram, &e->pcache_bytes, err);
     ms_model_free(&dry);
     if (st != MS_OK) return st;
     if (*store_ram < 0)
-        return ms_err_set(err, MS_E_BUDGET, "budget %lld bytes is below what %d session%s (%lld bytes) and the process (%lld bytes + %lld slack) need",
+        return ms_err_set(err, MS_E_BUDGET, "budget %lld bytes is below what %d session%s (%lld bytes%s) and the process (%lld bytes + %lld slack) need",
                           (long long)p->ram_bytes, e->p.n_seq, e->p.n_seq > 1 ? "s" : "", (long long)session,
+                          dm_weights + dm_rest > 0 ? ", the draft model's included" : "",
                           (long long)rss, (long long)MS_SLACK_BYTES);
     return MS_OK;
 }
@@ -315,7 +330,7 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
     ms_status st;
     if ((st = ms_store_start(e->store, err)) != MS_OK) return st;
     if ((st = ms_model_validate(&e->model, e->store, err)) != MS_OK) return st;
-    if ((st = ms_pool_open(e->n_threads, &e->pool, err)) != MS_OK) return st;
+    if (!e->pool_borrowed && (st = ms_pool_open(e->n_threads, &e->pool, err)) != MS_OK) return st;
     if ((st = ms_fwd_init(&e->fwd, &e->model, e->p.prefill_chunk, err)) != MS_OK) return st;
     e->batch_ids = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_ids);
     e->batch_seg = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_seg);
@@ -335,6 +350,7 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
                             &e->pdisk, err)) != MS_OK)
         return st;
     if (e->p.max_draft > 0 && (st = open_drafter(e, err)) != MS_OK) return st;
+    if (e->p.draft_model && e->stage == 0 && (st = ms_dm_open(e, err)) != MS_OK) return st;
     ms_engine_stats_reset(e);               /* counters describe feeds, not loading */
     return MS_OK;
 }
@@ -353,13 +369,19 @@ static void log_opened(const ms_engine *e, const ms_engine_params *p) {
                layer1 - 1, e->stage == 0 ? ", embedding, lm_head" : "");
 }
 
-static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
+/* pipe: the pipeline the engine is a stage of (NULL: one process); pool: the
+ * thread pool it computes on (NULL: its own) */
+static ms_status engine_open(const ms_engine_params *p, const ms_pipe_hooks *pipe, ms_pool *pool, ms_engine **out,
+                             char *errbuf, size_t errbuf_len) {
     *out = NULL;
     ms_engine *e = calloc(1, sizeof *e);
     if (!e) {
         if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "out of memory");
         return MS_E_NOMEM;
     }
+    e->pipe = pipe;
+    e->pool = pool;
+    e->pool_borrowed = pool != NULL;
     ms_err err;
     ms_err_clear(&err);
     int64_t store_ram = 0;
@@ -383,7 +405,7 @@ static ms_status engine_open(const ms_engine_params *p, ms_engine **out, char *e
 
 ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
     char msg[512] = "";
-    ms_status st = engine_open(p, out, msg, sizeof msg);
+    ms_status st = engine_open(p, registered, NULL, out, msg, sizeof msg);
     if (registered) {
         /* every stage opened, or none stays */
         st = registered->meet(*out, st, msg, sizeof msg);
@@ -393,16 +415,22 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     return st;
 }
 
+ms_status ms_engine_open_alone(const ms_engine_params *p, ms_pool *pool, ms_engine **out, char *errbuf,
+                               size_t errbuf_len) {
+    return engine_open(p, NULL, pool, out, errbuf, errbuf_len);
+}
+
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
     if (e->pipe_up) e->pipe->close(e);
+    if (e->dm) ms_dm_close(e);
     if (e->draft) { ms_drafter_free(e->draft); free(e->draft); }
     ms_pcache_free(e->pcache);
     ms_pdisk_close(e->pdisk);
     ms_fwd_free(e->fwd);
     free(e->batch_ids);
     free(e->batch_seg);
-    ms_pool_close(e->pool);
+    if (!e->pool_borrowed) ms_pool_close(e->pool);
     ms_tok_free(e->tok);
     if (e->model_bound) ms_model_free(&e->model);
     ms_store_close(e->store);

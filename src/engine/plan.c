@@ -126,6 +126,34 @@ int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
 
 static void human(int64_t b, char *buf, size_t n) { ms_plan_human(b, buf, n); }
 
+ms_status ms_draft_model_bytes(const char *dir, int64_t max_ctx, int max_draft, int n_seq, int64_t *weights,
+                               int64_t *rest, ms_err *err) {
+    *weights = *rest = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ms_config cfg;
+    ms_err ce;
+    ms_err_clear(&ce);
+    if (ms_config_load(path, &cfg, &ce) != MS_OK) return ms_err_set(err, MS_E_USAGE, "--draft-model %s: %s", dir, ce.msg);
+    ms_model m;
+    ms_status st = ms_model_bind(&m, &cfg, NULL, NULL, &ce);
+    ms_plan plan;
+    if (st == MS_OK) st = store_plan(&m, 0, 0, 0, &plan, &ce);     /* no ceiling: every region resident */
+    if (st != MS_OK) {
+        ms_model_free(&m);
+        return ms_err_set(err, MS_E_USAGE, "--draft-model %s: %s", dir, ce.msg);
+    }
+    const int64_t seq = n_seq > 1 ? n_seq : 1;
+    *weights = plan.total_bytes;
+    /* its sessions (no speculation of its own: marks instead) and their marks and
+       catch-up ids; its forward scratch (chunks of 32); its name table */
+    *rest = ms_session_bytes(&m, max_ctx, 0, MS_DEFAULT_CHUNK, n_seq) +
+            seq * ((int64_t)max_draft * ms_dm_mark_floats(&m) * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t)) +
+            ms_overhead_estimate(&m) - MS_BASE_OVERHEAD;
+    ms_model_free(&m);
+    return MS_OK;
+}
+
 ms_status ms_prompt_cache_plan(const ms_model *dry, const ms_engine_params *p, int64_t *store_ram,
                                int64_t *cache, ms_err *err) {
     *cache = 0;
@@ -168,7 +196,7 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
  * and the bytes each reads per decode token (ms_plan_describe_stages). */
 static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_t ram_bytes, int64_t max_context,
                                  int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *spec,
-                                 char *out, size_t n) {
+                                 int64_t draft, char *out, size_t n) {
     ms_err err;
     ms_err_clear(&err);
     const ms_config *cfg = &m->cfg;
@@ -207,7 +235,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     for (int r = 0; r < n_stages; r++) {
         const ms_model *pm = &part[r];
         const int64_t overhead = ms_overhead_estimate(pm);
-        const int64_t session = ms_session_bytes(pm, max_context, max_draft, chunk, n_seq);
+        const int64_t session = ms_session_bytes(pm, max_context, max_draft, chunk, n_seq) + (r == 0 ? draft : 0);
         ms_plan plan;
         ms_err pe;
         ms_err_clear(&pe);
@@ -250,6 +278,25 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
 ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t max_context, int max_draft,
                                   int64_t prefill_chunk, int n_seq, int n_stages, const char *stages, char *out,
                                   size_t n) {
+    return ms_plan_describe_draft(path, NULL, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, n_stages, stages,
+                                  out, n);
+}
+
+/* The draft model's line of the table (dir NULL: none), at out + at. */
+static size_t draft_line(const char *dir, int64_t weights, int64_t rest, char *out, size_t at, size_t n) {
+    if (!dir) return 0;
+    char a[32], b[32], c[32];
+    human(weights + rest, a, sizeof a);
+    human(weights, b, sizeof b);
+    human(rest, c, sizeof c);
+    return (size_t)snprintf(out + at, n > at ? n - at : 0,
+                            "  draft model %s (resident: weights %s; its sessions' state, marks, scratch %s): %s\n",
+                            dir, b, c, a);
+}
+
+ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
+                                 int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *stages,
+                                 char *out, size_t n) {
     ms_err err;
     ms_err_clear(&err);
     if (max_draft < 0) max_draft = 0;
@@ -265,6 +312,11 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path);
     else snprintf(cfg_path, sizeof cfg_path, "%s", path);
     if (max_context <= 0) max_context = MS_DEFAULT_CONTEXT;
+    int64_t dw = 0, dr = 0;
+    if (draft_model && ms_draft_model_bytes(draft_model, max_context, max_draft, n_seq, &dw, &dr, &err) != MS_OK) {
+        snprintf(out, n, "%s", err.msg);
+        return MS_E_MODEL;
+    }
     ms_config cfg;
     ms_status st = ms_config_load(cfg_path, &cfg, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); return st == MS_E_IO ? MS_E_MODEL : st; }
@@ -273,7 +325,7 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
     if (n_stages >= 1) {
         st = describe_stages(&m, cfg_path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, n_stages, stages,
-                             out, n);
+                             dw + dr, out, n);
         ms_model_free(&m);
         return st;
     }
@@ -283,7 +335,7 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
         chunk = ms_auto_chunk(&m, &cb);
     }
     const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk, n_seq);
-    const int64_t store_ram = ms_store_budget(ram_bytes, session, overhead);
+    const int64_t store_ram = ms_store_budget(ram_bytes, session + dw + dr, overhead);
     ms_plan plan;
     st = store_plan(&m, store_ram, 0, 0, &plan, &err);
     if (ram_bytes == MS_RAM_MIN) {
@@ -313,13 +365,14 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
                            cfg.family == MS_FAMILY_GPT_OSS ? "keys and values" : "KDA state, latent MLA cache",
                            (long long)max_context, (long long)chunk,
                            prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
+    at += draft_line(draft_model, dw, dr, out, at, n);
     if (st == MS_OK || st == MS_E_BUDGET) {
         if (st == MS_OK || plan.floor_bytes > 0) {
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "store:\n");
             if (at < n) at += (size_t)ms_plan_format(&plan, out + at, n - at);
         }
         if (st == MS_E_BUDGET) {
-            int64_t need = plan.floor_bytes + session + overhead + MS_SLACK_BYTES;
+            int64_t need = plan.floor_bytes + session + dw + dr + overhead + MS_SLACK_BYTES;
             human(need, d, sizeof d);
             at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                                    "DOES NOT FIT: the smallest plan needs %s in all, the budget is %s\n", d, c);
@@ -330,7 +383,8 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "prompt cache: %s (%s; --prompt-cache-ram sets it)\n", d,
                                    ram_bytes > 0 ? "what the store's plan leaves"
                                    : ram_bytes == MS_RAM_MIN ? "none at the floor" : "no budget: the default cap");
-            human(plan.total_bytes + session + overhead + MS_SLACK_BYTES + (ram_bytes > 0 && left > 0 ? left : 0), d, sizeof d);
+            human(plan.total_bytes + session + dw + dr + overhead + MS_SLACK_BYTES + (ram_bytes > 0 && left > 0 ? left : 0), d,
+                  sizeof d);
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "total planned: %s\n", d);
         }
     } else {

@@ -134,7 +134,6 @@ char *srv_metrics_text(srv *s) {
              (long long)m.est.trunk_bytes_read, (long long)m.est.expert_bytes_read);
     srv_buf_adds(&b, line);
     /* speculation: drafted and accepted tokens by the source of the draft */
-    static const char *src_name[MS_DRAFT_SOURCES] = { "context", "history", "corpus" };
     for (int k = 0; k < 2; k++) {
         snprintf(line, sizeof line, "# HELP moestream_%s_tokens_total drafted tokens %s, by source\n"
                  "# TYPE moestream_%s_tokens_total counter\n", k ? "accepted" : "drafted",
@@ -142,7 +141,7 @@ char *srv_metrics_text(srv *s) {
         srv_buf_adds(&b, line);
         for (int i = 0; i < MS_DRAFT_SOURCES; i++) {
             snprintf(line, sizeof line, "moestream_%s_tokens_total{source=\"%s\"} %lld\n", k ? "accepted" : "drafted",
-                     src_name[i], (long long)(k ? m.est.spec_src_accepted[i] : m.est.spec_src_drafted[i]));
+                     ms_draft_source_name(i), (long long)(k ? m.est.spec_src_accepted[i] : m.est.spec_src_drafted[i]));
             srv_buf_adds(&b, line);
         }
     }
