@@ -42,3 +42,26 @@ def post_chat(url, body, timeout=300):
     if body.get("stream"):
         return status, raw
     return status, json.loads(raw)
+
+
+def fold_stream(raw):
+    """A streamed chat reply (SSE bytes) folded: (finish_reason, reasoning, content,
+    calls [{name, arguments}] in index order, usage)."""
+    finish, reasoning, content, calls, usage = None, "", "", {}, None
+    for line in raw.decode().split("\n"):
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        d = json.loads(line[6:])
+        if d.get("usage"):
+            usage = d["usage"]
+        for c in d.get("choices", []):
+            delta = c.get("delta", {})
+            reasoning += delta.get("reasoning_content") or ""
+            content += delta.get("content") or ""
+            for tc in delta.get("tool_calls") or []:
+                e = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
+                fn = tc.get("function", {})
+                e["name"] += fn.get("name") or ""
+                e["arguments"] += fn.get("arguments") or ""
+            finish = c.get("finish_reason") or finish
+    return finish, reasoning, content, [calls[k] for k in sorted(calls)], usage

@@ -39,7 +39,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema"))
 from check import validate  # noqa: E402
-from chatapi import Tally, post_chat  # noqa: E402
+from chatapi import Tally, fold_stream, post_chat  # noqa: E402
 
 URL, MODEL, MODEL_DIR, SCHEMAS, TOOLS = sys.argv[1:6]
 URL2 = sys.argv[6] if len(sys.argv) > 6 else None
@@ -55,24 +55,7 @@ def post(body, url=None):
 def stream(body):
     """The streamed reply folded: status, finish, reasoning, content, calls, usage."""
     status, raw = post(dict(body, stream=True, stream_options={"include_usage": True}))
-    finish, reasoning, content, calls, usage = None, "", "", {}, None
-    for line in raw.decode().split("\n"):
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        d = json.loads(line[6:])
-        if d.get("usage"):
-            usage = d["usage"]
-        for c in d.get("choices", []):
-            delta = c.get("delta", {})
-            reasoning += delta.get("reasoning_content") or ""
-            content += delta.get("content") or ""
-            for tc in delta.get("tool_calls") or []:
-                e = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
-                fn = tc.get("function", {})
-                e["name"] += fn.get("name") or ""
-                e["arguments"] += fn.get("arguments") or ""
-            finish = c.get("finish_reason") or finish
-    return status, finish, reasoning, content, [calls[k] for k in sorted(calls)], usage
+    return (status,) + fold_stream(raw)
 
 
 def special_id(name):

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema"))
 from check import validate  # noqa: E402
-from chatapi import Tally, post_chat  # noqa: E402
+from chatapi import Tally, fold_stream, post_chat  # noqa: E402
 
 URL, MODEL_DIR, CORPUS = sys.argv[1], sys.argv[2], sys.argv[3]
 URL2 = sys.argv[4] if len(sys.argv) > 4 else None
@@ -42,25 +42,10 @@ def post(body, url=None):
 
 
 def stream(body, url=None):
-    """The streamed reply folded: (finish_reason, content, calls, usage)."""
+    """The streamed reply folded: (status, finish_reason, content, calls, usage)."""
     status, raw = post(dict(body, stream=True, stream_options={"include_usage": True}), url)
-    finish, content, calls, usage = None, "", {}, None
-    for line in raw.decode().split("\n"):
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        d = json.loads(line[6:])
-        if d.get("usage"):
-            usage = d["usage"]
-        for c in d.get("choices", []):
-            delta = c.get("delta", {})
-            content += delta.get("content") or ""
-            for tc in delta.get("tool_calls") or []:
-                e = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
-                fn = tc.get("function", {})
-                e["name"] += fn.get("name") or ""
-                e["arguments"] += fn.get("arguments") or ""
-            finish = c.get("finish_reason") or finish
-    return status, finish, content, [calls[k] for k in sorted(calls)], usage
+    finish, _, content, calls, usage = fold_stream(raw)
+    return status, finish, content, calls, usage
 
 
 def token_ids():
