@@ -109,8 +109,10 @@ typedef struct ms_drafter {
     double model_q;             /* the draft model's probabilities of the ids of it verified, summed */
     /* decode passes measured: bytes read, passes and tokens fed */
     int64_t m_trunk, m_expert, m_passes, m_fed;
-    /* what a pass and a token touch when nothing is read (resident) */
+    /* what a pass and a token touch when nothing is read (resident); with
+       given: the costs always used, never the measured ones */
     double c_pass0, c_tok0;
+    int given;
 } ms_drafter;
 
 /* A drafter with an empty history; c_pass0 / c_tok0 the compute costs.
