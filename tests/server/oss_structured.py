@@ -295,6 +295,82 @@ def check_reuse():
        f"reuse: the follow-up read {str(d2.get('usage'))} (want {want} cached)")
 
 
+def auto_body(tools, seed, bias, to_id, eq_id, END, maxt=160, temperature=0.9):
+    """tool_choice "auto": the tiny model opens a call ("to=" in a header) only
+    when " to" and "=" are nudged; what it writes after "to=" is its own, under
+    the mask."""
+    return {"model": MODEL, "messages": [{"role": "user", "content": "Use a tool."}], "tools": tools,
+            "tool_choice": "auto", "seed": seed, "temperature": temperature, "max_tokens": maxt,
+            "logit_bias": {str(to_id): bias[0], str(eq_id): bias[1], str(END): 3}}
+
+
+def check_auto(sets, END):
+    """Every call an "auto" reply presents names one of the tools and its
+    arguments validate; a reply with a call ends "tool_calls" with exactly that
+    one; enough replies present calls (the constraint is exercised) and more
+    than one tool gets called; streamed = not streamed. Returns a body whose
+    reply presents a call (for the max_tokens cuts)."""
+    to_id, eq_id = vocab_id(" to"), vocab_id("=")
+    n_calls = n_replies = 0
+    called = set()
+    with_call = None
+    for i, tools in enumerate(sets):
+        names = [t["function"]["name"] for t in tools]
+        by_name = {t["function"]["name"]: t["function"].get("parameters") or NO_PARAMS for t in tools}
+        for seed, bias in ((1, (10, 10)), (2, (6, 8)), (3, (10, 10)), (4, (6, 8))):
+            body = auto_body(tools, seed, bias, to_id, eq_id, END)
+            where = f"auto tools {i} seed {seed}"
+            st, d = post(body)
+            if not ok(st == 200, f"{where}: status {st} {str(d)[:300]}"):
+                continue
+            n_replies += 1
+            c = d["choices"][0]
+            calls = calls_of(c["message"])
+            ok(d["usage"]["completion_tokens"] <= 160, f"{where}: completion_tokens {d['usage']}")
+            ok((c["finish_reason"] == "tool_calls") == (len(calls) == 1) and len(calls) <= 1,
+               f"{where}: {c['finish_reason']} with {calls}")
+            for call in calls:
+                if not ok(call["name"] in names, f"{where}: call of {call['name']!r}, offered {names}"):
+                    continue
+                n_calls += 1
+                called.add(call["name"])
+                try:
+                    p = by_name[call["name"]]
+                    validate(p, parse_strict(call["arguments"]), p)
+                    ok(True, "")
+                except ValueError as e:
+                    ok(False, f"{where}: arguments of {call['name']} do not validate: {e}: {call['arguments'][:200]!r}")
+                if with_call is None and d["usage"]["completion_tokens"] > 20:
+                    with_call = (body, d["usage"]["completion_tokens"])
+            if seed in (1, 2):
+                same_streamed(body, d, where)
+    print(f"oss_structured: auto: {n_calls} of {n_replies} replies presented a call (all validated), "
+          f"tools called {sorted(called)}")
+    ok(n_calls >= 10, f"auto: only {n_calls} replies presented a call: the constraint was hardly exercised")
+    ok(len(called) >= 5, f"auto: calls of {sorted(called)} only")
+    return with_call
+
+
+def check_auto_length(with_call):
+    """max_tokens inside an "auto" call's arguments (the last tokens before
+    its <|call|>): "length", no call, streamed or not."""
+    if not ok(with_call is not None, "auto: no reply with a call to cut"):
+        return
+    body, full = with_call
+    for mt in (full - 1, full - 3):
+        b = dict(body, max_tokens=mt)
+        where = f"auto max_tokens {mt} of {full}"
+        st, d = post(b)
+        if not ok(st == 200, f"{where}: status {st} {str(d)[:300]}"):
+            continue
+        c = d["choices"][0]
+        ok(c["finish_reason"] == "length" and not c["message"].get("tool_calls")
+           and d["usage"]["completion_tokens"] == mt, f"{where}: {c} {d['usage']}")
+        sst, sfinish, _, _, scalls, usage = stream(b)
+        ok(sst == 200 and sfinish == "length" and scalls == [] and usage and usage["completion_tokens"] == mt,
+           f"{where}: streamed {sfinish} {scalls} {usage}")
+
+
 def check_refusals(sets):
     msgs = [{"role": "user", "content": "x"}]
     bad = [{"type": "function", "function": {"name": "z", "parameters": {
@@ -316,6 +392,7 @@ def main():
     sets = check_tools(END)
     check_length(sets, END)
     check_bits(sets, END)
+    check_auto_length(check_auto(sets, END))
     check_follow_up(sets, END)
     check_reuse()
     check_refusals(sets)
