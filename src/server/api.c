@@ -22,7 +22,8 @@
  *   the first output; when X takes no parameters the whole call is forced
  *   and nothing is sampled. "required" forces up to the open tools tag and
  *   the <|open|> of the call's tag. "none" leaves the tools out of the
- *   prompt. Forced ids count as completion tokens: max_tokens cuts them.
+ *   prompt, and a call the model writes anyway is not presented. Forced
+ *   ids count as completion tokens: max_tokens cuts them.
  *   A gpt-oss model (harmony) forces nothing here: harmony.c constrains its
  *   reply's headers and bodies token by token (response_format too; under
  *   "auto" only the calls the model opens).
@@ -671,6 +672,7 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (tool_params(req, j, &tcs, e) < 0) return -1;
     const json_t *tools = tcs.tools, *forced_fn = tcs.forced_fn;
     const char *choice = tcs.choice, *forced_name = tcs.forced_name;
+    j->calls_off = !strcmp(choice, "none");
 
     chat_in c;
     memset(&c, 0, sizeof c);

@@ -140,6 +140,7 @@ typedef struct srv_job {
     int32_t *forced;            /* ids forced as the start of the output (tool_choice) */
     int64_t n_forced;
     int forced_done;            /* forced ids close the message: nothing to sample */
+    int calls_off;              /* tool_choice "none": a call the model writes anyway is not presented */
     srv_tools *tools;           /* chat with tools (tool_choice not "none"), else NULL */
     srv_hspec *hspec;           /* gpt-oss (harmony) with response_format json, or tools
                                    under any tool_choice but "none": the reply's

@@ -23,7 +23,10 @@
  *       (logits from the input's hash plus the request's logit_bias, the
  *       request's sampler) always has an id to take, and every call the
  *       parser presents from the walk (complete or not, but its arguments
- *       open) names one of the request's tools;
+ *       open) names one of the request's tools; under tool_choice "auto",
+ *       until the walk takes an id whose bytes hold '=' (no call can be open
+ *       before: the parser's "to=") no id is forced and only ids holding '='
+ *       are masked;
  *     - refused: HTTP status 400..500, a message, and an error body that is a
  *       JSON object {"error": {"message": string, ...}}.
  * Does not: run the model or HTTP (tests/server/ does), fuzz the worker.
@@ -136,9 +139,24 @@ static int is_tool(const json_t *req, const char *name) {
     return 0;
 }
 
+/* 1 when id's bytes hold '=' (only such a token can write a header's "to="). */
+static int holds_eq(srv *s, int32_t id) {
+    const char *b;
+    const int64_t len = ms_token_bytes(s->e, id, &b);
+    return len > 0 && memchr(b, '=', (size_t)len) != NULL;
+}
+
+/* tool_choice "auto" without response_format: the constraint of harmony.c's second half. */
+static int is_auto(const srv_job *j, const json_t *req) {
+    const json_t *tc = json_object_get(req, "tool_choice");
+    return !j->json_mode && (!tc || (json_is_string(tc) && !strcmp(json_string_value(tc), "auto")));
+}
+
 /* gpt-oss: up to 64 ids through j's constraint, as the worker's picker takes
  * them; the logits come from the input's hash (xorshift), the request's
- * sampler adds its logit_bias and the body's grammar. */
+ * sampler adds its logit_bias and the body's grammar. Under "auto", until an
+ * id holding '=' is taken no call can be open: nothing is forced and only
+ * ids holding '=' may be masked. */
 static void walk_constraint(srv *s, srv_job *j, const json_t *req, const uint8_t *data, size_t size) {
     const int64_t V = s->info.n_vocab;
     char msg[256];
@@ -149,6 +167,7 @@ static void walk_constraint(srv *s, srv_job *j, const json_t *req, const uint8_t
     int64_t n = 0;
     srv_hcon hc;
     if (!lg || srv_hcon_init(&hc, s, j->hspec, smp) != 0) fz_fail("out of memory");
+    int free_run = is_auto(j, req);         /* no '=' taken yet under "auto" */
     uint64_t x = 1469598103934665603ull;
     for (size_t i = 0; i < size; i++) x = (x ^ data[i]) * 1099511628211ull;
     while (n < 64) {
@@ -160,6 +179,9 @@ static void walk_constraint(srv *s, srv_job *j, const json_t *req, const uint8_t
         }
         int32_t id = -1;
         const float *m = srv_hcon_logits(&hc, lg, &id);
+        for (int64_t v = 0; free_run && v < V; v++)
+            if ((m[v] != lg[v] && !holds_eq(s, (int32_t)v)) || id >= 0)
+                fz_fail("\"auto\" masks id %lld (or forces %d) before a call can open", (long long)v, id);
         if (id < 0) {
             int any = 0;
             for (int64_t v = 0; v < V && !any; v++) any = m[v] > -INFINITY;
@@ -169,6 +191,7 @@ static void walk_constraint(srv *s, srv_job *j, const json_t *req, const uint8_t
         if (id < 0 || id >= V) fz_fail("the walk took id %d", id);
         if (srv_hcon_observe(&hc, id) != 0) break;      /* a grammar that cannot open: the worker fails the job */
         ids[n++] = id;
+        if (holds_eq(s, id)) free_run = 0;
         if (srv_is_stop_id(s, id)) break;
     }
     ms_reply r;
