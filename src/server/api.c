@@ -22,9 +22,11 @@
  *   the first output; when X takes no parameters the whole call is forced
  *   and nothing is sampled. "required" forces up to the open tools tag and
  *   the <|open|> of the call's tag. "none" leaves the tools out of the
- *   prompt. Forced ids count as completion tokens: max_tokens cuts them.
+ *   prompt, and a call the model writes anyway is not presented. Forced
+ *   ids count as completion tokens: max_tokens cuts them.
  *   A gpt-oss model (harmony) forces nothing here: harmony.c constrains its
- *   reply's headers and bodies token by token (response_format too).
+ *   reply's headers and bodies token by token (response_format too; under
+ *   "auto" only the calls the model opens).
  * Tools (toolcall.c): every tool's parameters schema is checked here (400
  *   naming a keyword outside the subset); the worker then constrains each
  *   call's tag and arguments with them.
@@ -670,6 +672,7 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     if (tool_params(req, j, &tcs, e) < 0) return -1;
     const json_t *tools = tcs.tools, *forced_fn = tcs.forced_fn;
     const char *choice = tcs.choice, *forced_name = tcs.forced_name;
+    j->calls_off = !strcmp(choice, "none");
 
     chat_in c;
     memset(&c, 0, sizeof c);
@@ -691,11 +694,13 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
     chat_in_free(&c);
     if (rc < 0) return -1;
     if (harmony) {
-        /* response_format or a forced call: harmony.c's constraint; under "auto"
-           the model's calls are parsed as written (no schema mask) */
-        if ((j->json_mode || forced_name || !strcmp(choice, "required")) &&
-            srv_hspec_build(s, j, tools, forced_name, e) < 0)
+        /* response_format or a forced call: harmony.c's constraint on the
+           reply; under "auto", on the calls the model opens */
+        if (j->json_mode || forced_name || !strcmp(choice, "required")) {
+            if (srv_hspec_build(s, j, tools, forced_name, e) < 0) return -1;
+        } else if (tools && srv_hspec_auto(s, j, tools, e) < 0) {
             return -1;
+        }
     } else {
         if (!strcmp(choice, "required") && json_array_size(tools) == 1) {
             forced_fn = json_object_get(json_array_get(tools, 0), "function");

@@ -164,7 +164,7 @@ void srv_gen_on_token(srv *s, srv_job *j, srv_gen *g, int32_t id) {
     find_stop(j, g, r.content, nc);
     if (j->stream) {
         srv_gen_emit_text(s, j, g, r.reasoning, strlen(r.reasoning), r.content, nc, 0);
-        if (!g->stopped && r.n_tool_calls > 1) srv_gen_emit_calls(s, j, g, &r, r.n_tool_calls - 1);
+        if (!g->stopped && !j->calls_off && r.n_tool_calls > 1) srv_gen_emit_calls(s, j, g, &r, r.n_tool_calls - 1);
     }
     ms_reply_free(&r);
 }

@@ -140,9 +140,11 @@ typedef struct srv_job {
     int32_t *forced;            /* ids forced as the start of the output (tool_choice) */
     int64_t n_forced;
     int forced_done;            /* forced ids close the message: nothing to sample */
+    int calls_off;              /* tool_choice "none": a call the model writes anyway is not presented */
     srv_tools *tools;           /* chat with tools (tool_choice not "none"), else NULL */
-    srv_hspec *hspec;           /* gpt-oss (harmony) with response_format json or a forced
-                                   tool_choice: the reply's constraint, else NULL */
+    srv_hspec *hspec;           /* gpt-oss (harmony) with response_format json, or tools
+                                   under any tool_choice but "none": the reply's
+                                   constraint, else NULL */
     ms_sample_params sp;
     int64_t max_tokens;         /* sampled tokens, >= 1 */
     char **stop;                /* stop strings (content / text), malloc'd */
@@ -355,6 +357,10 @@ int srv_tcall_in_call(const srv_tcall *c);
  * subset or a name a header cannot carry). 0 or -1 with e (j->hspec may be
  * set: the job frees it). */
 int srv_hspec_build(srv *s, srv_job *j, const json_t *tools, const char *forced_name, srv_err *e);
+/* j->hspec for tool_choice "auto" over tools (the reply stays the model's; a
+ * call it opens names one of the tools and its arguments follow the tool's
+ * parameters); the same checks and errors. */
+int srv_hspec_auto(srv *s, srv_job *j, const json_t *tools, srv_err *e);
 void srv_hspec_free(srv_hspec *h);
 
 /* One choice's state (worker only). */
@@ -368,6 +374,13 @@ typedef struct srv_hcon {
     unsigned char *viable;      /* per candidate header: still matches */
     int32_t end_id;             /* the body's end token */
     float *w;                   /* masked logits [n_vocab] */
+    /* tool_choice "auto": the header part being written (0 role, 1 channel,
+       2 constrain), the last bytes of each (where "to=" may begin), and the
+       recipient written after "to=" (as much of "functions.NAME" as is read) */
+    int part;
+    unsigned char last[3][2], n_last[3];
+    char *rcp;
+    size_t n_rcp;
     char msg[256];
 } srv_hcon;
 

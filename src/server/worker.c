@@ -235,7 +235,7 @@ static void slot_reply(srv *s, slot *sl, ms_reply *reply, srv_call_out **calls, 
         if (ms_chat_parse_reply(s->e, g->ids, g->n, j->thinking, reply) != MS_OK) { sl->fail = "cannot parse the reply"; return; }
         size_t nc = strlen(reply->content);
         /* a call cut inside its markup (max_tokens) is not presented */
-        int64_t n_calls = g->stopped ? 0 : reply->n_tool_calls;
+        int64_t n_calls = g->stopped || j->calls_off ? 0 : reply->n_tool_calls;
         if (n_calls > 0 && (srv_tcall_in_call(&sl->tc) || srv_hcon_in_call(&sl->hc))) n_calls--;
         if (j->stream) {
             srv_gen_emit_text(s, j, g, reply->reasoning, strlen(reply->reasoning), reply->content, nc, 1);

@@ -2,7 +2,7 @@
 # Included by the main Makefile (`-include tests/fuzz/fuzz.mk`).
 #
 # Owns: build-fuzz/ (objects, library, target binaries, working corpora, logs,
-#   crash artifacts, the tiny model of the server and file-format targets)
+#   crash artifacts, the tiny models of the server and file-format targets)
 #   and the targets `fuzz`, `fuzz-smoke`, `fuzz-build`, `fuzz-clean`.
 # Idea: the library is rebuilt with Debian's clang under
 #   -fsanitize=fuzzer-no-link,address,undefined (same per-file ISA flags and
@@ -26,7 +26,8 @@
 #   make fuzz-clean               remove build-fuzz/
 #   reproduce: build-fuzz/fuzz_NAME path/to/crash-file   (from the repository
 #     root; the server, session, sums and packfile targets read their model
-#     from MS_FUZZ_MODEL, default build-fuzz/model)
+#     from MS_FUZZ_MODEL, default build-fuzz/model; the server target also a
+#     gpt-oss model from MS_FUZZ_OSS_MODEL, default build-fuzz/oss_model)
 # Does not: touch build/ (but for the server page's generated header, which
 #   the main Makefile's rule writes there) or the committed corpus; minimise
 #   corpora (after a long run, by hand: `build-fuzz/fuzz_NAME -merge=1
@@ -54,6 +55,7 @@ FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_OBJ     := $(LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_SRV_OBJ := $(FUZZ_SRV_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_MODEL   := $(FUZZ_BUILD)/model
+FUZZ_OSS_MODEL := $(FUZZ_BUILD)/oss_model
 FUZZ_LIB     := $(FUZZ_BUILD)/libmoestream.a
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_SRV_BINS := $(filter $(FUZZ_BUILD)/fuzz_server_%,$(FUZZ_BINS))
@@ -104,7 +106,12 @@ $(FUZZ_MODEL)/config.json: tools/msgen.py tools/mslib.py tools/stwrite.py
 	rm -rf $(FUZZ_MODEL)
 	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 tools/msgen.py $(FUZZ_MODEL) --preset a
 
-fuzz-build: $(FUZZ_BINS) $(FUZZ_MODEL)/config.json
+# the server target's gpt-oss model (its own tokenizer, harmony chat format)
+$(FUZZ_OSS_MODEL)/config.json: tools/ossgen.py tools/osslib.py tools/stwrite.py
+	rm -rf $(FUZZ_OSS_MODEL)
+	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 tools/ossgen.py $(FUZZ_OSS_MODEL) --preset oa
+
+fuzz-build: $(FUZZ_BINS) $(FUZZ_MODEL)/config.json $(FUZZ_OSS_MODEL)/config.json
 
 # One target: fresh seeds into the working copy, run, report, keep the log.
 # A JSON dictionary helps every target that reads JSON.
@@ -115,7 +122,7 @@ define FUZZ_RUN_ONE
 	for d in tests/fuzz/corpus/$$name tests/fuzz/grown/$$name; do \
 	    if [ -d $$d ]; then cp -n $$d/* $$work/ 2>/dev/null; fi; done; \
 	dict=""; [ -f tests/fuzz/dict/$$name.dict ] && dict=-dict=tests/fuzz/dict/$$name.dict; \
-	MS_FUZZ_MODEL=$(FUZZ_MODEL) $$bin $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(2) -runs=$(FUZZ_RUNS) \
+	MS_FUZZ_MODEL=$(FUZZ_MODEL) MS_FUZZ_OSS_MODEL=$(FUZZ_OSS_MODEL) $$bin $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(2) -runs=$(FUZZ_RUNS) \
 	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$$name- $$work > $$log 2>&1; rc=$$?; \
 	execs=$$(grep -o 'stat::number_of_executed_units: *[0-9]*' $$log | grep -o '[0-9]*$$'); \
 	secs=$$(grep -o 'stat::average_exec_per_sec: *[0-9]*' $$log | grep -o '[0-9]*$$'); \

@@ -379,8 +379,17 @@ def seeds_chat_json():
     return s
 
 
-def seeds_server_api():
-    """Byte 0: 'P' = /v1/completions, 'C' = /v1/chat/completions; then the body."""
+def preset_oa(tmp):
+    """The gpt-oss model of the server target (fuzz.mk: tools/ossgen.py --preset oa)."""
+    out = os.path.join(tmp, "oa")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "ossgen.py"), out, "--preset", "oa"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return out
+
+
+def seeds_server_api(oss_dir):
+    """Byte 0: 'P' = /v1/completions, 'C' = /v1/chat/completions (K3); 'H' =
+    chat, 'Q' = /v1/completions on the gpt-oss model; then the body."""
     M = "fuzz-model"
 
     def chat(body):
@@ -434,6 +443,54 @@ def seeds_server_api():
     s["completion_empty"] = comp({"model": M, "prompt": ""})
     s["completion_bad_id"] = comp({"model": M, "prompt": [1, 99999]})
     s["completion_two"] = comp({"model": M, "prompt": ["a", "b"], "suffix": "z", "best_of": 2})
+    s.update(seeds_server_harmony(oss_dir, tools))
+    return s
+
+
+def seeds_server_harmony(oss_dir, tools):
+    """gpt-oss requests: tools under every tool_choice, response_format,
+    reasoning_effort; logit_bias on " to", "=" and <|end|> makes the target's
+    walk through the constraint open calls ("to=" in a header) and close the
+    analysis."""
+    M = "fuzz-model"
+    tok = json.load(open(os.path.join(oss_dir, "tokenizer.json")))
+    sp = {a["content"]: a["id"] for a in tok["added_tokens"]}
+    vocab = tok["model"]["vocab"]
+    nudge = {str(vocab["\u0120to"]): 12, str(vocab["="]): 12, str(sp["<|end|>"]): 6}
+
+    def chat(body):
+        return b"H" + json.dumps(body).encode()
+
+    more = tools + [{"type": "function", "function": {"name": "get", "parameters": {
+        "type": "object", "properties": {"k": {"type": "integer", "minimum": 0}}, "required": ["k"],
+        "additionalProperties": False}}}]
+    msgs = [{"role": "user", "content": "Weather in Oslo?"}]
+    s = {}
+    s["oss_chat_min"] = chat({"model": M, "messages": [{"role": "user", "content": "Hello"}]})
+    for choice, label in (("auto", "auto"), ("none", "none"), ("required", "required"),
+                          ({"type": "function", "function": {"name": "get_weather"}}, "named")):
+        s["oss_tools_" + label] = chat({"model": M, "messages": msgs, "tools": more, "tool_choice": choice,
+                                        "temperature": 0.9, "seed": 3, "max_tokens": 64, "logit_bias": nudge})
+    s["oss_auto_greedy"] = chat({"model": M, "messages": msgs, "tools": tools, "max_tokens": 64,
+                                 "logit_bias": nudge, "reasoning_effort": "low"})
+    s["oss_json_object"] = chat({"model": M, "messages": msgs, "response_format": {"type": "json_object"},
+                                 "max_tokens": 64, "logit_bias": {str(sp["<|end|>"]): 20}})
+    s["oss_json_schema"] = chat({
+        "model": M, "messages": msgs, "max_tokens": 64, "reasoning_effort": "high", "seed": 1, "temperature": 1,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "w", "strict": True, "schema": {
+            "type": "object", "properties": {"city": {"type": "string", "enum": ["Oslo", "Lima"]},
+                                             "t": {"type": "number"}},
+            "required": ["city", "t"], "additionalProperties": False}}}})
+    s["oss_json_with_auto"] = chat({"model": M, "messages": msgs, "tools": tools, "tool_choice": "auto",
+                                    "response_format": {"type": "json_object"}, "reasoning_effort": "none"})
+    s["oss_follow_up"] = chat({"model": M, "tools": tools, "messages": msgs + [
+        {"role": "assistant", "content": None, "reasoning_content": "look it up",
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "cold"}]})
+    s["oss_bad_tool_name"] = chat({"model": M, "messages": msgs, "tool_choice": "auto",
+                                   "tools": [{"type": "function", "function": {"name": "get weather"}}]})
+    s["oss_completion"] = b"Q" + json.dumps({"model": M, "prompt": "<|start|>assistant", "max_tokens": 4}).encode()
     return s
 
 
@@ -443,7 +500,8 @@ DICT_SERVER = ['"model"', '"fuzz-model"', '"messages"', '"role"', '"content"', '
                '"stream_options"', '"include_usage"', '"max_tokens"', '"max_completion_tokens"', '"stop"',
                '"temperature"', '"top_p"', '"top_k"', '"min_p"', '"seed"', '"thinking"', '"enabled"',
                '"reasoning_effort"', '"reasoning_content"', '"chat_template_kwargs"', '"prompt"', '"echo"',
-               '"text"', '"type"', '"parameters"', '"name"', '"n"', '"logprobs"']
+               '"text"', '"type"', '"parameters"', '"name"', '"n"', '"logprobs"', '"response_format"',
+               '"json_object"', '"json_schema"', '"schema"', '"logit_bias"', '"to=functions."', '"properties"']
 
 DICT_JSON = ['"{"', '"}"', '"["', '"]"', '":"', '","', '"\\""', '"true"', '"false"', '"null"',
              '"\\\\u0000"', '"1e308"', '"-0.0"', '"9223372036854775808"']
@@ -679,6 +737,7 @@ def main(argv):
     tmp = tempfile.mkdtemp()
     try:
         model = preset_a(tmp)
+        oss = preset_oa(tmp)
         corpora = {
             "safetensors": seeds_safetensors(model),
             "index": seeds_index(model),
@@ -690,7 +749,7 @@ def main(argv):
             "chat_render": seeds_chat_render(),
             "chat_parse": seeds_chat_parse(),
             "chat_json": seeds_chat_json(),
-            "server_api": seeds_server_api(),
+            "server_api": seeds_server_api(oss),
             "pack": seeds_pack(),
             "session": seeds_session(),
             "sums": seeds_sums(),

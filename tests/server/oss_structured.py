@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/server/oss_structured.py - response_format and forced tool calls on a
+"""tests/server/oss_structured.py - response_format and tool calls on a
 gpt-oss model (chat format harmony; docs/SERVER.md, "gpt-oss (harmony)"),
 against a running server.
 
@@ -25,10 +25,17 @@ leaves <|end|> out, so the bias does not reach the JSON. Checks:
   same request twice gives the same bytes (greedy and seeded);
 - max_tokens inside a call's header or arguments: "length", no call, streamed
   or not; completion_tokens == max_tokens;
+- tool_choice "auto" (the tiny model opens calls when logit_bias nudges " to"
+  and "="): over the tool corpus and 4 seeds every call presented names one of
+  the tools and its arguments validate; a reply with a call ends "tool_calls"
+  with that one call; at least 10 replies present one and at least 5 tools
+  get called (the constraint is exercised); streamed = not streamed; cut by
+  max_tokens inside a call's arguments: "length", no call;
+- tool_choice "none", nudged the same way: no call is presented;
 - a call sent back with its tool result continues the conversation (200);
   one in the renderer's header form is read on from the kept state;
 - at URL_OTHER: the same choices, and n = 2 gives the choices of seed and
-  seed + 1 sent alone;
+  seed + 1 sent alone ("required", json_schema and "auto");
 - what stays refused: response_format with a forced tool_choice, a tool
   parameter keyword outside the subset ('pattern'), a tool name a harmony
   header cannot carry.
@@ -127,22 +134,30 @@ def check_json(END):
     ok(with_reasoning > 0, "no json reply came after a non-empty analysis")
 
 
-def check_reply_calls(tools, names, d, maxt, where):
-    c = d["choices"][0]
-    calls = calls_of(c["message"])
+def validate_calls(tools, names, calls, where):
+    """Each call names one of names (tools' names) and its arguments validate
+    against that tool's parameters. The number of calls that do."""
     by_name = {t["function"]["name"]: t["function"].get("parameters") or NO_PARAMS for t in tools}
-    ok(d["usage"]["completion_tokens"] <= maxt, f"{where}: completion_tokens {d['usage']}")
-    ok(c["finish_reason"] in ("length", "tool_calls"), f"{where}: finish {c['finish_reason']}")
-    ok((c["finish_reason"] == "tool_calls") == (len(calls) == 1), f"{where}: {c['finish_reason']} with {calls}")
+    good = 0
     for call in calls:
         if not ok(call["name"] in names, f"{where}: call of {call['name']!r}, allowed {names}"):
             continue
         try:
             p = by_name[call["name"]]
             validate(p, parse_strict(call["arguments"]), p)
-            ok(True, "")
+            good += ok(True, "")
         except ValueError as e:
             ok(False, f"{where}: arguments of {call['name']} do not validate: {e}: {call['arguments'][:200]!r}")
+    return good
+
+
+def check_reply_calls(tools, names, d, maxt, where):
+    c = d["choices"][0]
+    calls = calls_of(c["message"])
+    ok(d["usage"]["completion_tokens"] <= maxt, f"{where}: completion_tokens {d['usage']}")
+    ok(c["finish_reason"] in ("length", "tool_calls"), f"{where}: finish {c['finish_reason']}")
+    ok((c["finish_reason"] == "tool_calls") == (len(calls) == 1), f"{where}: {c['finish_reason']} with {calls}")
+    validate_calls(tools, names, calls, where)
     return calls
 
 
@@ -192,17 +207,23 @@ def check_length(sets, END):
                   f"max_tokens: the whole call: {st} {str(d)[:300]}"):
             continue
         for mt in (1, 3, full // 2, full - 1):
-            body["max_tokens"] = mt
-            where = f"max_tokens {mt} of {full} {'named' if choice != 'required' else 'required'}"
-            st, d = post(body)
-            if not ok(st == 200, f"{where}: status {st} {str(d)[:300]}"):
-                continue
-            c = d["choices"][0]
-            ok(c["finish_reason"] == "length" and not c["message"].get("tool_calls")
-               and d["usage"]["completion_tokens"] == mt, f"{where}: {c} {d['usage']}")
-            sst, sfinish, _, _, scalls, usage = stream(body)
-            ok(sst == 200 and sfinish == "length" and scalls == [] and usage and usage["completion_tokens"] == mt,
-               f"{where}: streamed {sfinish} {scalls} {usage}")
+            cut_presents_none(dict(body, max_tokens=mt),
+                              f"max_tokens {mt} of {full} {'named' if choice != 'required' else 'required'}")
+
+
+def cut_presents_none(body, where):
+    """body's reply, cut by its max_tokens inside a call: "length", no call,
+    completion_tokens == max_tokens, streamed or not."""
+    mt = body["max_tokens"]
+    st, d = post(body)
+    if not ok(st == 200, f"{where}: status {st} {str(d)[:300]}"):
+        return
+    c = d["choices"][0]
+    ok(c["finish_reason"] == "length" and not c["message"].get("tool_calls")
+       and d["usage"]["completion_tokens"] == mt, f"{where}: {c} {d['usage']}")
+    sst, sfinish, _, _, scalls, usage = stream(body)
+    ok(sst == 200 and sfinish == "length" and scalls == [] and usage and usage["completion_tokens"] == mt,
+       f"{where}: streamed {sfinish} {scalls} {usage}")
 
 
 def choices(d):
@@ -216,9 +237,11 @@ def choices(d):
 def check_bits(sets, END):
     msgs = [{"role": "user", "content": "Use a tool."}]
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
-    for temp, seed in ((0, 1), (0.9, 7)):
+    nudge = {str(vocab_id(" to")): 10, str(vocab_id("=")): 10, str(END): 3}     # "auto": calls get opened
+    for temp, seed in ((0, 1), (0.9, 7), (0.9, 3)):
         for extra in ({"tools": sets[6], "tool_choice": "required"},
-                      {"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}):
+                      {"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}},
+                      {"tools": sets[6], "tool_choice": "auto", "logit_bias": nudge}):
             body = dict({"model": MODEL, "messages": msgs, "seed": seed, "temperature": temp, "max_tokens": 120,
                          "logit_bias": {str(END): 8}}, **extra)
             a, b = choices(post(body)[1]), choices(post(body)[1])
@@ -295,6 +318,81 @@ def check_reuse():
        f"reuse: the follow-up read {str(d2.get('usage'))} (want {want} cached)")
 
 
+def auto_body(tools, seed, bias, to_id, eq_id, END, maxt=160, temperature=0.9):
+    """tool_choice "auto": the tiny model opens a call ("to=" in a header) only
+    when " to" and "=" are nudged; what it writes after "to=" is its own, under
+    the mask."""
+    return {"model": MODEL, "messages": [{"role": "user", "content": "Use a tool."}], "tools": tools,
+            "tool_choice": "auto", "seed": seed, "temperature": temperature, "max_tokens": maxt,
+            "logit_bias": {str(to_id): bias[0], str(eq_id): bias[1], str(END): 3}}
+
+
+def check_auto(sets, END):
+    """Every call an "auto" reply presents names one of the tools and its
+    arguments validate; a reply with a call ends "tool_calls" with exactly that
+    one; enough replies present calls (the constraint is exercised) and more
+    than one tool gets called; streamed = not streamed. Returns a body whose
+    reply presents a call (for the max_tokens cuts)."""
+    to_id, eq_id = vocab_id(" to"), vocab_id("=")
+    n_calls = n_replies = 0
+    called = set()
+    with_call = None
+    for i, tools in enumerate(sets):
+        names = [t["function"]["name"] for t in tools]
+        for seed, bias in ((1, (10, 10)), (2, (6, 8)), (3, (10, 10)), (4, (6, 8))):
+            body = auto_body(tools, seed, bias, to_id, eq_id, END)
+            where = f"auto tools {i} seed {seed}"
+            st, d = post(body)
+            if not ok(st == 200, f"{where}: status {st} {str(d)[:300]}"):
+                continue
+            n_replies += 1
+            c = d["choices"][0]
+            calls = calls_of(c["message"])
+            ok(d["usage"]["completion_tokens"] <= 160, f"{where}: completion_tokens {d['usage']}")
+            ok((c["finish_reason"] == "tool_calls") == (len(calls) == 1) and len(calls) <= 1,
+               f"{where}: {c['finish_reason']} with {calls}")
+            good = validate_calls(tools, names, calls, where)
+            n_calls += good
+            called.update(c["name"] for c in calls if c["name"] in names)
+            if good and with_call is None and d["usage"]["completion_tokens"] > 20:
+                with_call = (body, d["usage"]["completion_tokens"])
+            if seed in (1, 2):
+                same_streamed(body, d, where)
+    print(f"oss_structured: auto: {n_calls} of {n_replies} replies presented a call (all validated), "
+          f"tools called {sorted(called)}")
+    ok(n_calls >= 10, f"auto: only {n_calls} replies presented a call: the constraint was hardly exercised")
+    ok(len(called) >= 5, f"auto: calls of {sorted(called)} only")
+    return with_call
+
+
+def check_auto_length(with_call):
+    """max_tokens inside an "auto" call's arguments (the last tokens before
+    its <|call|>): "length", no call, streamed or not."""
+    if not ok(with_call is not None, "auto: no reply with a call to cut"):
+        return
+    body, full = with_call
+    for mt in (full - 1, full - 3):
+        cut_presents_none(dict(body, max_tokens=mt), f"auto max_tokens {mt} of {full}")
+
+
+def check_none(sets, END):
+    """tool_choice "none": the tools are left out and a call the model writes
+    anyway (nudged as for "auto") is not presented, streamed or not."""
+    to_id, eq_id = vocab_id(" to"), vocab_id("=")
+    for i in (0, 3, 6, 9):
+        for seed, bias in ((1, (10, 10)), (2, (6, 8)), (3, (10, 10)), (4, (6, 8))):
+            body = dict(auto_body(sets[i], seed, bias, to_id, eq_id, END), tool_choice="none")
+            where = f"none tools {i} seed {seed}"
+            st, d = post(body)
+            if not ok(st == 200, f"{where}: status {st} {str(d)[:300]}"):
+                continue
+            c = d["choices"][0]
+            ok(not c["message"].get("tool_calls") and c["finish_reason"] in ("stop", "length"),
+               f"{where}: {c['finish_reason']} with {calls_of(c['message'])}")
+            if seed == 4:
+                same_streamed(body, d, where)
+
+
 def check_refusals(sets):
     msgs = [{"role": "user", "content": "x"}]
     bad = [{"type": "function", "function": {"name": "z", "parameters": {
@@ -316,6 +414,8 @@ def main():
     sets = check_tools(END)
     check_length(sets, END)
     check_bits(sets, END)
+    check_auto_length(check_auto(sets, END))
+    check_none(sets, END)
     check_follow_up(sets, END)
     check_reuse()
     check_refusals(sets)
