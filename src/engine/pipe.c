@@ -36,6 +36,7 @@
  */
 #include "engine/engine_int.h"
 #include "engine/pipe_msg.h"
+#include "engine/prefix_cache.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -202,6 +203,12 @@ static ms_status stages_meet(ms_engine *e, ms_status own, char *msg, size_t len)
            trunk: a group costs a stage no reads then, only its turn */
         e->pipe_groups = e->p.stage_groups > 0 ? e->p.stage_groups : streamed == 0 ? g.size : 1;
         if (e->pipe_groups > MS_PIPE_MAX_GROUPS) e->pipe_groups = MS_PIPE_MAX_GROUPS;
+        if (e->pcache && !ms_pcache_shared(e->pcache)) {
+            /* a stage with no share could keep no entry's part: no cache at all */
+            ms_log(&e->log, MS_LOG_INFO, "prompt cache off: a pipeline stage has no share of its budget for it");
+            ms_pcache_free(e->pcache);
+            e->pcache = NULL;
+        }
         return MS_OK;
     }
     quit_stages(ok);
@@ -588,7 +595,9 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
         stage_state(e, t, n);
         return;
     }
-    ms_session *s = h->op == OP_STATS || h->op == MS_PIPE_OPEN || h->op == MS_PIPE_STATS_RESET ? NULL : find(t, h->a0);
+    ms_session *s = h->op == OP_STATS || h->op == MS_PIPE_OPEN || h->op == MS_PIPE_STATS_RESET ||
+                    h->op == MS_PIPE_PC_DROP ? NULL : find(t, h->a0);
+    char m[400] = "";
     switch (h->op) {
     case MS_PIPE_OPEN: {
         if (find(t, h->a0)) { fail(h, MS_E_INTERNAL, "%s", "a session opened twice"); break; }
@@ -638,6 +647,16 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
         if (s && h->a1 >= 0 && h->a1 <= s->st.max_ctx) { s->st.n_past = h->a1; s->rb.n_rec = 0; }
         else if (s) fail(h, MS_E_INTERNAL, "%s", "a position past the context");
         break;
+    case MS_PIPE_PC_STORE:      /* the prompt cache's parts (engine/prefix_cache.h) */
+        if (s && ms_pcache_part_store(e->pcache, h->a1, &s->st, m, sizeof m) != MS_OK) fail(h, MS_E_INTERNAL, "%s", m);
+        break;
+    case MS_PIPE_PC_RESTORE:
+        if (s && ms_pcache_part_restore(e->pcache, h->a1, &s->st, m, sizeof m) != MS_OK) fail(h, MS_E_INTERNAL, "%s", m);
+        else if (s) s->rb.n_rec = 0;
+        break;
+    case MS_PIPE_PC_DROP:
+        if (ms_pcache_part_drop(e->pcache, h->a1, h->a0 == 1, m, sizeof m) != MS_OK) fail(h, MS_E_INTERNAL, "%s", m);
+        break;
     case OP_STATS: {
         if (*n != sizeof *h + (size_t)g.size * 3 * sizeof(int64_t)) { fail(h, MS_E_INTERNAL, "%s", "a malformed message"); break; }
         ms_stats st;
@@ -651,7 +670,8 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
     default:
         fail(h, MS_E_INTERNAL, "%s", "an unknown operation");
     }
-    if (!s && h->status == MS_OK && (h->op == MS_PIPE_RESET || h->op == MS_PIPE_ROLLBACK || h->op == MS_PIPE_SET_PAST))
+    if (!s && h->status == MS_OK && (h->op == MS_PIPE_RESET || h->op == MS_PIPE_ROLLBACK || h->op == MS_PIPE_SET_PAST ||
+                                     h->op == MS_PIPE_PC_STORE || h->op == MS_PIPE_PC_RESTORE))
         fail(h, MS_E_INTERNAL, "%s", "an unknown session");
     *n = sizeof *h;
 }
