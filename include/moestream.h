@@ -302,6 +302,8 @@ typedef struct ms_stats {
                                    them: the next chunk starts while the later stages work */
     int64_t stage_trunk_bytes[MS_MAX_STAGES], stage_expert_bytes[MS_MAX_STAGES];
     int64_t stage_peak_rss[MS_MAX_STAGES];  /* each stage's process (peak_rss_bytes: stage 0's) */
+    int64_t stage_prompt_cache_bytes[MS_MAX_STAGES];    /* a pipeline: what each stage's part of
+                                                           the prompt cache holds now */
     /* the prompt cache: prompt tokens restored instead of fed, restores, and what it holds
        now (bytes and entries; not reset) out of prompt_cache_cap */
     int64_t prompt_tokens_reused, prompt_cache_hits;

@@ -464,10 +464,11 @@ static ms_status stages_layer_state(ms_engine *e, int get, int64_t id, int il, i
 static void stages_add_stats(const ms_engine *e, ms_stats *st) {
     st->stage_group_passes = g.group_passes;
     st->stage_async_chunks = g.async_chunks;
+    st->stage_prompt_cache_bytes[0] = ms_pcache_used(e->pcache);
     ms_err err;
     ms_err_clear(&err);
     pthread_mutex_lock(&g.mu);
-    const size_t n = sizeof(hdr) + (size_t)g.size * 3 * sizeof(int64_t);
+    const size_t n = sizeof(hdr) + (size_t)g.size * STATS_PER_STAGE * sizeof(int64_t);
     hdr *h = (hdr *)room(n);
     memset(g.buf, 0, n);
     h->op = OP_STATS;
@@ -475,11 +476,13 @@ static void stages_add_stats(const ms_engine *e, ms_stats *st) {
     if (round_trip(n, OP_STATS, &err, &nr) == MS_OK && nr == n) {
         const int64_t *v = (const int64_t *)(g.buf + sizeof(hdr));
         for (int r = 1; r < g.size; r++) {
-            st->stage_trunk_bytes[r] = v[3 * r];
-            st->stage_expert_bytes[r] = v[3 * r + 1];
-            st->stage_peak_rss[r] = v[3 * r + 2];
-            st->trunk_bytes_read += v[3 * r];
-            st->expert_bytes_read += v[3 * r + 1];
+            const int64_t *w = v + STATS_PER_STAGE * r;
+            st->stage_trunk_bytes[r] = w[0];
+            st->stage_expert_bytes[r] = w[1];
+            st->stage_peak_rss[r] = w[2];
+            st->stage_prompt_cache_bytes[r] = w[3];
+            st->trunk_bytes_read += w[0];
+            st->expert_bytes_read += w[1];
         }
     }
     pthread_mutex_unlock(&g.mu);
@@ -658,13 +661,18 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
         if (ms_pcache_part_drop(e->pcache, h->a1, h->a0 == 1, m, sizeof m) != MS_OK) fail(h, MS_E_INTERNAL, "%s", m);
         break;
     case OP_STATS: {
-        if (*n != sizeof *h + (size_t)g.size * 3 * sizeof(int64_t)) { fail(h, MS_E_INTERNAL, "%s", "a malformed message"); break; }
+        if (*n != sizeof *h + (size_t)g.size * STATS_PER_STAGE * sizeof(int64_t)) {
+            fail(h, MS_E_INTERNAL, "%s", "a malformed message");
+            break;
+        }
         ms_stats st;
         ms_engine_stats(e, &st);
         int64_t *v = (int64_t *)(g.buf + sizeof *h);
-        v[3 * g.rank] = st.trunk_bytes_read;
-        v[3 * g.rank + 1] = st.expert_bytes_read;
-        v[3 * g.rank + 2] = st.peak_rss_bytes;
+        int64_t *w = v + STATS_PER_STAGE * g.rank;
+        w[0] = st.trunk_bytes_read;
+        w[1] = st.expert_bytes_read;
+        w[2] = st.peak_rss_bytes;
+        w[3] = ms_pcache_used(e->pcache);
         return;
     }
     default:

@@ -10,8 +10,8 @@
  *             PC_RESTORE, PC_DROP (the prompt cache's parts)   the header only;
  *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
  *             the stage holding the layer appends it / takes it out;
- *   STATS     int64 [N][3]: each stage fills its trunk and expert bytes and
- *             its peak RSS.
+ *   STATS     int64 [N][STATS_PER_STAGE]: each stage fills its trunk and
+ *             expert bytes, its peak RSS and its prompt cache's bytes.
  * At open every stage r > 0 sends stage 0 a READY (status, layers, prompt
  * chunk, model hash, what its checksum sidecar says of the weights, its
  * share of the prompt cache).
@@ -29,6 +29,7 @@
 enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
 enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
 enum { F_RECORD = 1, F_PREDICT = 2 };
+enum { STATS_PER_STAGE = 4 };
 
 typedef struct hdr {
     int32_t op, status;         /* status: MS_OK, or the first failure on the way (err) */

@@ -34,6 +34,7 @@ struct ms_pcache {
     int64_t cap[MS_MAX_STAGES], used[MS_MAX_STAGES];   /* [r]: stage r's share and its use
                                                           ([0]: this process's) */
     int64_t next_id;
+    int64_t evictions;          /* entries evicted so far (tests) */
     double clock;
     int n;
     pc_entry *head;
@@ -112,6 +113,8 @@ void ms_pcache_free(ms_pcache *pc) {
 int64_t ms_pcache_used(const ms_pcache *pc) { return pc ? pc->used[0] : 0; }
 int64_t ms_pcache_cap(const ms_pcache *pc) { return pc ? pc->cap[0] : 0; }
 int ms_pcache_count(const ms_pcache *pc) { return pc ? pc->n : 0; }
+int64_t ms_pcache_evictions(const ms_pcache *pc) { return pc ? pc->evictions : 0; }
+int64_t ms_pcache_stage_used(const ms_pcache *pc, int r) { return pc && r >= 0 && r < pc->n_stages ? pc->used[r] : 0; }
 
 int ms_pcache_room(const ms_pcache *pc, int64_t n) {
     for (int r = 0; pc && r < pc->n_stages; r++)
@@ -225,6 +228,7 @@ void ms_pcache_store(ms_pcache *pc, const ms_session *s) {
             if ((*l)->prio < (*low)->prio) low = l;
         pc->clock = (*low)->prio;
         unlink_entry(pc, low, 1);
+        pc->evictions++;
     }
     const int64_t head = n * (int64_t)sizeof(int32_t) + pc->n_vocab * (int64_t)sizeof(float);
     pc_entry *e = add(pc, ++pc->next_id, n, part_bytes(pc, 0, n), head);

@@ -70,6 +70,10 @@ void ms_pcache_store(ms_pcache *pc, const struct ms_session *s);
 int64_t ms_pcache_used(const ms_pcache *pc);
 int64_t ms_pcache_cap(const ms_pcache *pc);
 int ms_pcache_count(const ms_pcache *pc);
+/* Entries evicted so far; stage 0: what stage r's parts take by its count
+ * (stage r reports its own in ms_stats.stage_prompt_cache_bytes: equal). */
+int64_t ms_pcache_evictions(const ms_pcache *pc);
+int64_t ms_pcache_stage_used(const ms_pcache *pc, int r);
 
 /* A stage r > 0's side of MS_PIPE_PC_* (engine/pipe.c): keep st's layers at
  * its n_past as entry id; restore entry id into st (n_past set); drop it
