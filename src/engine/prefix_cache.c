@@ -55,12 +55,14 @@ static int64_t state_floats(const ms_model *m, int l0, int l1, int64_t n) {
 
 /* The bytes stage r's part of an entry of n positions takes: the entry
  * record, stage 0's ids and logits row, and the state of stage r's layers.
- * Every stage computes its own charge with it, and stage 0 every stage's. */
+ * Every stage computes its own charge with it (over the layers its model
+ * holds: what copy_layers copies), and stage 0 every stage's (over the split). */
 static int64_t part_bytes(const ms_pcache *pc, int r, int64_t n) {
     const ms_engine *e = pc->e;
+    const int own = r == e->stage;
+    const int l0 = own ? e->model.layer0 : e->stage_start[r], l1 = own ? e->model.layer1 : e->stage_start[r + 1];
     const int64_t head = r == 0 ? n * (int64_t)sizeof(int32_t) + pc->n_vocab * (int64_t)sizeof(float) : 0;
-    return (int64_t)sizeof(pc_entry) + head +
-           state_floats(&e->model, e->stage_start[r], e->stage_start[r + 1], n) * (int64_t)sizeof(float);
+    return (int64_t)sizeof(pc_entry) + head + state_floats(&e->model, l0, l1, n) * (int64_t)sizeof(float);
 }
 
 ms_pcache *ms_pcache_init(ms_engine *e, int64_t cap_bytes) {
