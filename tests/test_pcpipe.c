@@ -19,8 +19,8 @@
  * With --dump MODEL_DIR OUT [--ram min] [--cache BYTES|off] [--chunk N]
  * [--want-evictions]: the scenario once (under mpirun -np N: a pipeline),
  * every recorded row and id to OUT, for tests/t_pcpipe.sh to compare with a
- * one-process cold run; prints "cached a b c d e" and the entries held and
- * evicted. With the cache it checks the hits as above (--want-evictions, a
+ * one-process cold run; prints "cached a b c d e", the weight bytes every
+ * stage read, and the entries held and evicted. With the cache it checks the hits as above (--want-evictions, a
  * share too small for them all: that entries were evicted and some prefix
  * still restored), and that every stage's part of the cache holds what stage
  * 0 counts for it (ms_stats.stage_prompt_cache_bytes against
@@ -171,8 +171,10 @@ static int dump(int argc, char **argv) {
     FILE *f = fopen(argv[3], "wb");
     CHECK(f && fwrite(out.f, sizeof *out.f, out.n, f) == out.n, "write %s", argv[3]);
     if (f) fclose(f);
-    printf("cached %lld %lld %lld %lld %lld\n", (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3],
-           (long long)c[4]);
+    ms_stats sn;
+    ms_engine_stats(e, &sn);
+    printf("cached %lld %lld %lld %lld %lld\nbytes read %lld (every stage)\n", (long long)c[0], (long long)c[1],
+           (long long)c[2], (long long)c[3], (long long)c[4], (long long)(sn.trunk_bytes_read + sn.expert_bytes_read));
     if (cache != MS_PROMPT_CACHE_OFF) {
         /* a tight share: entries evicted, some prefix still restored */
         if (want_ev)

@@ -5,7 +5,9 @@
  * Stage 0 runs the command: tokenizer, sessions, sampling, the embedding, its
  * layers, the final norms and lm_head. Stage r > 0 runs layers
  * [start[r], start[r + 1]) and keeps, per session of stage 0, the state of
- * those layers only. Every process opens its own copy of the checkpoint under
+ * those layers only, and its layers' part of each prompt-cache entry
+ * (engine/prefix_cache.h: stage 0 keeps the index and tells it to store,
+ * restore or drop a part). Every process opens its own copy of the checkpoint under
  * its own budget, so the machines' RAM adds up and each disk reads only its
  * stage's bytes.
  *
