@@ -38,11 +38,7 @@ M=models/k3-tiny
 . tests/lib.sh
 . tests/lib_mpi.sh
 mpi_or_skip t_pcpipe
-MPI="mpirun --oversubscribe --mca btl self,vader"
-if ! command -v mpirun >/dev/null; then
-    bad "mpirun is missing (make setup installs openmpi-bin)"
-    finish
-fi
+mpi_local t_pcpipe
 
 # 1, 2. every recorded row, a cold process against a cached pipeline
 dump_case() {   # model, np, options...
