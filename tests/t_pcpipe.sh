@@ -13,7 +13,9 @@
 #     stage's part of the cache holds what stage 0 counts for it, within its
 #     share; nothing was refused ("not kept");
 #  2. a share too small for every entry (--cache): entries evicted, the same
-#     bits, every stage still within its share;
+#     bits, every stage still within its share; stages started with their own
+#     shares (MPMD): stage 1's small one makes stage 0 evict although its own
+#     has room, and stage 1 with none (--cache off) turns the cache off;
 #  3. `batch` on the bundled model under mpirun -np 2 and 3 (chats sharing a
 #     system prompt, an identical one, a follow-up and its last message
 #     edited): the generated ids and text of a one-process run without the
@@ -65,6 +67,24 @@ for np in 2 3; do
     dump_case "$TD/b" $np --cache 100000 --want-evictions
     dump_case "$TD/oss_b" $np --ram min --cache 200000 --want-evictions
 done
+
+# stages with their own shares (MPMD): stage 1's small share evicts while stage 0's has room;
+# stage 1 with none turns the cache off
+mpmd_case() {   # stage 0's options -- stage 1's options
+    local a=() b=() tag="b np2 MPMD [$*]"
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done
+    shift
+    b=("$@")
+    $MPI -np 1 "$BUILD/tests/test_pcpipe" --dump "$TD/b" "$tmp/warm" "${a[@]}" : \
+         -np 1 "$BUILD/tests/test_pcpipe" --dump "$TD/b" "$tmp/warm" "${b[@]}" > "$tmp/warm.log" 2>&1
+    grep -q 'test_pcpipe: [1-9][0-9]* passed, 0 failed' "$tmp/warm.log" && ok ||
+        bad "$tag: the pipeline's checks: $(grep -v '^-\|^ \|^$' "$tmp/warm.log" | tail -n 4)"
+    cmp -s "$tmp/cold" "$tmp/warm" && ! grep -q 'not kept' "$tmp/warm.log" && ok ||
+        bad "$tag: rows differ from the cold one-process run, or a part was refused"
+}
+"$BUILD/tests/test_pcpipe" --dump "$TD/b" "$tmp/cold" --cache off > /dev/null 2>&1
+mpmd_case --cache 4000000 --want-evictions -- --cache 100000
+mpmd_case --cache 4000000 --want-off -- --cache off
 
 # 3. batch: chats sharing a system prompt
 SYS="You are a careful assistant. Answer in the words of the old books: and the LORD spake unto Moses, saying, speak unto the children of Israel, and say unto them, when any man of you bring an offering unto the LORD, ye shall bring your offering of the cattle, even of the herd, and of the flock."

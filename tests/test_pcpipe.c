@@ -17,14 +17,15 @@
  * of itself, the fourth and fifth more than the system prompt).
  *
  * With --dump MODEL_DIR OUT [--ram min] [--cache BYTES|off] [--chunk N]
- * [--want-evictions]: the scenario once (under mpirun -np N: a pipeline),
+ * [--want-evictions] [--want-off]: the scenario once (under mpirun -np N: a pipeline),
  * every recorded row and id to OUT, for tests/t_pcpipe.sh to compare with a
  * one-process cold run; prints "cached a b c d e", the weight bytes every
  * stage read, and the entries held and evicted. With the cache it checks the hits as above (--want-evictions, a
  * share too small for them all: that entries were evicted and some prefix
  * still restored), and that every stage's part of the cache holds what stage
  * 0 counts for it (ms_stats.stage_prompt_cache_bytes against
- * ms_pcache_stage_used) within its share.
+ * ms_pcache_stage_used) within its share. --want-off: that there is no
+ * cache (another stage, started with --cache off, has no share).
  *
  * Prints "test_pcpipe: N passed, N failed" (stage 0 only).
  */
@@ -154,13 +155,14 @@ static int dump(int argc, char **argv) {
     if (ms_pipe_boot(&argc, &argv) != 0) return 1;
     if (argc < 4) { fprintf(stderr, "usage: test_pcpipe --dump MODEL_DIR OUT [options]\n"); return 2; }
     int64_t ram = 0, cache = 0, chunk = 0;
-    int want_ev = 0;
+    int want_ev = 0, want_off = 0;
     for (int i = 4; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(argv[i], "--ram")) ram = !strcmp(v, "min") ? MS_RAM_MIN : atoll(v), i++;
         else if (!strcmp(argv[i], "--cache")) cache = !strcmp(v, "off") ? MS_PROMPT_CACHE_OFF : atoll(v), i++;
         else if (!strcmp(argv[i], "--chunk")) chunk = atoll(v), i++;
         else if (!strcmp(argv[i], "--want-evictions")) want_ev = 1;
+        else if (!strcmp(argv[i], "--want-off")) want_off = 1;
         else { fprintf(stderr, "test_pcpipe: unknown option %s\n", argv[i]); return 2; }
     }
     ms_engine *e;
@@ -175,7 +177,10 @@ static int dump(int argc, char **argv) {
     ms_engine_stats(e, &sn);
     printf("cached %lld %lld %lld %lld %lld\nbytes read %lld (every stage)\n", (long long)c[0], (long long)c[1],
            (long long)c[2], (long long)c[3], (long long)c[4], (long long)(sn.trunk_bytes_read + sn.expert_bytes_read));
-    if (cache != MS_PROMPT_CACHE_OFF) {
+    if (want_off) {
+        /* another stage has no share: no cache at all */
+        CHECK(e->pcache == NULL && c[1] + c[2] + c[3] + c[4] == 0, "a cache with a stage of no share");
+    } else if (cache != MS_PROMPT_CACHE_OFF) {
         /* a tight share: entries evicted, some prefix still restored */
         if (want_ev)
             CHECK(ms_pcache_evictions(e->pcache) > 0 && c[1] + c[2] + c[3] + c[4] > 0, "evictions %lld",
