@@ -21,7 +21,8 @@
 #     edited): the generated ids and text of a one-process run without the
 #     cache, and cached_tokens > 0 on every line after the first (the
 #     identical prompt: all of it); also --parallel 2 --ram min --chunk 3
-#     (the first two side by side, both cold: the later three);
+#     (the first two side by side, both cold: the later three) and, in 3
+#     stages, with --speculate 3 (drafts and rollbacks after restores);
 #  4. `serve` under mpirun -np 2: a second chat sharing the system prompt
 #     (about 96 tokens) reports cached_tokens of at least 90 and answers what a cache-less
 #     one-process server answers;
@@ -118,6 +119,7 @@ batch_case() {  # np, options...
 }
 batch_case 2
 batch_case 3
+batch_case 3 --speculate 3
 batch_case 2 --parallel 2 --ram min --chunk 3 --prompt-cache-ram 64M
 
 # 4. serve: a second chat sharing the system prompt
