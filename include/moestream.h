@@ -170,15 +170,17 @@ typedef struct ms_engine_params {
        leaves of the budget, possibly nothing; with MS_RAM_MIN: none; without a budget:
        MS_PROMPT_CACHE_DEFAULT); > 0: that much, taken from the store's share of ram_bytes
        (MS_E_BUDGET when the store's floor no longer fits); MS_PROMPT_CACHE_OFF: none.
-       Off in a pipeline. The bits do not change (docs/ARCHITECTURE.md, "Prompt cache"). */
+       In a pipeline every stage sizes its own share so and keeps its layers' part of
+       each entry; a stage with none turns the cache off. The bits do not change
+       (docs/ARCHITECTURE.md, "Prompt cache"). */
     int64_t prompt_cache_bytes;
     /* the prompt cache on disk: snapshots also written as files in this directory
        (created if missing), so that another process of the same model (a restarted
        server, a new `run`) starts warm. NULL = none. Looked up after the RAM cache; a
        hit is loaded into the session (and the RAM cache). Every file names the model
        and weights it belongs to and carries a checksum: a damaged, truncated, foreign
-       or stale one is ignored with a warning and removed, never used. Off in a
-       pipeline. The bits do not change (docs/ARCHITECTURE.md, "Prompt cache on disk"). */
+       or stale one is ignored with a warning and removed, never used. Not used in a
+       pipeline (a warning; its cache is in RAM only). The bits do not change (docs/ARCHITECTURE.md, "Prompt cache on disk"). */
     const char *prompt_cache_dir;
     /* bytes the directory's entries may take: 0 = MS_PROMPT_CACHE_DISK_DEFAULT */
     int64_t prompt_cache_disk_bytes;
@@ -308,6 +310,8 @@ typedef struct ms_stats {
                                    them: the next chunk starts while the later stages work */
     int64_t stage_trunk_bytes[MS_MAX_STAGES], stage_expert_bytes[MS_MAX_STAGES];
     int64_t stage_peak_rss[MS_MAX_STAGES];  /* each stage's process (peak_rss_bytes: stage 0's) */
+    int64_t stage_prompt_cache_bytes[MS_MAX_STAGES];    /* a pipeline: what each stage's part of
+                                                           the prompt cache holds now */
     /* the prompt cache: prompt tokens restored instead of fed, restores, and what it holds
        now (bytes and entries; not reset) out of prompt_cache_cap */
     int64_t prompt_tokens_reused, prompt_cache_hits;

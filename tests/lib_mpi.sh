@@ -1,6 +1,6 @@
-# tests/lib_mpi.sh - sourced by the pipeline tests (t_pipeline.sh, t_hosts.sh,
-# t_nompi.sh): the environment every mpirun there needs, and whether the build
-# has the pipeline at all (BUILD must be set).
+# tests/lib_mpi.sh - sourced by the pipeline tests (t_pipeline.sh, t_pcpipe.sh,
+# t_hosts.sh, t_nompi.sh): the environment every mpirun there needs, whether
+# the build has the pipeline at all (BUILD must be set), and the local mpirun.
 #
 # Open MPI refuses root unless told; the test machines run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -19,4 +19,14 @@ mpi_or_skip() {
     echo "$1: not run: this build has no MPI (make MPI=0), so there is no pipeline to test"
     echo "$1: 0 passed, 0 failed"
     exit 0
+}
+# mpi_local NAME: sets MPI, the mpirun of the tests that run every stage on this
+# machine (over shared memory); when mpirun is missing NAME fails with the reason
+# and the script ends.
+mpi_local() {
+    MPI="mpirun --oversubscribe --mca btl self,vader"
+    command -v mpirun >/dev/null && return 0
+    echo "FAIL: mpirun is missing (make setup installs openmpi-bin)"
+    echo "$1: 0 passed, 1 failed"
+    exit 1
 }

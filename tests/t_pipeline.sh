@@ -38,11 +38,7 @@ PY=/usr/bin/python3
 . tests/lib.sh
 . tests/lib_mpi.sh
 mpi_or_skip t_pipeline
-MPI="mpirun --oversubscribe --mca btl self,vader"
-if ! command -v mpirun >/dev/null; then
-    bad "mpirun is missing (make setup installs openmpi-bin)"
-    echo "t_pipeline: $pass passed, $fail failed"; exit 1
-fi
+mpi_local t_pipeline
 
 # 1. every logits row, one process against 2 and 3 stages
 dump_case() {   # model, np, options...

@@ -247,7 +247,7 @@ ms_status ms_pipe_split_model(const ms_model *dry, const char *spec, int n, int 
 
 /* ---- the pipeline across processes (engine/pipe.c, above the engine) ---- */
 enum { MS_PIPE_OPEN = 1, MS_PIPE_CLOSE, MS_PIPE_RESET, MS_PIPE_COPY, MS_PIPE_ROLLBACK, MS_PIPE_STATS_RESET,
-       MS_PIPE_SET_PAST };
+       MS_PIPE_SET_PAST, MS_PIPE_PC_STORE, MS_PIPE_PC_RESTORE, MS_PIPE_PC_DROP };
 /* What the engine asks of the other stages. Stage 0's calls; each is made
  * only while its engine's pipe_up is set (every stage opened). */
 struct ms_pipe_hooks {
@@ -259,7 +259,10 @@ struct ms_pipe_hooks {
      * in msg). Called on every stage, e NULL when own failed. */
     ms_status (*meet)(ms_engine *e, ms_status own, char *msg, size_t len);
     /* Apply a session operation on every other stage (a0, a1: the session
-     * ids; ROLLBACK: a1 = n_keep; OPEN: a1 = 1 to record for speculation). */
+     * ids; ROLLBACK: a1 = n_keep; OPEN: a1 = 1 to record for speculation;
+     * the prompt cache's parts (engine/prefix_cache.h), a1 = the entry id:
+     * PC_STORE / PC_RESTORE a0 = the session, PC_DROP a0 = 1 when a stage
+     * without the part passes). */
     ms_status (*op)(ms_engine *e, int op, int64_t a0, int64_t a1, char *msg, size_t len);
     /* One layer's state of session `id` (layer il, held by another stage)
      * read from it (get) or written to it (put), n floats in buf: a KDA

@@ -348,11 +348,14 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
         (st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err)) != MS_OK)
         return st;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
-    /* the prompt cache: its share of the budget (plan_budget); none in a pipeline */
+    /* the prompt cache: its share of the budget (plan_budget); in a pipeline
+       every stage holds its layers' part of the entries (prefix_cache.h), in
+       RAM only */
     ms_engine_text_ids(e);
-    if (e->n_stages == 1) e->pcache = ms_pcache_init(&e->model, e->cfg.vocab_size, e->pcache_bytes);
+    e->pcache = ms_pcache_init(e, e->pcache_bytes);
     if (e->n_stages > 1 && e->p.prompt_cache_dir && e->stage == 0)
-        ms_log(&e->log, MS_LOG_WARN, "the prompt cache is off in a pipeline: %s is not used", e->p.prompt_cache_dir);
+        ms_log(&e->log, MS_LOG_WARN, "the prompt cache on disk is not kept in a pipeline (the one in RAM is): "
+               "%s is not used", e->p.prompt_cache_dir);
     if (e->n_stages == 1 && e->p.prompt_cache_dir &&
         (st = ms_pdisk_open(e, e->p.prompt_cache_dir, e->p.prompt_cache_disk_bytes, e->p.prompt_cache_fault_write,
                             &e->pdisk, err)) != MS_OK)

@@ -5,7 +5,9 @@
  * Stage 0 runs the command: tokenizer, sessions, sampling, the embedding, its
  * layers, the final norms and lm_head. Stage r > 0 runs layers
  * [start[r], start[r + 1]) and keeps, per session of stage 0, the state of
- * those layers only. Every process opens its own copy of the checkpoint under
+ * those layers only, and its layers' part of each prompt-cache entry
+ * (engine/prefix_cache.h: stage 0 keeps the index and tells it to store,
+ * restore or drop a part). Every process opens its own copy of the checkpoint under
  * its own budget, so the machines' RAM adds up and each disk reads only its
  * stage's bytes.
  *
@@ -36,6 +38,7 @@
  */
 #include "engine/engine_int.h"
 #include "engine/pipe_msg.h"
+#include "engine/prefix_cache.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -202,6 +205,12 @@ static ms_status stages_meet(ms_engine *e, ms_status own, char *msg, size_t len)
            trunk: a group costs a stage no reads then, only its turn */
         e->pipe_groups = e->p.stage_groups > 0 ? e->p.stage_groups : streamed == 0 ? g.size : 1;
         if (e->pipe_groups > MS_PIPE_MAX_GROUPS) e->pipe_groups = MS_PIPE_MAX_GROUPS;
+        if (e->pcache && !ms_pcache_shared(e->pcache)) {
+            /* a stage with no share could keep no entry's part: no cache at all */
+            ms_log(&e->log, MS_LOG_INFO, "prompt cache off: a pipeline stage has no share of its budget for it");
+            ms_pcache_free(e->pcache);
+            e->pcache = NULL;
+        }
         return MS_OK;
     }
     quit_stages(ok);
@@ -457,10 +466,11 @@ static ms_status stages_layer_state(ms_engine *e, int get, int64_t id, int il, i
 static void stages_add_stats(const ms_engine *e, ms_stats *st) {
     st->stage_group_passes = g.group_passes;
     st->stage_async_chunks = g.async_chunks;
+    st->stage_prompt_cache_bytes[0] = ms_pcache_used(e->pcache);
     ms_err err;
     ms_err_clear(&err);
     pthread_mutex_lock(&g.mu);
-    const size_t n = sizeof(hdr) + (size_t)g.size * 3 * sizeof(int64_t);
+    const size_t n = sizeof(hdr) + (size_t)g.size * STATS_PER_STAGE * sizeof(int64_t);
     hdr *h = (hdr *)room(n);
     memset(g.buf, 0, n);
     h->op = OP_STATS;
@@ -468,11 +478,13 @@ static void stages_add_stats(const ms_engine *e, ms_stats *st) {
     if (round_trip(n, OP_STATS, &err, &nr) == MS_OK && nr == n) {
         const int64_t *v = (const int64_t *)(g.buf + sizeof(hdr));
         for (int r = 1; r < g.size; r++) {
-            st->stage_trunk_bytes[r] = v[3 * r];
-            st->stage_expert_bytes[r] = v[3 * r + 1];
-            st->stage_peak_rss[r] = v[3 * r + 2];
-            st->trunk_bytes_read += v[3 * r];
-            st->expert_bytes_read += v[3 * r + 1];
+            const int64_t *w = v + STATS_PER_STAGE * r;
+            st->stage_trunk_bytes[r] = w[0];
+            st->stage_expert_bytes[r] = w[1];
+            st->stage_peak_rss[r] = w[2];
+            st->stage_prompt_cache_bytes[r] = w[3];
+            st->trunk_bytes_read += w[0];
+            st->expert_bytes_read += w[1];
         }
     }
     pthread_mutex_unlock(&g.mu);
@@ -588,7 +600,9 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
         stage_state(e, t, n);
         return;
     }
-    ms_session *s = h->op == OP_STATS || h->op == MS_PIPE_OPEN || h->op == MS_PIPE_STATS_RESET ? NULL : find(t, h->a0);
+    ms_session *s = h->op == OP_STATS || h->op == MS_PIPE_OPEN || h->op == MS_PIPE_STATS_RESET ||
+                    h->op == MS_PIPE_PC_DROP ? NULL : find(t, h->a0);
+    char m[400] = "";
     switch (h->op) {
     case MS_PIPE_OPEN: {
         if (find(t, h->a0)) { fail(h, MS_E_INTERNAL, "%s", "a session opened twice"); break; }
@@ -638,20 +652,36 @@ static void stage_op(ms_engine *e, stage_sessions *t, size_t *n) {
         if (s && h->a1 >= 0 && h->a1 <= s->st.max_ctx) { s->st.n_past = h->a1; s->rb.n_rec = 0; }
         else if (s) fail(h, MS_E_INTERNAL, "%s", "a position past the context");
         break;
+    case MS_PIPE_PC_STORE:      /* the prompt cache's parts (engine/prefix_cache.h) */
+        if (s && ms_pcache_part_store(e->pcache, h->a1, &s->st, m, sizeof m) != MS_OK) fail(h, MS_E_INTERNAL, "%s", m);
+        break;
+    case MS_PIPE_PC_RESTORE:
+        if (s && ms_pcache_part_restore(e->pcache, h->a1, &s->st, m, sizeof m) != MS_OK) fail(h, MS_E_INTERNAL, "%s", m);
+        else if (s) s->rb.n_rec = 0;
+        break;
+    case MS_PIPE_PC_DROP:
+        if (ms_pcache_part_drop(e->pcache, h->a1, h->a0 == 1, m, sizeof m) != MS_OK) fail(h, MS_E_INTERNAL, "%s", m);
+        break;
     case OP_STATS: {
-        if (*n != sizeof *h + (size_t)g.size * 3 * sizeof(int64_t)) { fail(h, MS_E_INTERNAL, "%s", "a malformed message"); break; }
+        if (*n != sizeof *h + (size_t)g.size * STATS_PER_STAGE * sizeof(int64_t)) {
+            fail(h, MS_E_INTERNAL, "%s", "a malformed message");
+            break;
+        }
         ms_stats st;
         ms_engine_stats(e, &st);
         int64_t *v = (int64_t *)(g.buf + sizeof *h);
-        v[3 * g.rank] = st.trunk_bytes_read;
-        v[3 * g.rank + 1] = st.expert_bytes_read;
-        v[3 * g.rank + 2] = st.peak_rss_bytes;
+        int64_t *w = v + STATS_PER_STAGE * g.rank;
+        w[0] = st.trunk_bytes_read;
+        w[1] = st.expert_bytes_read;
+        w[2] = st.peak_rss_bytes;
+        w[3] = ms_pcache_used(e->pcache);
         return;
     }
     default:
         fail(h, MS_E_INTERNAL, "%s", "an unknown operation");
     }
-    if (!s && h->status == MS_OK && (h->op == MS_PIPE_RESET || h->op == MS_PIPE_ROLLBACK || h->op == MS_PIPE_SET_PAST))
+    if (!s && h->status == MS_OK && (h->op == MS_PIPE_RESET || h->op == MS_PIPE_ROLLBACK || h->op == MS_PIPE_SET_PAST ||
+                                     h->op == MS_PIPE_PC_STORE || h->op == MS_PIPE_PC_RESTORE))
         fail(h, MS_E_INTERNAL, "%s", "an unknown session");
     *n = sizeof *h;
 }

@@ -4,6 +4,7 @@
  * Does not: decide the pipeline's groups or close stages (pipe.c).
  */
 #include "engine/pipe_msg.h"
+#include "engine/prefix_cache.h"
 
 #include <stdio.h>
 
@@ -32,6 +33,7 @@ void ms_pipe_ready_fill(ready *rd, const ms_engine *e, ms_status own, const char
     rd->hash = e->model_hash;
     rd->sums = ms_pipe_sums_digest(e);
     rd->sample = e->weights_id.sample;
+    rd->pcache_cap = ms_pcache_cap(e->pcache);
 }
 
 ms_status ms_pipe_ready_check(const ready *rd, int r, ms_engine *e, uint64_t sums, int64_t *streamed, char *b,
@@ -65,6 +67,7 @@ ms_status ms_pipe_ready_check(const ready *rd, int r, ms_engine *e, uint64_t sum
         return MS_E_USAGE;
     }
     if (rd->chunk < e->p.prefill_chunk) e->p.prefill_chunk = rd->chunk;    /* every stage's scratch holds the pass */
+    ms_pcache_set_share(e->pcache, r, rd->pcache_cap);
     *streamed += rd->streamed;
     if (!sums != !rd->sums)
         ms_log(&e->log, MS_LOG_WARN, "pipeline stage %d has %s checksum sidecar and stage 0 %s: their weights "

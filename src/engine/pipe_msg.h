@@ -6,13 +6,15 @@
  *             (the activations after the previous stage's last layer; each
  *             stage replaces them with its own, and the last one's come back
  *             to stage 0, which goes on with the final norms and lm_head);
- *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET   the header only;
+ *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET, PC_STORE,
+ *             PC_RESTORE, PC_DROP (the prompt cache's parts)   the header only;
  *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
  *             the stage holding the layer appends it / takes it out;
- *   STATS     int64 [N][3]: each stage fills its trunk and expert bytes and
- *             its peak RSS.
+ *   STATS     int64 [N][STATS_PER_STAGE]: each stage fills its trunk and
+ *             expert bytes, its peak RSS and its prompt cache's bytes.
  * At open every stage r > 0 sends stage 0 a READY (status, layers, prompt
- * chunk, model hash, what its checksum sidecar says of the weights).
+ * chunk, model hash, what its checksum sidecar says of the weights, its
+ * share of the prompt cache).
  * Invariant: every process of a pipeline runs the same build, so the structs
  * travel as their bytes.
  */
@@ -27,6 +29,7 @@
 enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
 enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
 enum { F_RECORD = 1, F_PREDICT = 2 };
+enum { STATS_PER_STAGE = 4 };
 
 typedef struct hdr {
     int32_t op, status;         /* status: MS_OK, or the first failure on the way (err) */
@@ -47,6 +50,7 @@ typedef struct ready {
     uint64_t hash;
     uint64_t sums;              /* ms_sums_content_hash of its sidecar (0: weights not verified) */
     uint64_t sample;            /* the sampled fingerprint of its weights (ms_weights_identity) */
+    int64_t pcache_cap;         /* its share of the prompt cache (0: none) */
     char err[448];
 } ready;
 
@@ -75,7 +79,8 @@ void ms_pipe_ready_fill(ready *rd, const ms_engine *e, ms_status own, const char
 /* Stage 0's verdict on stage r's READY: MS_OK, or why the pipeline cannot
  * run (into b). e: stage 0's engine, NULL when its own open failed (only the
  * stage's status counts then). On MS_OK takes the smaller prompt chunk into
- * e, adds the stage's streamed bytes to *streamed, and warns when only one
+ * e and the stage's prompt-cache share into e->pcache, adds the stage's
+ * streamed bytes to *streamed, and warns when only one
  * of the two has a checksum sidecar. Refuses other weights: the identities
  * (ms_weights_id_same: the sums digests when both have a sidecar, else the
  * sampled fingerprints) must agree. sums: stage 0's ms_pipe_sums_digest. */

@@ -245,7 +245,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
                                  (long long)cfg->num_experts, (long long)(cfg->num_hidden_layers - cfg->first_k_dense_replace),
                                  (long long)cfg->vocab_size, n_stages, n_stages > 1 ? "s" : "", n_stages, ram_bytes > 0 ? a : "none",
                                  (long long)chunk);
-    int64_t all = 0, worst = 0;
+    int64_t all = 0, worst = 0, cache[MS_MAX_STAGES] = { 0 };
     ms_status ret = MS_OK;
     for (int r = 0; r < n_stages; r++) {
         const ms_model *pm = &part[r];
@@ -267,6 +267,9 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
             continue;
         }
         const int64_t reads = decode_reads(&plan, cfg->num_experts, cfg->num_experts_per_token);
+        /* its share of the prompt cache: what its plan leaves (ms_prompt_cache_plan) */
+        cache[r] = ram_bytes > 0 ? ms_store_budget(ram_bytes, session, overhead) - plan.total_bytes
+                   : ram_bytes == MS_RAM_MIN ? 0 : MS_PROMPT_CACHE_DEFAULT;
         all += reads;
         if (reads > worst) worst = reads;
         human(plan.total_bytes + session + overhead + MS_SLACK_BYTES, b, sizeof b);
@@ -287,6 +290,16 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
         at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                                "reads per decode token: %s on the busiest stage, %s in all (each stage reads its own disk;"
                                " the stages run one after another on a token)\n", b, c);
+        at += (size_t)snprintf(out + at, n > at ? n - at : 0, "prompt cache per stage:");
+        for (int r = 0; r < n_stages; r++) {
+            human(cache[r] > 0 ? cache[r] : 0, b, sizeof b);
+            at += (size_t)snprintf(out + at, n > at ? n - at : 0, " %d: %s%s", r, b, r + 1 < n_stages ? "," : "");
+        }
+        at += (size_t)snprintf(out + at, n > at ? n - at : 0,
+                               " (%s; each stage holds its layers' part of an entry, kept only where every share"
+                               " holds it; --prompt-cache-ram sets each)\n",
+                               ram_bytes > 0 ? "what each plan leaves" : ram_bytes == MS_RAM_MIN ? "none at the floor"
+                                                                                    : "no budget: the default cap");
     }
     for (int r = 0; r < n_stages; r++) ms_model_free(&part[r]);
     return ret;

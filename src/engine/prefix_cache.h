@@ -5,17 +5,31 @@
  *
  * Owns: the entries (ids[0, n), the logits row after position n - 1, and
  *   every layer's state at n as ms_state_layer lays it out: a KDA layer's S and
- *   conv history, an MLA layer's latent cache for positions [0, n)).
+ *   conv history, an MLA layer's latent cache (gpt-oss: keys and values) for
+ *   positions [0, n)).
+ * In a pipeline (mpirun -np N): stage 0 keeps the index (ids, logits row,
+ *   priorities, every eviction) and its own layers' state; stage r > 0 keeps
+ *   its layers' part of each entry, keyed by the id stage 0 gave it, within its
+ *   own share of its --ram (its ms_prompt_cache_plan, reported to stage 0 at
+ *   open: ms_pcache_set_share). Stage 0 tells the stages to store, restore or
+ *   drop a part (MS_PIPE_PC_STORE / RESTORE / DROP, engine/pipe.c): a part's
+ *   size is computable on stage 0 from the config and the split (the state of
+ *   stage r's layers at n positions), so it counts every stage's use.
  * Invariants:
  *   1. An entry holds exactly the state a session has after feeding ids[0, n)
- *      from a reset (it is a copy of one), so restoring it and feeding the rest
+ *      from a reset (it is a copy of one, in a pipeline every stage's part of
+ *      the same session at the same n), so restoring it and feeding the rest
  *      gives the bits a cold feed gives (feeds split anywhere give the same
  *      bits: docs/DETERMINISM.md, items 3 and 11).
- *   2. used_bytes <= cap_bytes; an entry larger than the cap is not kept.
+ *   2. Every stage's use <= its share: stage 0 admits an entry only when each
+ *      stage's part fits its share once lower priorities are evicted (an entry
+ *      larger than some stage's share is not kept); a stage whose share is 0
+ *      turns the cache off (ms_pcache_shared).
  *   3. Eviction is GreedyDual-Size: an entry's priority is the clock at its
- *      last use plus the tokens a hit saves per byte it holds; the lowest goes
- *      first and sets the clock.
- * Does not: hold state of a pipeline's other stages (the cache is off with a
+ *      last use plus the tokens a hit saves per byte it holds on stage 0; the
+ *      lowest goes first (on every stage) and sets the clock.
+ * Does not: keep a pipeline's entries on disk (prefix_disk.c runs in one
+ *   process only: --prompt-cache DIR is warned about and unused in a
  *   pipeline). The same snapshots on disk: engine/prefix_disk.c, declared
  *   below (ms_pdisk_*).
  */
@@ -24,30 +38,51 @@
 
 #include "base/err.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct ms_pcache ms_pcache;
 struct ms_session;
-struct ms_model;
+struct ms_state;
+struct ms_engine;
 
-/* A cache of at most cap_bytes for sessions of model m with n_vocab logits
- * (NULL with cap_bytes <= 0 or out of memory: no cache). */
-ms_pcache *ms_pcache_init(const struct ms_model *m, int64_t n_vocab, int64_t cap_bytes);
+/* A cache of at most cap_bytes for e (its model, opened; on a stage r > 0 of a
+ * pipeline it holds that stage's parts): NULL with cap_bytes <= 0 or out of
+ * memory (no cache). */
+ms_pcache *ms_pcache_init(struct ms_engine *e, int64_t cap_bytes);
 void ms_pcache_free(ms_pcache *pc);
-/* The bytes an entry of n positions takes. */
-int64_t ms_pcache_entry_bytes(const struct ms_model *m, int64_t n_vocab, int64_t n);
+/* Stage 0: stage r's share (its cap), from its READY. */
+void ms_pcache_set_share(ms_pcache *pc, int r, int64_t cap_bytes);
+/* Whether every stage has a share (> 0): else nothing would ever be kept. */
+int ms_pcache_shared(const ms_pcache *pc);
+/* Whether an entry of n positions fits every stage's share without evicting. */
+int ms_pcache_room(const ms_pcache *pc, int64_t n);
 /* The longest entry whose ids are a prefix of ids[0, n): its length (0: none),
  * and in *lcp the longest prefix ids[0, n) shares with any entry's ids. */
 int64_t ms_pcache_lookup(ms_pcache *pc, const int32_t *ids, int64_t n, int64_t *lcp);
-/* Copy the entry of length len found by lookup into s (state, ids, logits);
- * it counts as a hit. */
-void ms_pcache_restore(ms_pcache *pc, const int32_t *ids, int64_t len, struct ms_session *s);
+/* Copy the entry of length len found by lookup into s (state, ids, logits;
+ * the other stages their parts); it counts as a hit. A stage's failure: its
+ * status, and s is unsound (sticky). */
+ms_status ms_pcache_restore(ms_pcache *pc, const int32_t *ids, int64_t len, struct ms_session *s);
 /* Keep a copy of s's state at its n_past (a no-op when an entry of the same
  * ids is already held; it is touched). */
 void ms_pcache_store(ms_pcache *pc, const struct ms_session *s);
 int64_t ms_pcache_used(const ms_pcache *pc);
 int64_t ms_pcache_cap(const ms_pcache *pc);
 int ms_pcache_count(const ms_pcache *pc);
+/* Entries evicted so far; stage 0: what stage r's parts take by its count
+ * (stage r reports its own in ms_stats.stage_prompt_cache_bytes: equal). */
+int64_t ms_pcache_evictions(const ms_pcache *pc);
+int64_t ms_pcache_stage_used(const ms_pcache *pc, int r);
+
+/* A stage r > 0's side of MS_PIPE_PC_* (engine/pipe.c): keep st's layers at
+ * its n_past as entry id; restore entry id into st (n_past set); drop it
+ * (missing_ok: an unknown id passes). MS_E_INTERNAL, the reason in msg, for
+ * an unknown or repeated id or a part over the stage's share (stage 0 out of
+ * step); MS_E_NOMEM. */
+ms_status ms_pcache_part_store(ms_pcache *pc, int64_t id, const struct ms_state *st, char *msg, size_t len);
+ms_status ms_pcache_part_restore(ms_pcache *pc, int64_t id, struct ms_state *st, char *msg, size_t len);
+ms_status ms_pcache_part_drop(ms_pcache *pc, int64_t id, int missing_ok, char *msg, size_t len);
 
 /* ---- the prompt cache on disk (engine/prefix_disk.c: the file format, the
  * checks, the eviction) ---- */
