@@ -330,7 +330,8 @@ def parse_plan(text):
 
 
 def plan(model, ram):
-    r = sh([MOESTREAM, "plan", model, "--ram", ram], check=False)
+    # decodebench does not speculate unless asked: its plan is --speculate 0's
+    r = sh([MOESTREAM, "plan", model, "--ram", ram, "--speculate", "0"], check=False)
     p = parse_plan(r.stdout)
     p["fits"] = r.returncode == 0
     p["ram"] = ram

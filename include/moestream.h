@@ -106,8 +106,14 @@ typedef struct ms_engine_params {
        resident budget the bytes the compute touches; a pass verifying k sessions' drafts
        weighs 1/k of its trunk for each), from the source expected to gain
        most (--speculate auto); 0 = every pass drafts what its source offers, up to the
-       n_draft asked (--speculate K). The bits do not change either way. */
+       n_draft asked (--speculate K). The bits do not change either way. With draft_auto
+       and a prefill_chunk given below max_draft + 1, max_draft is prefill_chunk - 1 (at
+       chunk 1: no speculation) instead of the chunk being refused. */
     int draft_auto;
+    /* with draft_auto: > 0 = the bytes a pass and a fed token cost, given instead of this
+       run's measured ones (`--draft-costs`): what auto would choose for another model or
+       budget, from this one's drafts (docs/PERFORMANCE.md projects K3 so). 0 = measured. */
+    double draft_pass_bytes, draft_token_bytes;
     /* with max_draft > 0: a text file (at most 8 MiB) tokenized at open, a draft source
        beside the session's own tokens and the engine's earlier outputs; its index (at
        most 2 Mi tokens, 8 bytes each) and the history of outputs (at most 1 Mi tokens,

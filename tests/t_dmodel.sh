@@ -7,12 +7,17 @@
 #     --draft-model print the ids of --speculate 0, the same first-step logits
 #     (--dump-logits) and a byte-identical saved session; the JSON stats count
 #     drafts of the source "model" (drafted_by_source, draft_model_tokens);
+#     and with every kernel table the CPU runs, the ids, logits and session
+#     of plain decoding;
 #  2. `serve --speculate auto --draft-model` answers completions (greedy and
 #     seeded) with the text and token counts of `serve` without it, and
 #     /metrics counts drafted tokens of source="model";
-#  3. `plan --draft-model` shows the draft's line and a larger total;
+#  3. `plan --draft-model` shows the draft's line and a larger total, and
+#     under --pipeline 2 the line says stage 0 holds it and stage 0's planned
+#     bytes grow;
 #  4. refused, exit 2, naming both directories: a draft of another vocabulary
-#     (a generated model), a draft without --speculate;
+#     (a generated model), a draft with --speculate 0; without --speculate
+#     it drafts (auto is the default);
 #  5. `chat` from a pipe answers two messages alike with and without it; under
 #     mpirun -np 2 (a build with MPI) `run` gives the one-process ids with drafts
 #     of the model (it runs on the first stage);
@@ -68,6 +73,29 @@ for ram in min all; do
     done
 done
 
+# every kernel table this CPU runs, the draft model's too (--kernels is the
+# engine's, and the draft's): the ids, first logits and session of plain decoding
+run1() {    # name, flags...
+    local n=$1; shift
+    "$BIN" run $M --ram min --prompt "$P1" --max-tokens 24 --ignore-eos --json --quiet --dump-logits "$tmp/kl$n.f32" \
+        --save-session "$tmp/ks$n.bin" "$@" > "$tmp/kr$n.json" 2> "$tmp/ke$n.txt"
+}
+run1 plain --speculate 0 || bad "kernels: plain run exited $?: $(cat "$tmp/keplain.txt")"
+ran=0
+for kt in ref avx2 avx512 avx512-l2; do
+    if ! run1 $kt --kernels $kt --speculate auto --draft-model $D; then
+        grep -q "lacks it" "$tmp/ke$kt.txt" && continue
+        bad "kernels $kt: run exited: $(cat "$tmp/ke$kt.txt")"; continue
+    fi
+    ran=$((ran + 1))
+    [ "$(field "$tmp/kr$kt.json" 'd["generated_ids"]')" = "$(field "$tmp/krplain.json" 'd["generated_ids"]')" ] &&
+        cmp -s "$tmp/klplain.f32" "$tmp/kl$kt.f32" && cmp -s "$tmp/ksplain.bin" "$tmp/ks$kt.bin" && ok ||
+        bad "kernels $kt with the draft model: ids, first logits or session differ from plain decoding"
+    [ "$(field "$tmp/kr$kt.json" 'd["kernels"] == "'$kt'" and d["stats"]["drafted_by_source"]["model"] > 0')" = True ] && ok ||
+        bad "kernels $kt: not the table asked for, or no draft of the model"
+done
+[ $ran -ge 2 ] && ok || bad "kernels: only $ran tables ran (ref and at least one other expected on x86-64)"
+
 # ---- 2. serve ----------------------------------------------------------------------------
 start() {   # name, flags... -> URL in $tmp/url.name
     local name=$1; shift
@@ -98,13 +126,24 @@ grep -q "draft model $D (resident" "$tmp/p1.txt" && ! grep -q "draft model" "$tm
 t0=$(sed -n 's/^total planned: \([0-9.]*\) MiB/\1/p' "$tmp/p0.txt"); t1=$(sed -n 's/^total planned: \([0-9.]*\) MiB/\1/p' "$tmp/p1.txt")
 [ -n "$t0" ] && [ -n "$t1" ] && $PY -c "import sys; sys.exit(0 if float('$t1') > float('$t0') else 1)" && ok ||
     bad "plan: the draft adds nothing to the total ($t0 MiB, $t1 MiB)"
+"$BIN" plan $M --ram 80M --pipeline 2 > "$tmp/q0.txt"
+"$BIN" plan $M --ram 80M --pipeline 2 --draft-model $D > "$tmp/q1.txt"
+grep -q "draft model $D (resident.*(stage 0 holds it" "$tmp/q1.txt" && ! grep -q "draft model" "$tmp/q0.txt" && ok ||
+    bad "plan --pipeline 2: the draft's line"
+s0=$(awk '$1 == 0 {print $3}' "$tmp/q0.txt"); s1=$(awk '$1 == 0 {print $3}' "$tmp/q1.txt")
+r0=$(awk '$1 == 1 {print $3}' "$tmp/q0.txt"); r1=$(awk '$1 == 1 {print $3}' "$tmp/q1.txt")
+[ -n "$s0" ] && [ -n "$r0" ] && [ "$r0" = "$r1" ] && $PY -c "import sys; sys.exit(0 if float('$s1') > float('$s0') else 1)" && ok ||
+    bad "plan --pipeline 2: stage 0 holds the draft ($s0 -> $s1 MiB), stage 1 not ($r0 -> $r1 MiB)"
 
 # ---- 4. refused --------------------------------------------------------------------------
 "$BIN" run $M --prompt x --speculate 4 --draft-model "$TD/a" > /dev/null 2> "$tmp/ce.txt"; rc=$?
 [ $rc = 2 ] && grep -q -- "--draft-model $TD/a" "$tmp/ce.txt" && grep -q "$M" "$tmp/ce.txt" && ok ||
     bad "a draft of another vocabulary: exit $rc, '$(cat "$tmp/ce.txt")'"
-"$BIN" run $M --prompt x --draft-model $D > /dev/null 2> "$tmp/ce.txt"; rc=$?
-[ $rc = 2 ] && grep -q -- "--speculate" "$tmp/ce.txt" && ok || bad "--draft-model without --speculate: exit $rc, '$(cat "$tmp/ce.txt")'"
+"$BIN" run $M --prompt x --draft-model $D --speculate 0 > /dev/null 2> "$tmp/ce.txt"; rc=$?
+[ $rc = 2 ] && grep -q -- "--speculate" "$tmp/ce.txt" && ok || bad "--draft-model with --speculate 0: exit $rc, '$(cat "$tmp/ce.txt")'"
+# without --speculate: auto, the default of the commands that generate
+"$BIN" run $M --prompt x --max-tokens 4 --draft-model $D --json --quiet > "$tmp/cd.txt" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q '"draft_model_tokens"' "$tmp/cd.txt" && ok || bad "--draft-model, --speculate left out (auto): exit $rc, '$(head -c 300 "$tmp/cd.txt")'"
 
 # ---- 5. chat, and a pipeline of two processes ----------------------------------------
 printf 'Who was Moses?\nAnd then?\n' | "$BIN" chat $M --quiet --max-tokens 40 > "$tmp/c0.txt" 2>&1

@@ -7,7 +7,7 @@
 #     `batch --speculate 4 --draft-model models/k3-tiny-draft --parallel 4
 #     --ram min` on five lines (greedy text that repeats itself, seeded
 #     sampling, a stop string, ids, different lengths): every result's
-#     generated_ids and text equal `moestream run` without --speculate on the
+#     generated_ids and text equal `moestream run --speculate 0` on the
 #     same prompt, --max-tokens and sampling, and the whole lines equal
 #     `batch` without --speculate but for the speculation fields they add
 #     (decode_passes, drafted, accepted, both by source), with drafts
@@ -20,7 +20,7 @@
 #  3. `serve --parallel 2 --speculate 4`: five requests sent at once (greedy
 #     and seeded completions, a stop string, a streamed chat with logprobs, a
 #     length limit) answer exactly as the same requests sent one at a time
-#     to `serve --parallel 1` without --speculate (text, finish reason,
+#     to `serve --parallel 1 --speculate 0` (text, finish reason,
 #     token counts, log-probabilities); every answer's usage.speculation is
 #     there (drafts accepted over all), and the answers' decode_passes add up
 #     to more than the server's decode steps (/health): steps served both
@@ -87,7 +87,7 @@ for l, r in zip(open(sys.argv[1]), open(sys.argv[2])):
 EOF
 i=0
 while IFS=$'\t' read -r opt val args; do
-    out=$("$BIN" run $M "$opt" "$val" --temperature 0.8 --top-k 40 --repeat-penalty 1.1 $args --json --quiet)
+    out=$("$BIN" run $M "$opt" "$val" --speculate 0 --temperature 0.8 --top-k 40 --repeat-penalty 1.1 $args --json --quiet)
     want=$(printf '%s' "$out" | $PY -c "import json,sys; d=json.load(sys.stdin); print(json.dumps([d['generated_ids'], d.get('text')]))")
     for r in "${!runs[@]}"; do
         got=$(sed -n "$((i + 1))p" "$tmp/spec$r" | $PY -c "import json,sys; d=json.load(sys.stdin); print(json.dumps([d['generated_ids'], d.get('text')]))")
@@ -115,7 +115,7 @@ p1=$(passes "$tmp/se1"); p3=$(passes "$tmp/se3"); s1=$(sum_passes "$tmp/s1"); s3
 echo "batch, 3 requests: $s1 decode passes one at a time, $s3 request-passes in $p3 passes at --parallel 3"
 
 # ---- 3. serve --parallel 2 --speculate 4 ------------------------------------------------
-serve_start one $M --parallel 1
+serve_start one $M --parallel 1 --speculate 0
 serve_start par $M --parallel 2 --speculate 4
 u1=$(cat "$tmp/url.one"); u2=$(cat "$tmp/url.par")
 if [ -z "$u1" ] || [ -z "$u2" ]; then

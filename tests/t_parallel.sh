@@ -2,8 +2,8 @@
 # tests/t_parallel.sh - `serve --parallel 3`: requests served together answer
 # exactly as one at a time.
 #
-# Starts `serve --parallel 1` and `serve --parallel 3 --speculate 4` (steps in which
-# every slot decodes verify all their drafts in one pass) on the bundled
+# Starts `serve --parallel 1 --speculate 0` and `serve --parallel 3 --speculate 4` (steps in
+# which every slot decodes verify all their drafts in one pass) on the bundled
 # model, sends the same 7 requests to each, all at once (greedy and seeded
 # completions, a stop string, echo + logprobs, chat plain and streamed with
 # logprobs, a length limit), and compares each answer's text, finish reason, token
@@ -25,7 +25,7 @@ M=models/k3-tiny
 . tests/lib.sh
 [ -x "$BIN" ] || { bad "$BIN not found"; echo "t_parallel: $pass passed, $fail failed"; exit 1; }
 
-serve_start one $M --parallel 1
+serve_start one $M --parallel 1 --speculate 0
 serve_start par $M --parallel 3 --speculate 4
 u1=$(cat "$tmp/url.one"); u3=$(cat "$tmp/url.par")
 if [ -z "$u1" ] || [ -z "$u3" ]; then

@@ -22,7 +22,12 @@
 #     corpus of unrelated words: the same ids;
 #  5. a bad --draft-corpus (missing, a directory, over 8 MiB, a model without
 #     tokenizer, no --speculate) is exit 2 naming the flag, before the model
-#     loads (a missing model directory is not what is reported).
+#     loads (a missing model directory is not what is reported);
+#  6. without --speculate `run` drafts (auto is the default) and `plan`
+#     counts the rollback records; --chunk 4 shortens auto's drafts to 3,
+#     --chunk 1 turns them off, --speculate 8 --chunk 4 is refused;
+#     --draft-costs: a free pass gets no draft, a dear one long drafts; the
+#     ids of --speculate 0 throughout.
 # Prints "t_spec: N passed, N failed" as its last line.
 set -u
 cd "$(dirname "$0")/.."
@@ -168,9 +173,43 @@ for c in "$tmp/missing.txt" "$tmp" "$tmp/big.txt"; do
     "$BIN" run "$tmp/no-model" --prompt x --speculate auto --draft-corpus "$c" > /dev/null 2> "$tmp/ce.txt"; rc=$?
     [ $rc = 2 ] && grep -q -- "--draft-corpus $c" "$tmp/ce.txt" && ok || bad "--draft-corpus $c: exit $rc, '$(cat "$tmp/ce.txt")'"
 done
-"$BIN" run $M --prompt x --draft-corpus "$tmp/quote.txt" > /dev/null 2> "$tmp/ce.txt"; rc=$?
-[ $rc = 2 ] && grep -q -- "--speculate" "$tmp/ce.txt" && ok || bad "--draft-corpus without --speculate: exit $rc, '$(cat "$tmp/ce.txt")'"
+"$BIN" run $M --prompt x --draft-corpus "$tmp/quote.txt" --speculate 0 > /dev/null 2> "$tmp/ce.txt"; rc=$?
+[ $rc = 2 ] && grep -q -- "--speculate" "$tmp/ce.txt" && ok || bad "--draft-corpus with --speculate 0: exit $rc, '$(cat "$tmp/ce.txt")'"
 "$BIN" run "${MS_TESTDATA:-$BUILD/testdata}/a" --ids 1,2,3 --speculate auto --draft-corpus "$tmp/quote.txt" > /dev/null 2> "$tmp/ce.txt"; rc=$?
 [ $rc = 2 ] && grep -q -- "no tokenizer" "$tmp/ce.txt" && ok || bad "--draft-corpus, model without tokenizer: exit $rc, '$(cat "$tmp/ce.txt")'"
+
+# ---- 6. the default, a small chunk, given costs -------------------------------------------
+# run, chat, serve and plan speculate (auto) unless told --speculate 0; a
+# chunk smaller than auto's 8 + 1 shortens auto's drafts (chunk 1: none)
+# instead of being refused; an explicit K still needs K + 1; --draft-costs
+# steer auto: a pass that costs nothing (only experts read) is never worth
+# a draft, a costly pass is
+r6() {  # name, flags...
+    local n=$1; shift
+    "$BIN" run $M --ram min --prompt "$P1" --max-tokens 40 --ignore-eos --json --quiet "$@" > "$tmp/d$n.json" 2> "$tmp/de$n.txt"
+}
+r6 plain --speculate 0; r6 dflt; r6 c4 --chunk 4; r6 c1 --chunk 1; r6 free --draft-costs 0,1M; r6 dear --draft-costs 1G,1M
+idsp=$(field "$tmp/dplain.json" 'd["generated_ids"]')
+for n in dflt c4 c1 free dear; do
+    [ -s "$tmp/d$n.json" ] && [ "$(field "$tmp/d$n.json" 'd["generated_ids"]')" = "$idsp" ] && ok ||
+        bad "default speculation $n: ids differ or no output: $(cat "$tmp/de$n.txt")"
+done
+[ "$(field "$tmp/ddflt.json" 'd["stats"]["drafted"] > 0 and d["stats"]["decode_passes"] < d["stats"]["decode_tokens"]')" = True ] &&
+    ok || bad "run without --speculate drafted nothing (auto is the default)"
+[ "$(field "$tmp/dplain.json" 'd["stats"]["drafted"]')" = 0 ] && ok || bad "--speculate 0 drafted"
+[ "$(field "$tmp/dc4.json" 'd["stats"]["drafted"] > 0 and d["stats"]["drafted"] <= 3 * d["stats"]["decode_passes"]')" = True ] &&
+    ok || bad "--chunk 4: auto's drafts not 1..3 ids a pass"
+[ "$(field "$tmp/dc1.json" 'd["stats"]["drafted"]')" = 0 ] && ok || bad "--chunk 1: auto drafted"
+[ "$(field "$tmp/dfree.json" 'd["stats"]["drafted"]')" = 0 ] && ok || bad "--draft-costs 0,1M: auto drafted where a pass is free"
+[ "$(field "$tmp/ddear.json" 'd["stats"]["drafted"] > d["stats"]["accepted"] and d["stats"]["accepted"] > 0')" = True ] &&
+    ok || bad "--draft-costs 1G,1M: auto did not draft long where a pass is dear"
+"$BIN" run $M --prompt x --speculate 8 --chunk 4 > /dev/null 2> "$tmp/ce.txt"; rc=$?
+[ $rc = 2 ] && grep -q "prefill chunk 4 is out of \[9," "$tmp/ce.txt" && ok || bad "--speculate 8 --chunk 4: exit $rc, '$(cat "$tmp/ce.txt")'"
+"$BIN" run $M --prompt x --draft-costs 5 > /dev/null 2> "$tmp/ce.txt"; rc=$?
+[ $rc = 2 ] && grep -q -- "--draft-costs" "$tmp/ce.txt" && ok || bad "--draft-costs 5: exit $rc, '$(cat "$tmp/ce.txt")'"
+"$BIN" plan $M --ram min > "$tmp/p.txt"; "$BIN" plan $M --ram min --speculate 0 > "$tmp/p0.txt"
+ss() { sed -n 's/^  session (.*): \([0-9.]*\) MiB$/\1/p' "$1"; }
+[ -n "$(ss "$tmp/p.txt")" ] && $PY -c "import sys; sys.exit(0 if float('$(ss "$tmp/p.txt")') > float('$(ss "$tmp/p0.txt")') else 1)" &&
+    ok || bad "plan: the default plan's session ($(ss "$tmp/p.txt") MiB) holds no more than --speculate 0's ($(ss "$tmp/p0.txt") MiB)"
 
 echo "t_spec: $pass passed, $fail failed"

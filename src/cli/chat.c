@@ -76,6 +76,7 @@ static const char ABOUT[] =
 /* 0 parsed, 1 --help printed, -1 usage error (printed). */
 static int parse_chat(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
+    cli_opts_generating(&o->c);
     o->max_tokens = 512;
     o->sp = ms_sample_default_params();
     const char *dirs[1] = { NULL };

@@ -39,6 +39,8 @@ void cli_engine_params(const cli_opts *o, ms_engine_params *ep_out) {
     ep.no_pack = o->no_pack;
     ep.max_draft = o->speculate;
     ep.draft_auto = o->speculate_auto;
+    ep.draft_pass_bytes = (double)o->draft_costs[0];
+    ep.draft_token_bytes = (double)o->draft_costs[1];
     ep.draft_corpus = o->draft_corpus;
     ep.draft_model = o->draft_model;
     ep.n_seq = o->parallel;

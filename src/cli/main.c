@@ -61,6 +61,7 @@ static const cli_opt run_table[] = {
 static int parse_run(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_gen = 64;
+    cli_opts_generating(&o->c);
     o->sp = ms_sample_default_params();
     const cli_cmd cmd = { "run", "MODEL_DIR [options]",
                           "Generate from a prompt. Text prompts stop at a stop token or --max-tokens; the\n"

@@ -48,6 +48,27 @@ static int parse_speculate(void *dst, const char *v, char *why, size_t why_len) 
     return 0;
 }
 
+void cli_opts_generating(cli_opts *o) {
+    o->speculate = MS_SPECULATE_AUTO;
+    o->speculate_auto = 1;
+}
+
+/* --draft-costs PASS,TOKEN: two sizes. */
+static int parse_draft_costs(void *dst, const char *v, char *why, size_t why_len) {
+    int64_t *c = (int64_t *)dst;
+    const char *comma = strchr(v, ',');
+    char a[64];
+    if (comma && (size_t)(comma - v) < sizeof a) {
+        memcpy(a, v, (size_t)(comma - v));
+        a[comma - v] = 0;
+        c[0] = cli_parse_size(a);
+        c[1] = cli_parse_size(comma + 1);
+        if (c[0] >= 0 && c[1] > 0) return 0;
+    }
+    snprintf(why, why_len, "two sizes PASS,TOKEN (the bytes a pass and a fed token cost), e.g. 100.8G,24.06G");
+    return -1;
+}
+
 #define C(f) offsetof(cli_opts, f)
 /* --prompt-cache-ram: a size; 0 = no prompt cache (MS_PROMPT_CACHE_OFF). */
 static int parse_prompt_cache(void *dst, const char *v, char *why, size_t why_len) {
@@ -87,13 +108,15 @@ const cli_opt cli_common_opts[] = {
     { "--no-predict-experts", CLI_FLAG, C(no_predict_experts), NULL, 0, 0, NULL,
       "do not prefetch the experts the next layer's router predicts", 1, NULL, NULL },
     { "--predict-experts", CLI_FLAG, C(no_predict_experts), NULL, 0, 0, NULL, NULL, 0, NULL, NULL },
-    { "--speculate", CLI_CUSTOM, C(speculate), "K|auto", 0, 0, "0 = off",
+    { "--speculate", CLI_CUSTOM, C(speculate), "K|auto", 0, 0, "auto where tokens are generated; 0 = off",
       "decode: verify up to K drafted tokens per pass (same bits); auto: up to 8, as many as pay;"
       " --draft-corpus FILE: also draft from this text; --draft-model DIR: from this smaller model",
       0, parse_speculate, NULL },
     /* in --speculate's help (--help stays within 60 lines) */
     { "--draft-corpus", CLI_STR, C(draft_corpus), "FILE", 0, 0, NULL, NULL, 0, NULL, NULL },
     { "--draft-model", CLI_STR, C(draft_model), "DIR", 0, 0, NULL, NULL, 0, NULL, NULL },
+    /* a projection's costs for auto (docs/PERFORMANCE.md), not in the help */
+    { "--draft-costs", CLI_CUSTOM, C(draft_costs), "PASS,TOKEN", 0, 0, NULL, NULL, 0, parse_draft_costs, NULL },
     { "--chunk", CLI_I64, C(chunk), "N", 1, 65536, "chosen for --ram, else 32",
       "prompt tokens per pass over the weights (same bits)", 0, NULL, NULL },
     { "--parallel", CLI_INT, C(parallel), "N", 1, 64, "1",

@@ -96,6 +96,7 @@ typedef struct cli_opts {
     int speculate_auto;         /* --speculate auto: K = 8, each pass drafts the length that pays */
     const char *draft_corpus;   /* --draft-corpus FILE: a draft source (text) */
     const char *draft_model;    /* --draft-model DIR: a draft source (a model of the same tokenizer) */
+    int64_t draft_costs[2];     /* --draft-costs PASS,TOKEN: auto's bytes per pass and per fed token (0: measured) */
     int parallel;               /* --parallel N: sequences served together (the plan counts
                                    N sessions' state; 0 = 1) */
     int64_t chunk;              /* --chunk N: prompt tokens per pass over the weights (0 = the
@@ -109,6 +110,11 @@ typedef struct cli_opts {
     int64_t prompt_cache_fault; /* --fault-cache-write N (tests: the N-th entry written fails with ENOSPC) */
     int verbose;                /* --verbose: the engine's info lines (the plan, the model) */
 } cli_opts;
+
+/* The defaults of a command that generates tokens (run, chat, batch, serve,
+ * and plan, which shows their plan): --speculate auto. Commands that only
+ * read (perplexity, tokenize) keep 0: no draft, no rollback record. */
+void cli_opts_generating(cli_opts *o);
 
 /* Tables over cli_opts and over ms_sample_params (include/moestream.h). */
 extern const cli_opt cli_common_opts[];

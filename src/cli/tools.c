@@ -20,6 +20,7 @@ static const cli_opt END = { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL }
 int cmd_plan(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
+    cli_opts_generating(&c);             /* the plan of the commands that generate */
     int stages = 0;                         /* 0: the one-process plan; N: --pipeline N */
     const cli_opt table[] = {
         { "--pipeline", CLI_INT, 0, "N", 1, MS_MAX_STAGES, NULL, "each of N machines' plan and reads per token", 0, NULL, NULL },
@@ -33,6 +34,7 @@ int cmd_plan(int argc, char **argv) {
     if (r != 0) return r > 0 ? EXIT_OK : EXIT_USAGE;
     if (!c.model_dir) { fprintf(stderr, "moestream plan: needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
     static char buf[1 << 16];
+    if (c.speculate_auto && c.chunk > 0 && c.chunk <= c.speculate) c.speculate = (int)c.chunk - 1;  /* as the engine */
     ms_status st = ms_plan_describe_draft(c.model_dir, c.draft_model, c.ram, c.max_context, c.speculate, c.chunk,
                                           c.parallel, stages, c.stages, buf, sizeof buf);
     /* a plan that does not fit is still a plan: once, on stdout */

@@ -277,11 +277,11 @@ int64_t ms_drafter_sid(ms_drafter *d) {
     return sid;
 }
 
-/* bytes a pass and a fed token cost: measured on this run's decode passes, or
- * what the compute touches when they read nothing; a pass's share of one of
- * the `share` sequences it serves */
+/* bytes a pass and a fed token cost: given, or measured on this run's decode
+ * passes, or what the compute touches when they read nothing; a pass's share
+ * of one of the `share` sequences it serves */
 static void costs(const ms_drafter *d, int share, double *c_pass, double *c_tok) {
-    if (d->m_passes > 0 && d->m_fed > 0 && d->m_trunk + d->m_expert > 0) {
+    if (!d->given && d->m_passes > 0 && d->m_fed > 0 && d->m_trunk + d->m_expert > 0) {
         *c_pass = (double)d->m_trunk / (double)d->m_passes;
         *c_tok = (double)d->m_expert / (double)d->m_fed;
     } else {

@@ -110,8 +110,10 @@ typedef struct ms_drafter {
     /* decode passes measured: bytes read, passes and tokens fed (a pass shared by
        several sequences counts once) */
     int64_t m_trunk, m_expert, m_passes, m_fed;
-    /* what a pass and a token touch when nothing is read (resident) */
+    /* what a pass and a token touch when nothing is read (resident); with
+       given: the costs always used, never the measured ones */
     double c_pass0, c_tok0;
+    int given;
 } ms_drafter;
 
 /* A drafter with an empty history; c_pass0 / c_tok0 the compute costs.
@@ -130,9 +132,10 @@ int64_t ms_drafter_sid(ms_drafter *d);
 /* The costs the choice rule weighs for one sequence whose pass is shared by
  * `share` >= 1 sequences (ms_sessions_decode: each sequence's [pending,
  * draft] in one pass): c_pass = the pass's cost (the trunk bytes a decode
- * pass read, measured on this run's passes, or c_pass0 before any read
- * anything) / share, since the trunk is read once for all of them; c_tok =
- * the expert bytes per fed token (measured, else c_tok0). Under the mutex. */
+ * pass read, measured on this run's passes, or c_pass0 when given or before
+ * any pass read anything) / share, since the trunk is read once for all of
+ * them; c_tok = the expert bytes per fed token (measured, else c_tok0).
+ * Under the mutex. */
 void ms_drafter_costs(ms_drafter *d, int share, double *c_pass, double *c_tok);
 /* The draft for session sid's h = tok[0..n_past) + pending: up to want ids
  * into out, the source in *src (the history without sid's own current run);

@@ -94,6 +94,11 @@ static ms_status resolve_params(ms_engine *e, const ms_engine_params *p, ms_err 
     if (e->p.n_seq > MS_MAX_SEQ) return ms_err_set(err, MS_E_USAGE, "n_seq %d is out of [1, %d]", e->p.n_seq, MS_MAX_SEQ);
     if (e->p.max_draft < 0 || e->p.max_draft > MS_MAX_DRAFT)
         return ms_err_set(err, MS_E_USAGE, "max_draft %d is out of [0, %d]", e->p.max_draft, MS_MAX_DRAFT);
+    /* auto's drafts fit a chunk given smaller than they are: up to chunk - 1 ids (none at 1) */
+    if (e->p.draft_auto && p->prefill_chunk > 0 && p->prefill_chunk <= e->p.max_draft) {
+        e->p.max_draft = (int)p->prefill_chunk - 1;
+        e->p.draft_auto = e->p.max_draft > 0;
+    }
     e->p.prefill_chunk = ms_resolve_chunk(p->prefill_chunk, e->p.max_draft, err->msg, sizeof err->msg);
     if (e->p.prefill_chunk < 0) {
         err->status = MS_E_USAGE;
@@ -115,9 +120,9 @@ static ms_status resolve_params(ms_engine *e, const ms_engine_params *p, ms_err 
     e->n_threads = n_threads < 1 ? 1 : n_threads;
     if (!p->model_dir) return ms_err_set(err, MS_E_USAGE, "no model directory given");
     if (p->draft_corpus && e->p.max_draft == 0)
-        return ms_err_set(err, MS_E_USAGE, "--draft-corpus %s: drafts need speculation (--speculate)", p->draft_corpus);
+        return ms_err_set(err, MS_E_USAGE, "--draft-corpus %s: drafts need speculation (--speculate K or auto, not 0)", p->draft_corpus);
     if (p->draft_model && e->p.max_draft == 0)
-        return ms_err_set(err, MS_E_USAGE, "--draft-model %s: drafts need speculation (--speculate)", p->draft_model);
+        return ms_err_set(err, MS_E_USAGE, "--draft-model %s: drafts need speculation (--speculate K or auto, not 0)", p->draft_model);
     if (p->draft_corpus) return ms_draft_corpus_check(p->draft_corpus, err);
     return MS_OK;
 }
@@ -317,7 +322,10 @@ static ms_status open_drafter(ms_engine *e, ms_err *err) {
         ? experts * (double)e->cfg.num_experts_per_token / (double)e->cfg.num_experts : 0;
     e->draft = calloc(1, sizeof *e->draft);
     if (!e->draft) return ms_err_set(err, MS_E_NOMEM, "out of memory");
-    ms_status st = ms_drafter_init(e->draft, e->p.draft_auto, trunk, per_tok, err);
+    const int given = e->p.draft_pass_bytes > 0 || e->p.draft_token_bytes > 0;
+    ms_status st = given ? ms_drafter_init(e->draft, e->p.draft_auto, e->p.draft_pass_bytes, e->p.draft_token_bytes, err)
+                         : ms_drafter_init(e->draft, e->p.draft_auto, trunk, per_tok, err);
+    e->draft->given = given;
     if (st != MS_OK) { free(e->draft); e->draft = NULL; return st; }
     if (e->p.draft_corpus && e->stage == 0)     /* the stage that decodes */
         st = ms_drafter_corpus(e->draft, e->p.draft_corpus, e->tok, err);

@@ -192,11 +192,26 @@ ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_cont
     return ms_plan_describe_stages(path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, 0, NULL, out, n);
 }
 
+/* The draft model's line of the table (dir NULL: none), at out + at; where:
+ * what follows it (NULL: nothing). */
+static size_t draft_line(const char *dir, int64_t weights, int64_t rest, const char *where, char *out, size_t at,
+                         size_t n) {
+    if (!dir) return 0;
+    char a[32], b[32], c[32];
+    human(weights + rest, a, sizeof a);
+    human(weights, b, sizeof b);
+    human(rest, c, sizeof c);
+    return (size_t)snprintf(out + at, n > at ? n - at : 0,
+                            "  draft model %s (resident: weights %s; its sessions' state, marks, scratch %s): %s%s%s\n",
+                            dir, b, c, a, where ? " " : "", where ? where : "");
+}
+
 /* A pipeline of n_stages machines, each with ram_bytes: every stage's plan,
  * and the bytes each reads per decode token (ms_plan_describe_stages). */
 static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_t ram_bytes, int64_t max_context,
                                  int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *spec,
-                                 int64_t draft, char *out, size_t n) {
+                                 const char *draft_dir, int64_t draft_weights, int64_t draft_rest, char *out, size_t n) {
+    const int64_t draft = draft_weights + draft_rest;      /* stage 0's: the stage that decodes */
     ms_err err;
     ms_err_clear(&err);
     const ms_config *cfg = &m->cfg;
@@ -264,6 +279,8 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
         at += (size_t)snprintf(out + at, n > at ? n - at : 0, "%5d  %-9s  %9s  %s of %s  %13s  %12s  %s\n", r, layers, b, c,
                                d, e, slots, cc);
     }
+    if (draft_dir) at += draft_line(draft_dir, draft_weights, draft_rest, "(stage 0 holds it: in its planned bytes)",
+                                    out, at, n);
     if (ret == MS_OK) {
         human(worst, b, sizeof b);
         human(all, c, sizeof c);
@@ -280,18 +297,6 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
                                   size_t n) {
     return ms_plan_describe_draft(path, NULL, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, n_stages, stages,
                                   out, n);
-}
-
-/* The draft model's line of the table (dir NULL: none), at out + at. */
-static size_t draft_line(const char *dir, int64_t weights, int64_t rest, char *out, size_t at, size_t n) {
-    if (!dir) return 0;
-    char a[32], b[32], c[32];
-    human(weights + rest, a, sizeof a);
-    human(weights, b, sizeof b);
-    human(rest, c, sizeof c);
-    return (size_t)snprintf(out + at, n > at ? n - at : 0,
-                            "  draft model %s (resident: weights %s; its sessions' state, marks, scratch %s): %s\n",
-                            dir, b, c, a);
 }
 
 ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
@@ -325,7 +330,7 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
     if (n_stages >= 1) {
         st = describe_stages(&m, cfg_path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, n_stages, stages,
-                             dw + dr, out, n);
+                             draft_model, dw, dr, out, n);
         ms_model_free(&m);
         return st;
     }
@@ -365,7 +370,7 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
                            cfg.family == MS_FAMILY_GPT_OSS ? "keys and values" : "KDA state, latent MLA cache",
                            (long long)max_context, (long long)chunk,
                            prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
-    at += draft_line(draft_model, dw, dr, out, at, n);
+    at += draft_line(draft_model, dw, dr, NULL, out, at, n);
     if (st == MS_OK || st == MS_E_BUDGET) {
         if (st == MS_OK || plan.floor_bytes > 0) {
             at += (size_t)snprintf(out + at, n > at ? n - at : 0, "store:\n");

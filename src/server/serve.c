@@ -74,6 +74,7 @@ static const cli_opt serve_table[] = {
 /* 0 parsed, 1 --help printed, -1 usage error (printed). */
 static int parse_args(int argc, char **argv, srv_opts *o) {
     memset(o, 0, sizeof *o);
+    cli_opts_generating(&o->c);
     o->host = "127.0.0.1";
     o->port = 8080;
     o->max_body = 4 << 20;
