@@ -11,8 +11,9 @@
 #   make bench-kernels  memory read bandwidth (bench/membw.c), then the matvec
 #                       kernels at the real shapes (bench/bench_kernels.c)
 #   make bench-render   re-derive the table, plot and projection from results.json
-#   build/bench/batchbench MODEL_DIR --ids ... --parallel 1,2,4 [--ram S] [--rounds R]
-#                       sequences decoded together: s/step, tokens/s, bytes/token per P
+#   build/bench/batchbench MODEL_DIR (--ids ... | --prompts FILE) --parallel 1,2,4 [--ram S] [--rounds R]
+#                       [--speculate K|auto] [--draft-model DIR]
+#                       sequences decoded together: s/step, tokens/s, bytes/token, tokens/pass per P
 #   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
 #   make bench-mx-bound the core's ceiling for MXFP4 under the T16 tree: FMAs alone,
 #                       + the decode's index work, + its lookups, weights in L1; then the

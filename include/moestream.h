@@ -96,14 +96,15 @@ typedef struct ms_engine_params {
                                    given here must exist and match the checkpoint and its
                                    sidecar */
     int no_pack;                /* 1: read the trunk from the shards only */
-    /* speculative decoding (ms_session_decode): > 0 lets every session verify up to
+    /* speculative decoding (ms_session_decode, ms_sessions_decode): > 0 lets every session verify up to
        max_draft drafted tokens per pass (at most 31); the memory this takes per
        session (~ n_kda_layers x (KDA state + (max_draft + 1) x (4P + nh) floats) +
        (max_draft + 1) logits rows) is counted in the plan. 0 = no speculation. */
     int max_draft;
     /* with max_draft > 0: 1 = every pass drafts the length that maximises the expected
        emitted tokens per byte (this run's measured bytes per pass and per fed token; at a
-       resident budget the bytes the compute touches), from the source expected to gain
+       resident budget the bytes the compute touches; a pass verifying k sessions' drafts
+       weighs 1/k of its trunk for each), from the source expected to gain
        most (--speculate auto); 0 = every pass drafts what its source offers, up to the
        n_draft asked (--speculate K). The bits do not change either way. With draft_auto
        and a prefill_chunk given below max_draft + 1, max_draft is prefill_chunk - 1 (at
@@ -283,9 +284,9 @@ typedef struct ms_stats {
     int64_t verify_failures;    /* reads failed because the repeat mismatched too */
     double verify_s;            /* time spent hashing (mostly on the I/O threads, as data lands) */
     double verify_sync_s;       /* part of verify_s spent on the compute thread (0 by default) */
-    /* ms_session_decode: passes that fed tokens (each reads the weights once),
-       drafted tokens verified, drafted tokens accepted; tokens emitted by those
-       passes = n_tokens_decode */
+    /* ms_session_decode, ms_sessions_decode: passes that fed tokens (each reads the
+       weights once, whatever the sessions it serves), drafted tokens verified, drafted
+       tokens accepted; tokens emitted by those passes = n_tokens_decode */
     int64_t spec_passes, spec_drafted, spec_accepted;
     /* the same drafted / accepted tokens by where the draft came from (MS_DRAFT_*) */
     int64_t spec_src_drafted[MS_DRAFT_SOURCES], spec_src_accepted[MS_DRAFT_SOURCES];
@@ -410,9 +411,50 @@ typedef int32_t (*ms_pick_fn)(void *user, const float *logits, const int32_t *hi
  * The tokens a step feeds join the engine's history of outputs (a later
  * session, or a later request of a server, drafts from it).
  * Errors: those of ms_session_feed (the session is then unsound); tokens
- * picked before the failure are in out. */
+ * picked before the failure are in out. Several sessions in one pass:
+ * ms_sessions_decode. */
 ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick_fn pick,
                             void *user, int32_t *out, int64_t *n_out);
+
+/* One decode step of k >= 1 distinct sessions of one engine together: session
+ * ss[i] does what ms_session_decode(ss[i], pending[i], n_draft[i], pick,
+ * user[i], out[i], &n_out[i]) does alone - the same draft sources, the same
+ * choice of length with draft_auto, the same picks, rollback and counters -
+ * but every session's [pending, draft] goes into ONE pass over the weights
+ * (ms_sessions_feed's: a streamed trunk is read once for all of them, their
+ * experts once each), each session's rows and rollback record its own. A
+ * session with pending -1 picks once from its logits and feeds nothing. Its
+ * drafts are cut so that all of them fit one pass (at most prefill_chunk / k -
+ * 1 ids each, k the sessions that feed; with more sessions than the chunk
+ * holds tokens, passes of whole sessions), and with draft_auto each weighs a
+ * pass's trunk as shared by the k (docs/ARCHITECTURE.md, "Drafts"). Then each
+ * session's rows are picked in session order (pick(user[i], ...)), as
+ * ms_session_decode picks. out[i] has room for n_draft[i] + 1 ids (at least 1).
+ * Bits: each session's emitted ids, logits and state afterwards are exactly
+ * those of a plain one-token-per-feed loop with the same picker, whatever the
+ * company, the order, budget, threads or chunk (docs/DETERMINISM.md); the
+ * pickers of different sessions must not share state (each gets its own
+ * history and rows). Errors: nothing is fed when an argument is bad
+ * (MS_E_USAGE, MS_E_CONTEXT for a pending id past the context; every
+ * session's error says which session and why) or a session is unsound (its
+ * status); when a pass fails every session that fed is unsound; a session
+ * whose row comes out non-finite where a plain loop would read it, or whose
+ * rollback fails (a pipeline), is unsound (its ms_session_logits() NULL, the
+ * ids picked before in out[i]) and the call returns MS_E_UNSOUND, the others
+ * being decoded. ms_session_decode is this call with k = 1. */
+ms_status ms_sessions_decode(ms_session *const *ss, int k, const int32_t *pending, const int *n_draft,
+                             ms_pick_fn pick, void *const *user, int32_t *const *out, int64_t *n_out);
+
+/* What the decode steps (ms_session_decode, ms_sessions_decode) of one session
+ * did since it was opened (never reset: a caller reporting one request takes
+ * the difference across it): the passes its tokens were fed in, the tokens
+ * those passes emitted for it, and its drafted / accepted ids by the source
+ * of the draft (MS_DRAFT_*). Engine-wide sums: ms_stats.spec_*. */
+typedef struct ms_decode_counts {
+    int64_t passes, tokens;
+    int64_t drafted[MS_DRAFT_SOURCES], accepted[MS_DRAFT_SOURCES];
+} ms_decode_counts;
+void ms_session_decode_counts(const ms_session *s, ms_decode_counts *out);
 
 /* Logits [n_vocab] after the last fed token; NULL before any feed. */
 const float *ms_session_logits(const ms_session *s);

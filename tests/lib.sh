@@ -1,6 +1,10 @@
 # tests/lib.sh - sourced by every tests/t_*.sh (from the repository root): the
 # pass / fail counters and the three functions every script reports with.
 #
+# BUILD, BIN, PY     the build directory ($MS_BUILD, else build), the program
+#                ($MS_BIN, else $BUILD/moestream) and the Python of the
+#                oracles, unless the script set them before
+#
 # ok             one check passed
 # bad MESSAGE    one check failed: prints "FAIL: MESSAGE"
 # flip_tensor DIR NAME   XOR 0x01 into the middle byte of tensor NAME of the
@@ -8,6 +12,7 @@
 # finish         prints "NAME: N passed, N failed" (NAME: the script's file name
 #                without .sh), the line tests/run.sh reads, and exits 0 only
 #                when nothing failed
+: "${BUILD:=${MS_BUILD:-build}}" "${BIN:=${MS_BIN:-$BUILD/moestream}}" "${PY:=/usr/bin/python3}"
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }

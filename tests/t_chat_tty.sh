@@ -128,7 +128,8 @@ said "saved the conversation" || bad "/save after Ctrl-C"
 type_line b "and then"
 sleep 1
 tm send-keys -t b C-c        # stops the second answer, or lands at the prompt when it was over
-said '^\[stopped: the [0-9]* tokens\|Ctrl-C again' || bad "second Ctrl-C: $(tail -3 "$err")"
+# (2 lines: the first turn's own "[stopped" line matches too)
+said '^\[stopped: the [0-9]* tokens\|Ctrl-C again' 2 || bad "second Ctrl-C: $(tail -3 "$err")"
 k2=$(grep -o '^\[stopped: the [0-9]* tokens' "$err" | sed -n 2p | grep -o '[0-9]*')
 type_line b "/save $tmp/c2.bin"
 said "saved the conversation" 2 || bad "/save after the second turn"

@@ -54,6 +54,7 @@ c = d["choices"][0]
 c.pop("index", None)
 u = d["usage"]
 u.pop("prompt_tokens_details", None)      # cached tokens depend on what came before
+u.pop("speculation", None)                # and so do drafts (what the server drafted from)
 print(json.dumps({"choice": c, "usage": u}, sort_keys=True))' > "$3" 2>/dev/null
 }
 

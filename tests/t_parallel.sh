@@ -2,7 +2,8 @@
 # tests/t_parallel.sh - `serve --parallel 3`: requests served together answer
 # exactly as one at a time.
 #
-# Starts `serve --parallel 1 --speculate 0` and `serve --parallel 3 --speculate 4` on the bundled
+# Starts `serve --parallel 1 --speculate 0` and `serve --parallel 3 --speculate 4` (steps in
+# which every slot decodes verify all their drafts in one pass) on the bundled
 # model, sends the same 7 requests to each, all at once (greedy and seeded
 # completions, a stop string, echo + logprobs, chat plain and streamed with
 # logprobs, a length limit), and compares each answer's text, finish reason, token
@@ -45,34 +46,6 @@ BODIES=(
     "completions|{\"model\":\"k3-tiny\",\"prompt\":\"$P1 Aaron\",\"max_tokens\":50,\"temperature\":0,\"ignore_eos\":true,\"frequency_penalty\":0.5}"
 )
 
-# One answer as a canonical line: text, finish reason, completion tokens, log-probabilities.
-summary() {
-    $PY - "$1" <<'EOF'
-import json, sys
-raw = open(sys.argv[1]).read()
-try:
-    if raw.lstrip().startswith("data:"):
-        text, fin, lps, usage = "", None, [], None
-        for line in raw.splitlines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            d = json.loads(line[6:])
-            for ch in d.get("choices", []):
-                text += (ch.get("delta") or {}).get("content") or ""
-                fin = ch.get("finish_reason") or fin
-                lps += ((ch.get("logprobs") or {}).get("content")) or []
-            usage = d.get("usage") or usage
-        print(repr(text), fin, json.dumps(lps, sort_keys=True))
-    else:
-        d = json.loads(raw)
-        ch = d["choices"][0]
-        text = ch["message"]["content"] if "message" in ch else ch["text"]
-        print(repr(text), ch["finish_reason"], d["usage"]["completion_tokens"], d["usage"]["prompt_tokens"],
-              json.dumps(ch.get("logprobs"), sort_keys=True))
-except Exception as e:
-    print("unparsable:", e, raw[:200])
-EOF
-}
 
 round() {   # url, tag: all requests at once
     local i=0 b ep body pids=
@@ -88,7 +61,7 @@ round "$u1" one
 round "$u3" par
 round "$u3" par2
 for i in "${!BODIES[@]}"; do
-    a=$(summary "$tmp/one.$i"); b=$(summary "$tmp/par.$i"); c=$(summary "$tmp/par2.$i")
+    a=$(serve_summary "$tmp/one.$i"); b=$(serve_summary "$tmp/par.$i"); c=$(serve_summary "$tmp/par2.$i")
     case "$a" in unparsable*|"") bad "request $i: no answer from --parallel 1: $a"; continue ;; esac
     [ "$a" = "$b" ] && ok || bad "request $i: --parallel 3 answered '$b', --parallel 1 '$a'"
     [ "$a" = "$c" ] && ok || bad "request $i: --parallel 3, second round, answered '$c', --parallel 1 '$a'"

@@ -49,24 +49,11 @@ static ms_engine *open_engine(const char *dir, const char *draft, int64_t ram, i
     return st == MS_OK ? e : NULL;
 }
 
-static int same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb;
-    while (same) {
-        const int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 static int same_session(ms_session *a, ms_session *b) {
     char pa[512], pb[512];
     snprintf(pa, sizeof pa, "%s/test_dmodel_a.sess", build_dir());
     snprintf(pb, sizeof pb, "%s/test_dmodel_b.sess", build_dir());
-    const int ok = ms_session_save(a, pa) == MS_OK && ms_session_save(b, pb) == MS_OK && same_file(pa, pb);
+    const int ok = ms_session_save(a, pa) == MS_OK && ms_session_save(b, pb) == MS_OK && check_same_file(pa, pb);
     remove(pa);
     remove(pb);
     return ok;

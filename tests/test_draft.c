@@ -10,7 +10,11 @@
  *   - prompt lookup drafts a short cycle for its whole length;
  *   - the drafter: an output remembered by one session drafts for another
  *     (fixed and automatic length), not for itself while its run goes on, automatic drafting stops where it
- *     cannot pay, and a missing corpus is a usage error naming the flag.
+ *     cannot pay, and a missing corpus is a usage error naming the flag;
+ *   - sequences sharing a pass: each weighs the pass's cost / their number
+ *     (before and after measured passes), so four draft shorter than one,
+ *     at the length the choice rule gives with that share; the draft model's
+ *     "more" follows the same share.
  */
 #include "engine/draft.h"
 
@@ -119,28 +123,29 @@ static void test_offer(void) {
     ms_draft_offer o = { 3, { 70, 71, 72 }, { 0.9, 0.9, 0.9 } };
     int32_t out[8];
     int src = -1;
-    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, &o, out, &src);
+    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src);
     CHECK(m == 3 && src == MS_DRAFT_MODEL && out[0] == 70 && out[2] == 72,
           "fixed length: the model's offer (m %lld, source %d)", (long long)m, src);
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 2, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 2, 1, &o, out, &src);
     CHECK(m == 2 && src == MS_DRAFT_MODEL, "fixed length: the offer cut to the length asked (m %lld)", (long long)m);
-    CHECK(ms_drafter_model_more(&d, o.q, 3) == 1, "fixed length: the model drafts as long as asked");
+    CHECK(ms_drafter_model_more(&d, o.q, 3, 1) == 1, "fixed length: the model drafts as long as asked");
     d.auto_len = 1;
     /* a pass costs 100 bytes, a token 1: a likely draft pays, longer ones too */
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src);
     CHECK(m == 3 && src == MS_DRAFT_MODEL, "auto: a likely offer is taken whole (m %lld, source %d)", (long long)m, src);
-    CHECK(ms_drafter_model_more(&d, o.q, 3) == 1, "auto, pass-dominated: more may pay");
+    CHECK(ms_drafter_model_more(&d, o.q, 3, 1) == 1, "auto, pass-dominated: more may pay");
     /* every model draft rejected at once: its acceptance falls, context wins */
     for (int i = 0; i < 40; i++) {
-        ms_drafter_passed(&d, MS_DRAFT_MODEL, 3, 0, 10, 40, 4);    /* a token costs a pass */
+        ms_drafter_verified(&d, MS_DRAFT_MODEL, 3, 0);
+        ms_drafter_measured(&d, 1, 10, 40, 4);                     /* a token costs a pass */
         ms_drafter_model_verified(&d, 0.9);                        /* the first id, rejected */
     }
     CHECK(d.rejected[MS_DRAFT_MODEL] == 40 && d.drafted[MS_DRAFT_MODEL] == 120, "model source counted");
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src);
     CHECK(src != MS_DRAFT_MODEL, "auto: a model always wrong is not chosen (source %d, m %lld)", src, (long long)m);
     /* tokens cost as much as passes: an unlikely id cannot make a longer draft pay */
     const double low[] = { 0.05, 0.05 };
-    CHECK(ms_drafter_model_more(&d, low, 2) == 0, "auto: no more ids once they cannot pay");
+    CHECK(ms_drafter_model_more(&d, low, 2, 1) == 0, "auto: no more ids once they cannot pay");
     ms_drafter_free(&d);
 }
 
@@ -156,14 +161,56 @@ static void test_calibration(void) {
     ms_draft_offer o = { 3, { 70, 71, 72 }, { 0.5, 0.5, 0.5 } };
     int32_t out[8];
     int src = -1;
-    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, &o, out, &src);
+    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, 1, &o, out, &src);
     CHECK(m == 1 && src == MS_DRAFT_MODEL, "uncalibrated, q 0.5: one id pays (m %lld)", (long long)m);
     for (int i = 0; i < 30; i++) {
-        ms_drafter_passed(&d, MS_DRAFT_MODEL, 3, 3, 100, 200, 4);
+        ms_drafter_verified(&d, MS_DRAFT_MODEL, 3, 3);
+        ms_drafter_measured(&d, 1, 100, 200, 4);
         ms_drafter_model_verified(&d, 1.5);
     }
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, 1, &o, out, &src);
     CHECK(m == 3 && src == MS_DRAFT_MODEL, "every id held at q 0.5: the whole offer (m %lld)", (long long)m);
+    ms_drafter_free(&d);
+}
+
+/* a pass verifying `share` sequences' drafts reads its trunk once for all:
+   each weighs c_pass / share (ms_drafter_costs), so company drafts shorter -
+   the length is the choice rule's with that share, measured or not, and the
+   draft model asks for more ids only while they could pay at that share */
+static void test_share(void) {
+    ms_drafter d;
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_drafter_init(&d, 1, 100, 50, &err) == MS_OK, "drafter init");
+    const int64_t sid = ms_drafter_sid(&d);
+    const int32_t ctx[] = { 1, 2, 3, 1, 2, 3, 1, 2 };   /* a cycle: context q = 1, acceptance 1/2 */
+    const double p[4] = { 0.5, 0.5, 0.5, 0.5 };
+    int32_t out[8];
+    int src = -1, seen[2] = { 0, 0 };
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) ms_drafter_measured(&d, 2, 400, 100, 10);     /* a pass 200 bytes, a token 10 */
+        for (int share = 1; share <= 8; share++) {
+            double cp, ct, cp1, ct1;
+            ms_drafter_costs(&d, share, &cp, &ct);
+            ms_drafter_costs(&d, 1, &cp1, &ct1);
+            CHECK(cp == cp1 / share && ct == ct1, "round %d, share %d: costs %g %g (alone %g %g)", round, share, cp,
+                  ct, cp1, ct1);
+            const int want = ms_draft_choose(p, 4, cp, ct, NULL);
+            const int64_t m = ms_drafter_draft(&d, sid, ctx, 8, 3, 4, share, NULL, out, &src);
+            CHECK(m == want && (m == 0 || (src == MS_DRAFT_CONTEXT && out[0] == 1)),
+                  "round %d, share %d: drafted %lld, the rule says %d", round, share, (long long)m, want);
+            if (share == 1) seen[round] = (int)m;
+            if (share == 4)
+                CHECK(m < seen[round], "round %d: 4 sequences a pass draft shorter than one (%lld vs %d)", round,
+                      (long long)m, seen[round]);
+        }
+    }
+    ms_drafter_free(&d);
+    /* the draft model: q 0.9 twice, calibration 1; alone more pays, shared by 16 not */
+    CHECK(ms_drafter_init(&d, 1, 100, 50, &err) == MS_OK, "drafter init");
+    const double q[2] = { 0.9, 0.9 };
+    CHECK(ms_drafter_model_more(&d, q, 2, 1) == 1, "draft model alone: a third id may pay");
+    CHECK(ms_drafter_model_more(&d, q, 2, 16) == 0, "draft model, 16 sequences a pass: a third id cannot pay");
     ms_drafter_free(&d);
 }
 
@@ -181,21 +228,23 @@ static void test_drafter(void) {
     int32_t out[8];
     int src = -1;
     const int32_t mine[] = { 10, 11 };
-    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, NULL, out, &src);
+    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src);
     CHECK(m == 2 && src == MS_DRAFT_HISTORY && out[0] == 13 && out[1] == 14,
           "fixed length: another session drafts from the history (m %lld, source %d)", (long long)m, src);
-    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, NULL, out, &src);
+    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, 1, NULL, out, &src);
     CHECK(m == 0, "a session's own current run is not drafted from the history (m %lld)", (long long)m);
     d.auto_len = 1;
-    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, NULL, out, &src);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src);
     CHECK(m >= 1 && src == MS_DRAFT_HISTORY, "auto, pass-dominated: drafts (m %lld)", (long long)m);
     /* measured: a pass reads nothing beyond its tokens: no draft pays */
-    ms_drafter_passed(&d, MS_DRAFT_CONTEXT, 0, 0, 0, 1000, 1);
-    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, NULL, out, &src);
+    ms_drafter_verified(&d, MS_DRAFT_CONTEXT, 0, 0);
+    ms_drafter_measured(&d, 1, 0, 1000, 1);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src);
     CHECK(m == 0, "auto, measured token-only costs: no draft (m %lld)", (long long)m);
     ms_drafter_free(&d);
     test_offer();
     test_calibration();
+    test_share();
     ms_err_clear(&err);
     const ms_status st = ms_draft_corpus_check("/nonexistent/corpus.txt", &err);
     CHECK(st == MS_E_USAGE && strstr(err.msg, "--draft-corpus") && strstr(err.msg, "/nonexistent/corpus.txt"),

@@ -13,8 +13,10 @@
  *   2. greedy ms_session_decode steps (with --speculate: drafts, verify
  *      passes, rollbacks in every stage);
  *   3. a copy of the session (ms_session_copy) and both decoding side by
- *      side in one pass per step (ms_sessions_feed), then a prompt each, fed
- *      together;
+ *      side in one pass per step (ms_sessions_feed), then greedy
+ *      ms_sessions_decode steps of both (with --speculate: both drafts in
+ *      one pass, each session's record and rollback in every stage), then a
+ *      prompt each, fed together;
  *   4. a reset (ms_session_reset) and a new prompt of 23 tokens, no logits but
  *      the last (in a pipeline its chunks before the last go on without
  *      waiting).
@@ -182,6 +184,23 @@ static int dump(int argc, char **argv) {
         put_row(ms_session_logits(b), V);
         ta = ms_argmax(ms_session_logits(a), V);
         tb = ms_argmax(ms_session_logits(b), V);
+    }
+    /* both decoding side by side with their drafts, one pass a step */
+    for (int step = 0; step < 6; step++) {
+        ms_session *ss[2] = { a, b };
+        int32_t pend[2] = { ta, tb }, oa[40], ob[40], *outs[2] = { oa, ob };
+        const int nd[2] = { p.max_draft, p.max_draft };
+        void *const us[2] = { &V, &V };
+        int64_t no[2] = { 0, 0 };
+        CHECK(ms_sessions_decode(ss, 2, pend, nd, pick_argmax, us, outs, no) == MS_OK && no[0] >= 1 && no[1] >= 1,
+              "decode side by side: %s", ms_session_error(a));
+        if (no[0] < 1 || no[1] < 1) break;
+        fwrite(oa, sizeof *oa, (size_t)no[0], g_out);
+        fwrite(ob, sizeof *ob, (size_t)no[1], g_out);
+        put_row(ms_session_logits(a), V);
+        put_row(ms_session_logits(b), V);
+        ta = oa[no[0] - 1];
+        tb = ob[no[1] - 1];
     }
     /* prompts of both side by side (a pass of many tokens: in groups when the
        stages hold their trunks, by default) */

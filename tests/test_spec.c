@@ -51,25 +51,11 @@ static ms_engine *open_engine(const char *dir, int64_t ram, int threads, int max
     return st == MS_OK ? e : NULL;
 }
 
-/* 1 when the files' bytes are equal */
-static int same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb;
-    while (same) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 static int same_session(ms_session *a, ms_session *b, const char *what) {
     char pa[512], pb[512];
     snprintf(pa, sizeof pa, "%s/test_spec_a.sess", tmpdir());
     snprintf(pb, sizeof pb, "%s/test_spec_b.sess", tmpdir());
-    int ok = ms_session_save(a, pa) == MS_OK && ms_session_save(b, pb) == MS_OK && same_file(pa, pb);
+    int ok = ms_session_save(a, pa) == MS_OK && ms_session_save(b, pb) == MS_OK && check_same_file(pa, pb);
     CHECK(ok, "%s: saved sessions differ", what);
     remove(pa);
     remove(pb);

@@ -15,13 +15,20 @@
  * Writes one JSON line per request, in input order:
  *   {"index", "prompt_tokens", "generated_ids", "text" (with a tokenizer;
  *    chats: "content" and, thinking, "reasoning"), "finish_reason": "stop" |
- *    "length"} or {"index", "error"}.
+ *    "length"} or {"index", "error"}; with --speculate also "decode_passes"
+ *    (the passes that fed the request's decode tokens), "drafted",
+ *    "accepted" and both by the source of the draft, as `run --json` names
+ *    them in its stats.
  * Up to --parallel N requests are in flight, each in its own session; one
  * ms_sessions_feed call per step reads every decoding request's last token
  * and a prompt piece, so a streamed model is read once per step for all of
- * them. A request's tokens are exactly those of `moestream run` with the
- * same prompt, --max-tokens and --seed (the engine's bits do not depend on
- * the company; each request has its own sampler): text prompts stop at EOS
+ * them. With --speculate, a step in which no request reads its prompt is one
+ * ms_sessions_decode call: every request drafts as `run --speculate` does (its
+ * own session: its context, its draft model state) and all the drafts are
+ * verified in that one pass. A request's tokens are exactly those of
+ * `moestream run` with the same prompt, --max-tokens and --seed (the engine's
+ * bits do not depend on the company or on speculation; each request has its
+ * own sampler): text prompts stop at EOS
  * (unless --ignore-eos), id prompts only at the limit, as in `run`; a chat's
  * answer is that of `moestream chat` (one user turn, same options).
  * Prompts sharing a prefix share its compute: a request starts from the
@@ -57,6 +64,8 @@ typedef struct req {
     const char *finish;
     int done;
     int64_t n_cached;           /* prompt ids restored from the prompt cache (or the session) */
+    int64_t passes;             /* passes that fed its decode tokens */
+    ms_decode_counts dec;       /* its speculative steps' drafts (--speculate) */
 } req;
 
 typedef struct slot {
@@ -66,6 +75,9 @@ typedef struct slot {
     int64_t at;                 /* prompt ids read */
     int32_t pending;            /* picked, not fed (-1: none) */
     int64_t mark;               /* where the prompt piece being fed ends (ms_session_prompt_mark) */
+    const ms_engine *e;         /* for the picker: text and stop ids */
+    int32_t eos;
+    ms_decode_counts dec0;      /* the session's decode counts when the request started */
 } slot;
 
 /* The command's options: what a line does not say. */
@@ -204,7 +216,7 @@ static void parse_line(ms_engine *e, const char *line, size_t len, const batch_o
     json_decref(j);
 }
 
-static void print_result(ms_engine *e, int64_t index, const req *r) {
+static void print_result(ms_engine *e, int64_t index, const req *r, int spec) {
     printf("{\"index\": %lld", (long long)index);
     if (r->error) {
         printf(", \"error\": ");
@@ -246,25 +258,53 @@ static void print_result(ms_engine *e, int64_t index, const req *r) {
         }
         free(text);
     }
+    if (spec) {
+        int64_t sum[2] = { 0, 0 };
+        for (int i = 0; i < MS_DRAFT_SOURCES; i++) sum[0] += r->dec.drafted[i], sum[1] += r->dec.accepted[i];
+        printf(", \"decode_passes\": %lld, \"drafted\": %lld, \"accepted\": %lld", (long long)r->passes,
+               (long long)sum[0], (long long)sum[1]);
+        for (int k = 0; k < 2; k++) {
+            printf(", \"%s_by_source\": {", k ? "accepted" : "drafted");
+            for (int i = 0; i < MS_DRAFT_SOURCES; i++)
+                printf("%s\"%s\": %lld", i ? ", " : "", ms_draft_source_name(i),
+                       (long long)(k ? r->dec.accepted[i] : r->dec.drafted[i]));
+            printf("}");
+        }
+    }
     printf(", \"finish_reason\": \"%s\"}\n", r->finish);
 }
 
-/* The slot's next token; the request ends on EOS (text prompts, unless
- * ignore_eos) or at its limit. */
-static void pick(const ms_engine *e, slot *sl, int32_t eos) {
+/* The picker of a slot's request (ms_pick_fn, user: the slot): the next
+ * token sampled; the request ends on EOS (text prompts, unless ignore_eos), a
+ * stop string or at its limit (*stop). */
+static int32_t slot_picker(void *user, const float *logits, const int32_t *hist, int64_t n_hist, int *stop) {
+    slot *sl = user;
     req *r = sl->r;
-    int64_t n_hist = 0;
-    const int32_t *hist = ms_session_tokens(sl->ses, &n_hist);
-    const int32_t id = ms_sampler_next(sl->smp, ms_session_logits(sl->ses), hist, n_hist);
+    const int32_t id = ms_sampler_next(sl->smp, logits, hist, n_hist);
     r->gen[r->n_gen++] = id;
-    sl->pending = id;
-    if (r->stop.n > 0) cli_text_add(&r->seen, e, id, NULL);
-    if (r->text && !r->ignore_eos && (id == eos || ms_is_stop(e, id))) r->finish = "stop";
+    if (r->stop.n > 0) cli_text_add(&r->seen, sl->e, id, NULL);
+    if (r->text && !r->ignore_eos && (id == sl->eos || ms_is_stop(sl->e, id))) r->finish = "stop";
     else if (r->seen.cut >= 0) r->finish = "stop";          /* a stop string completed */
     else if (r->n_gen >= r->max_tokens) r->finish = "length";
+    *stop = r->finish != NULL;
+    return id;
+}
+
+/* The slot's next token from its session's logits. */
+static void pick(slot *sl) {
+    int64_t n_hist = 0;
+    const int32_t *hist = ms_session_tokens(sl->ses, &n_hist);
+    int stop = 0;
+    sl->pending = slot_picker(sl, ms_session_logits(sl->ses), hist, n_hist, &stop);
 }
 
 static void release(slot *sl) {
+    ms_decode_counts c;
+    ms_session_decode_counts(sl->ses, &c);
+    for (int i = 0; i < MS_DRAFT_SOURCES; i++) {
+        sl->r->dec.drafted[i] = c.drafted[i] - sl->dec0.drafted[i];
+        sl->r->dec.accepted[i] = c.accepted[i] - sl->dec0.accepted[i];
+    }
     sl->r->done = 1;
     ms_sampler_close(sl->smp);
     sl->smp = NULL;
@@ -316,14 +356,19 @@ static ms_status read_requests(ms_engine *e, char *all, size_t len, const batch_
     return MS_OK;
 }
 
-/* The slots and the arrays of one ms_sessions_feed call. */
+/* The slots and the arrays of one ms_sessions_feed or ms_sessions_decode call. */
 typedef struct batch_run {
     int P;
+    int speculate;              /* --speculate K (0: none) */
     slot *sl;
     ms_session **ss;
     const int32_t **ids;
     int64_t *n;
     int *who;
+    int32_t *pending;           /* ms_sessions_decode: [P] */
+    int *n_draft;
+    void **user;
+    int32_t **out, *out_buf;    /* [P] x [speculate + 1] */
     req *reqs;
     int64_t n_req, next_req, printed;
 } batch_run;
@@ -344,9 +389,10 @@ static ms_status fill_slots(batch_run *b, const ms_engine *e, const ms_model_inf
             }
             r->seen.stop = &r->stop;        /* the requests do not move any more */
             ms_session_reuse(sl->ses, r->prompt, r->n_prompt, &r->n_cached);
-            *sl = (slot){ sl->ses, r, sl->smp, r->n_cached, -1, 0 };
+            *sl = (slot){ sl->ses, r, sl->smp, r->n_cached, -1, 0, e, (int32_t)info->eos_id, { 0 } };
+            ms_session_decode_counts(sl->ses, &sl->dec0);
             if (sl->at == r->n_prompt) {
-                pick(e, sl, (int32_t)info->eos_id);
+                pick(sl);
                 if (r->finish) release(sl);
             }
         }
@@ -354,11 +400,43 @@ static ms_status fill_slots(batch_run *b, const ms_engine *e, const ms_model_inf
     return MS_OK;
 }
 
+/* --speculate, no prompt being read: one ms_sessions_decode call for every
+ * busy slot (each drafts up to --speculate ids, fewer before its limit, all
+ * verified in one pass; its picker ends it). 0 when it fails. */
+static int spec_step(batch_run *b, ms_status *st) {
+    int k = 0;
+    for (int i = 0; i < b->P; i++) {
+        slot *s = &b->sl[i];
+        if (!s->r) continue;
+        const int64_t room = s->r->max_tokens - s->r->n_gen - 1;
+        b->ss[k] = s->ses;
+        b->pending[k] = s->pending;
+        b->n_draft[k] = room < b->speculate ? (int)room : b->speculate;
+        b->user[k] = s;
+        b->out[k] = b->out_buf + (int64_t)k * (b->speculate + 1);
+        s->r->passes += s->pending >= 0;
+        b->who[k++] = i;
+    }
+    if ((*st = ms_sessions_decode(b->ss, k, b->pending, b->n_draft, slot_picker, b->user, b->out, b->n)) != MS_OK) {
+        fprintf(stderr, "moestream: %s: %s\n", ms_status_name(*st), ms_session_error(b->ss[0]));
+        return 0;
+    }
+    for (int q = 0; q < k; q++) {
+        slot *s = &b->sl[b->who[q]];
+        s->pending = b->out[q][b->n[q] - 1];
+        if (s->r->finish) release(s);
+    }
+    return 1;
+}
+
 /* One pass over the weights for every busy slot: the decoding ones' last
- * token and prompt pieces up to the engine's chunk. 0 when nothing is left. */
+ * token and prompt pieces up to the engine's chunk (with --speculate and no
+ * prompt left to read: spec_step). 0 when nothing is left. */
 static int step(batch_run *b, const ms_engine *e, const ms_model_info *info, ms_status *st) {
-    int k = 0, n_dec = 0;
+    int k = 0, n_dec = 0, busy = 0;
     for (int i = 0; i < b->P; i++) n_dec += b->sl[i].r && b->sl[i].pending >= 0;
+    for (int i = 0; i < b->P; i++) busy += b->sl[i].r != NULL;
+    if (b->speculate > 0 && busy > 0 && n_dec == busy) return spec_step(b, st);
     int64_t room = info->prefill_chunk - n_dec;
     if (room < 1) room = 1;
     for (int i = 0; i < b->P; i++) {
@@ -374,6 +452,7 @@ static int step(batch_run *b, const ms_engine *e, const ms_model_info *info, ms_
         } else if (s->pending >= 0) {
             b->n[k] = 1;
             b->ids[k] = &s->pending;
+            s->r->passes++;
         } else {
             continue;
         }
@@ -392,20 +471,30 @@ static int step(batch_run *b, const ms_engine *e, const ms_model_info *info, ms_
             ms_session_remember(s->ses, s->at != s->mark);     /* a piece's end: if there is room */
             if (s->at < s->r->n_prompt) continue;
         }
-        pick(e, s, (int32_t)info->eos_id);
+        pick(s);
         if (s->r->finish) release(s);
     }
     return 1;
 }
 
-static ms_status batch_open(batch_run *b, ms_engine *e, int P) {
+static ms_status batch_open(batch_run *b, ms_engine *e, int P, int speculate) {
     b->P = P;
+    b->speculate = speculate;
     b->sl = calloc((size_t)P, sizeof *b->sl);
     b->ss = calloc((size_t)P, sizeof *b->ss);
     b->ids = calloc((size_t)P, sizeof *b->ids);
     b->n = calloc((size_t)P, sizeof *b->n);
     b->who = calloc((size_t)P, sizeof *b->who);
-    if (!b->sl || !b->ss || !b->ids || !b->n || !b->who) { fprintf(stderr, "moestream: out of memory\n"); return MS_E_NOMEM; }
+    b->pending = calloc((size_t)P, sizeof *b->pending);
+    b->n_draft = calloc((size_t)P, sizeof *b->n_draft);
+    b->user = calloc((size_t)P, sizeof *b->user);
+    b->out = calloc((size_t)P, sizeof *b->out);
+    b->out_buf = calloc((size_t)P * (size_t)(speculate + 1), sizeof *b->out_buf);
+    if (!b->sl || !b->ss || !b->ids || !b->n || !b->who || !b->pending || !b->n_draft || !b->user || !b->out ||
+        !b->out_buf) {
+        fprintf(stderr, "moestream: out of memory\n");
+        return MS_E_NOMEM;
+    }
     ms_status st = MS_OK;
     for (int i = 0; i < P && st == MS_OK; i++) st = ms_session_open(e, &b->sl[i].ses);
     if (st != MS_OK) fprintf(stderr, "moestream: %s\n", ms_engine_error(e));
@@ -430,6 +519,11 @@ static void batch_close(batch_run *b) {
     free(b->ids);
     free(b->n);
     free(b->who);
+    free(b->pending);
+    free(b->n_draft);
+    free(b->user);
+    free(b->out);
+    free(b->out_buf);
 }
 
 static int parse_batch(int argc, char **argv, batch_opts *o) {
@@ -465,16 +559,18 @@ int cmd_batch(int argc, char **argv) {
     memset(&b, 0, sizeof b);
     st = read_requests(e, all, in_len, &o, &b.reqs, &b.n_req);
     free(all);
-    if (st == MS_OK) st = batch_open(&b, e, o.c.parallel);
+    if (st == MS_OK) st = batch_open(&b, e, o.c.parallel, o.c.speculate);
     rc = st == MS_OK ? EXIT_OK : cli_exit_code(st);
     while (st == MS_OK) {
         st = fill_slots(&b, e, &info);
         /* print what is finished, in order */
-        while (b.printed < b.n_req && b.reqs[b.printed].done) print_result(e, b.printed, &b.reqs[b.printed]), b.printed++;
+        while (b.printed < b.n_req && b.reqs[b.printed].done)
+            print_result(e, b.printed, &b.reqs[b.printed], o.c.speculate > 0), b.printed++;
         fflush(stdout);
         if (st != MS_OK || !step(&b, e, &info, &st)) break;
     }
-    while (rc == EXIT_OK && b.printed < b.n_req && b.reqs[b.printed].done) print_result(e, b.printed, &b.reqs[b.printed]), b.printed++;
+    while (rc == EXIT_OK && b.printed < b.n_req && b.reqs[b.printed].done)
+        print_result(e, b.printed, &b.reqs[b.printed], o.c.speculate > 0), b.printed++;
     if (rc == EXIT_OK && st != MS_OK) rc = cli_exit_code(st);
     if (!o.c.quiet) {
         ms_stats stt;

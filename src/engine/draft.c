@@ -10,7 +10,10 @@
  *   product over j <= i of q_j x the source's running acceptance (q_j: the
  *   chosen id's share of the counts at step j). Verifying k drafted
  *   ids costs a pass plus k + 1 tokens' bytes, so the draft is cut where the
- *   expected emitted tokens per byte peak (ms_draft_choose).
+ *   expected emitted tokens per byte peak (ms_draft_choose). When k sequences
+ *   are verified in one pass (ms_sessions_decode) the pass's trunk bytes are
+ *   read once for all of them: each weighs its share, c_pass / k, so company
+ *   makes a token's experts weigh more and drafts shorter.
  * Invariants: deterministic (ids, the order of remembered outputs and
  *   counted passes); the index never holds more than its max ids; every
  *   access to a drafter is under its mutex.
@@ -275,8 +278,9 @@ int64_t ms_drafter_sid(ms_drafter *d) {
 }
 
 /* bytes a pass and a fed token cost: given, or measured on this run's decode
- * passes, or what the compute touches when they read nothing */
-static void costs(const ms_drafter *d, double *c_pass, double *c_tok) {
+ * passes, or what the compute touches when they read nothing; a pass's share
+ * of one of the `share` sequences it serves */
+static void costs(const ms_drafter *d, int share, double *c_pass, double *c_tok) {
     if (!d->given && d->m_passes > 0 && d->m_fed > 0 && d->m_trunk + d->m_expert > 0) {
         *c_pass = (double)d->m_trunk / (double)d->m_passes;
         *c_tok = (double)d->m_expert / (double)d->m_fed;
@@ -284,6 +288,13 @@ static void costs(const ms_drafter *d, double *c_pass, double *c_tok) {
         *c_pass = d->c_pass0;
         *c_tok = d->c_tok0;
     }
+    if (share > 1) *c_pass /= (double)share;
+}
+
+void ms_drafter_costs(ms_drafter *d, int share, double *c_pass, double *c_tok) {
+    pthread_mutex_lock(&d->mu);
+    costs(d, share, c_pass, c_tok);
+    pthread_mutex_unlock(&d->mu);
 }
 
 static const ms_draft_index *source(const ms_drafter *d, int s) {
@@ -311,12 +322,12 @@ void ms_drafter_model_verified(ms_drafter *d, double q_sum) {
     pthread_mutex_unlock(&d->mu);
 }
 
-int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k) {
+int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k, int share) {
     if (k >= MS_MAX_DRAFT_IDS) return 0;
     pthread_mutex_lock(&d->mu);
     const int auto_len = d->auto_len;
     double c_pass, c_tok;
-    costs(d, &c_pass, &c_tok);
+    costs(d, share, &c_pass, &c_tok);
     const double r = acceptance(d, MS_DRAFT_MODEL);
     pthread_mutex_unlock(&d->mu);
     if (!auto_len) return 1;
@@ -342,11 +353,11 @@ static int64_t below(const ms_drafter *d, const ms_draft_index *x, int64_t sid) 
 
 /* auto: each source's chain cut by the choice rule; the best gain */
 static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                          int64_t want, const ms_draft_offer *model, int32_t *out, int *src) {
+                          int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src) {
     int32_t buf[MS_MAX_DRAFT_IDS];
     double q[MS_MAX_DRAFT_IDS], p[MS_MAX_DRAFT_IDS];
     double c_pass, c_tok, best;
-    costs(d, &c_pass, &c_tok);
+    costs(d, share, &c_pass, &c_tok);
     ms_draft_choose(p, 0, c_pass, c_tok, &best);
     int64_t m = 0;
     for (int s = 0; s < MS_DRAFT_SOURCES; s++) {
@@ -379,14 +390,14 @@ static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_
 }
 
 int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                         int64_t want, const ms_draft_offer *model, int32_t *out, int *src) {
+                         int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src) {
     double q[MS_MAX_DRAFT_IDS];
     if (want > MS_MAX_DRAFT_IDS) want = MS_MAX_DRAFT_IDS;
     *src = MS_DRAFT_CONTEXT;
     pthread_mutex_lock(&d->mu);
     int64_t m;
     if (d->auto_len) {
-        m = draft_auto(d, sid, tok, n_past, pending, want, model, out, src);
+        m = draft_auto(d, sid, tok, n_past, pending, want, share, model, out, src);
     } else if (model && model->n > 0) {
         /* a draft model was given: it drafts every pass, as long as asked */
         m = model->n < want ? model->n : want;
@@ -403,17 +414,20 @@ int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t
     return m;
 }
 
-void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted, int64_t trunk, int64_t expert,
-                       int64_t fed) {
+void ms_drafter_verified(ms_drafter *d, int src, int64_t drafted, int64_t accepted) {
+    if (drafted <= 0 || src < 0 || src >= MS_DRAFT_SOURCES) return;
     pthread_mutex_lock(&d->mu);
-    if (drafted > 0 && src >= 0 && src < MS_DRAFT_SOURCES) {
-        d->drafted[src] += drafted;
-        d->accepted[src] += accepted;
-        d->rejected[src] += accepted < drafted;
-    }
+    d->drafted[src] += drafted;
+    d->accepted[src] += accepted;
+    d->rejected[src] += accepted < drafted;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void ms_drafter_measured(ms_drafter *d, int64_t passes, int64_t trunk, int64_t expert, int64_t fed) {
+    pthread_mutex_lock(&d->mu);
     d->m_trunk += trunk;
     d->m_expert += expert;
-    d->m_passes++;
+    d->m_passes += passes;
     d->m_fed += fed;
     pthread_mutex_unlock(&d->mu);
 }

@@ -107,7 +107,8 @@ typedef struct ms_drafter {
     /* running acceptance per source (never reset: it steers drafts, not reports) */
     int64_t drafted[MS_DRAFT_SOURCES], accepted[MS_DRAFT_SOURCES], rejected[MS_DRAFT_SOURCES];
     double model_q;             /* the draft model's probabilities of the ids of it verified, summed */
-    /* decode passes measured: bytes read, passes and tokens fed */
+    /* decode passes measured: bytes read, passes and tokens fed (a pass shared by
+       several sequences counts once) */
     int64_t m_trunk, m_expert, m_passes, m_fed;
     /* what a pass and a token touch when nothing is read (resident); with
        given: the costs always used, never the measured ones */
@@ -128,28 +129,41 @@ ms_status ms_drafter_corpus(ms_drafter *d, const char *path, const ms_tok *tok, 
 ms_status ms_draft_corpus_check(const char *path, ms_err *err);
 /* A new session's id for ms_drafter_remember. */
 int64_t ms_drafter_sid(ms_drafter *d);
+/* The costs the choice rule weighs for one sequence whose pass is shared by
+ * `share` >= 1 sequences (ms_sessions_decode: each sequence's [pending,
+ * draft] in one pass): c_pass = the pass's cost (the trunk bytes a decode
+ * pass read, measured on this run's passes, or c_pass0 when given or before
+ * any pass read anything) / share, since the trunk is read once for all of
+ * them; c_tok = the expert bytes per fed token (measured, else c_tok0).
+ * Under the mutex. */
+void ms_drafter_costs(ms_drafter *d, int share, double *c_pass, double *c_tok);
 /* The draft for session sid's h = tok[0..n_past) + pending: up to want ids
  * into out, the source in *src (the history without sid's own current run);
- * model: the draft model's offer (NULL or n 0: none). Fixed length (auto_len
+ * model: the draft model's offer (NULL or n 0: none); share: the sequences
+ * whose drafts the same pass verifies (1: alone). Fixed length (auto_len
  * 0): the draft model's offer when there is one, else prompt lookup, else the
  * history's chain, else the corpus's, as long as it goes. Auto: each source's chain,
  * p[i] = q[i] x its running acceptance ((accepted + 1) / (accepted +
  * rejections + 2), a drafted id's chance once those before it held), cut to the length the choice rule
- * picks with this run's costs; the source with the best gain (0 ids when
- * none is expected to pay). */
+ * picks with this run's costs for that share (ms_drafter_costs); the source
+ * with the best gain (0 ids when none is expected to pay). */
 int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                         int64_t want, const ms_draft_offer *model, int32_t *out, int *src);
+                         int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src);
 /* While a draft model drafts (auto only; fixed length: always 1): whether a
  * draft longer than the k ids drafted so far (q: its probabilities of them)
  * could emit more tokens per byte than the best cut of those k, with the
- * model source's running acceptance and this run's costs. Deterministic in
- * its inputs and the drafter's counts; 0 at MS_MAX_DRAFT_IDS. */
-int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k);
-/* After a decode pass of `fed` tokens that read trunk / expert bytes and
- * verified `drafted` ids of source src (any when drafted is 0), `accepted`
- * of them kept (fewer: one rejection). */
-void ms_drafter_passed(ms_drafter *d, int src, int64_t drafted, int64_t accepted, int64_t trunk, int64_t expert,
-                       int64_t fed);
+ * model source's running acceptance and this run's costs for `share`
+ * sequences a pass. Deterministic in its inputs and the drafter's counts; 0
+ * at MS_MAX_DRAFT_IDS. */
+int ms_drafter_model_more(ms_drafter *d, const double *q, int64_t k, int share);
+/* After a decode pass verified `drafted` ids of one sequence of source src
+ * (nothing counted when drafted is 0), `accepted` of them kept (fewer: one
+ * rejection). */
+void ms_drafter_verified(ms_drafter *d, int src, int64_t drafted, int64_t accepted);
+/* After `passes` decode passes (one ms_sessions_decode call: every sequence's
+ * tokens, whole segments to a pass) that fed `fed` tokens in all and read
+ * trunk / expert bytes. */
+void ms_drafter_measured(ms_drafter *d, int64_t passes, int64_t trunk, int64_t expert, int64_t fed);
 /* After a pass that verified ids of the draft model: q_sum, its probabilities
  * of the ids verified (the accepted ones and the first rejected) summed. The
  * model source's acceptance is its calibration: (accepted + 1) / (q_sum's

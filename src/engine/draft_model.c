@@ -217,7 +217,7 @@ static ms_status catch_up(ms_dm_sess *d, const ms_engine *e, const int32_t *tok,
     return ms_session_feed(ds, d->buf, n, NULL);
 }
 
-int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, ms_draft_offer *o) {
+int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, int share, ms_draft_offer *o) {
     o->n = 0;
     ms_dm_sess *d = s->dm;
     ms_engine *e = s->e;
@@ -234,7 +234,7 @@ int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, ms_draft_offer
         o->ids[i] = id;
         o->q[i] = exp(ms_logprob(lg, V, id));
         o->n = i + 1;
-        if (i + 1 == want || i + 1 > e->p.max_draft - 1 || !ms_drafter_model_more(e->draft, o->q, i + 1)) break;
+        if (i + 1 == want || i + 1 > e->p.max_draft - 1 || !ms_drafter_model_more(e->draft, o->q, i + 1, share)) break;
         d->mpos[d->n_marks] = ds->st.n_past;
         mark_io(&ds->st, &e->dm->model, d->marks + d->n_marks * e->dm_mark_floats, 1);
         d->n_marks++;

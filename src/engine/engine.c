@@ -8,11 +8,13 @@
  * forward scratch. A pipeline's other stages are reached only through the
  * hooks engine/pipe.c registers (ms_engine_pipe_*, e->pipe). A session that failed mid-forward is unsound: its state may hold a
  * half-applied token, so every later feed returns MS_E_UNSOUND (sticky).
- * ms_session_decode is the decode step of every front end: plain (feed the
- * pending token, pick once) or speculative (a draft from engine/draft.c, with
- * a draft model's offer from engine/draft_model.c, one
- * recorded verify feed, pick per row while the draft holds, roll back to the
- * last kept position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
+ * ms_sessions_decode is the decode step of every front end, for one session
+ * (ms_session_decode) or several in one pass: plain (feed the pending token,
+ * pick once) or speculative (a draft from engine/draft.c, with a draft
+ * model's offer from engine/draft_model.c; one pass over every session's
+ * [pending, draft], each segment with its rows and its rollback record; then
+ * per session: pick per row while the draft holds, roll back to the last kept
+ * position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
  */
 #include "moestream.h"
 
@@ -252,12 +254,12 @@ static ms_status check_tokens(const ms_session *s, const int32_t *ids, int64_t n
     return MS_OK;
 }
 
-/* What every forward of the engine runs with (rec: record it for a rollback). */
-static ms_fwd_ctx fwd_ctx(ms_engine *e, ms_rollback *rec) {
+/* What every forward of the engine runs with. */
+static ms_fwd_ctx fwd_ctx(ms_engine *e) {
     const ms_next_stage next = { e->pipe_up ? ms_pipe_pass : NULL, e->pipe_up ? e->pipe_groups : 1,
                                  e->p.stage_groups > 0 ? 1 : MS_PIPE_GROUP_TOKENS };
     return (ms_fwd_ctx){ .m = &e->model, .store = e->store, .pool = e->pool,
-                         .predict = !e->p.no_predict_experts, .rec = rec, .next = next, .pass_user = e };
+                         .predict = !e->p.no_predict_experts, .next = next, .pass_user = e };
 }
 
 int64_t ms_engine_weight_bytes_read(const ms_engine *e) {
@@ -287,7 +289,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
     }
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = fwd_ctx(e, record ? &s->rb : NULL);
+    ms_fwd_ctx ctx = fwd_ctx(e);
     double t0 = ms_now_s();
     ms_status st = MS_OK;
     const int64_t chunk = e->p.prefill_chunk;
@@ -299,7 +301,8 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         int64_t T = n - i < chunk ? n - i : chunk;
         if (i > 0 && prog) ms_progress_report(&ps, i, i / chunk, ms_engine_weight_bytes_read(e) - b0);
         memcpy(s->tokens + s->st.n_past, ids + i, (size_t)T * sizeof *ids);
-        float *out = all_logits ? all_logits + i * V : s->logits;
+        const ms_fseg seg = { &s->st, T, all_logits ? NULL : s->logits, all_logits ? all_logits + i * V : NULL,
+                              record ? &s->rb : NULL };
         if (score) {
             ctx.score_target = ids + i + 1;
             ctx.score_n = n - i - 1 < T ? n - i - 1 : T;
@@ -311,7 +314,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         /* a pipeline: a chunk before the last whose output nobody reads goes on
            through the stages while this one starts the next */
         ctx.pass_async = e->pipe_up && i + T < n && !all_logits && !score && !record;
-        st = ms_forward(&ctx, e->fwd, &s->st, ids + i, T, out, all_logits != NULL, &err);
+        st = ms_forward_batch(&ctx, e->fwd, &seg, 1, ids + i, &err);
         if (st == MS_OK && all_logits)
             memcpy(s->logits, all_logits + (i + T - 1) * V, (size_t)V * sizeof(float));
     }
@@ -415,7 +418,7 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
     ms_fseg *seg = e->batch_seg;
     ms_err err;
     ms_err_clear(&err);
-    ms_fwd_ctx ctx = fwd_ctx(e, NULL);
+    ms_fwd_ctx ctx = fwd_ctx(e);
     double t0 = ms_now_s();
     ms_status st = MS_OK;
     /* passes of up to `chunk` tokens (so at most `chunk` segments), filled in
@@ -433,7 +436,7 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
             memcpy(pid + T, ids[i] + from, (size_t)take * sizeof *pid);
             memcpy(s->tokens + s->st.n_past, ids[i] + from, (size_t)take * sizeof *pid);
             s->rb.n_rec = 0;                /* any feed ends the previous record */
-            seg[ns++] = (ms_fseg){ &s->st, take, s->logits };
+            seg[ns++] = (ms_fseg){ &s->st, take, s->logits, NULL, NULL };
             T += take;
             /* the last session of the pass sets where the next one starts */
             if (from + take < n[i]) { i0 = i; off = (int)(from + take); }
@@ -493,80 +496,112 @@ static void bytes_read(const ms_engine *e, int64_t *trunk, int64_t *experts) {
     *experts = ss.expert_bytes_read;
 }
 
-/* After a decode pass that fed tok[n0..n_past) and verified m ids of source
- * src, i of them kept: the drafter's counts and history, the stats. */
-static void decode_passed(ms_session *s, int64_t n0, int src, int64_t m, int64_t i, int64_t t0, int64_t x0,
-                          const ms_draft_offer *offer) {
-    ms_engine *e = s->e;
-    e->stats.spec_passes++;
-    e->stats.spec_drafted += m;
-    e->stats.spec_accepted += i;
-    if (m > 0) {
-        e->stats.spec_src_drafted[src] += m;
-        e->stats.spec_src_accepted[src] += i;
+/* Whether ms_sessions_decode may start (nothing is done otherwise): the
+ * sessions distinct, of one engine and sound, each with logits to pick from
+ * (pending -1) or room for its pending id. The why goes to every sound
+ * session's error (k = 1: the message alone, as ms_session_feed words it). */
+static ms_status decode_check(ms_session *const *ss, int k, const int32_t *pending) {
+    ms_session *s0 = ss[0];
+    for (int i = 0; i < k; i++) {
+        ms_session *s = ss[i];
+        char msg[300] = "";
+        ms_status bad = MS_OK;
+        if (!s || s->e != s0->e) snprintf(msg, sizeof msg, "decode: not a session of the first session's engine");
+        for (int j = 0; !msg[0] && j < i; j++)
+            if (ss[j] == s) snprintf(msg, sizeof msg, "decode: given twice");
+        if (msg[0]) {
+            bad = MS_E_USAGE;
+        } else if (s->sticky != MS_OK) {
+            bad = s->sticky;
+            snprintf(msg, sizeof msg, "%.290s", s->error);
+        } else if (pending[i] < 0 && !s->has_logits) {
+            bad = MS_E_USAGE;
+            snprintf(msg, sizeof msg, "decode: no logits yet (feed a prompt first)");
+        } else if (pending[i] >= 0) {
+            bad = check_tokens(s, &pending[i], 1, msg, sizeof msg);
+        }
+        if (bad == MS_OK) continue;
+        if (k == 1) {
+            if (s->sticky == MS_OK) snprintf(s->error, sizeof s->error, "%s", msg);
+            return bad;
+        }
+        char all[sizeof s0->error];
+        snprintf(all, sizeof all, "session %d: %.400s", i, msg);
+        for (int j = 0; j < k; j++)
+            if (ss[j] && ss[j]->e == s0->e && ss[j]->sticky == MS_OK)
+                snprintf(ss[j]->error, sizeof ss[j]->error, "%s", all);
+        return bad;
     }
-    if (!e->draft) return;
-    int64_t t1, x1;
-    bytes_read(e, &t1, &x1);
-    ms_drafter_passed(e->draft, src, m, i, t1 - t0, x1 - x0, m + 1);
-    if (src == MS_DRAFT_MODEL && m > 0) {
-        double q = 0;                       /* the ids verified: those kept and the first rejected */
-        for (int64_t j = 0; j < m && j <= i; j++) q += offer->q[j];
-        ms_drafter_model_verified(e->draft, q);
-    }
-    ms_drafter_remember(e->draft, s->draft_sid, &s->draft_end, s->tokens, n0, s->st.n_past);
+    return MS_OK;
 }
 
-ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick_fn pick,
-                            void *user, int32_t *out, int64_t *n_out) {
-    *n_out = 0;
-    if (s->sticky != MS_OK) return s->sticky;
+/* Session s's draft for a step that feeds `pending` (s->ver_ids[1..ver_m],
+ * its source, the draft model's offer): at most n_draft ids, the session's
+ * max_draft, what its context leaves and `cap`; `share` sequences are
+ * verified in the pass (the drafter weighs its share of the pass). */
+static void decode_draft(ms_session *s, int32_t pending, int n_draft, int64_t cap, int share) {
     ms_engine *e = s->e;
-    const int64_t V = e->cfg.vocab_size;
-    int stop = 0;
-    if (pending < 0) {
-        if (!s->has_logits) {
-            snprintf(s->error, sizeof s->error, "decode: no logits yet (feed a prompt first)");
-            return MS_E_USAGE;
-        }
-        out[0] = pick(user, s->logits, s->tokens, s->st.n_past, &stop);
-        *n_out = 1;
-        return MS_OK;
-    }
-    int64_t m = 0, want = n_draft < s->max_draft ? n_draft : s->max_draft;
+    int64_t want = n_draft < s->max_draft ? n_draft : s->max_draft;
     if (want > s->st.max_ctx - s->st.n_past - 1) want = s->st.max_ctx - s->st.n_past - 1;
-    int src = MS_DRAFT_CONTEXT;
-    ms_draft_offer offer;
-    offer.n = 0;
-    if (want > 0) {
-        if (s->dm) ms_dm_draft(s, pending, want, &offer);
-        m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, &offer, s->ver_ids + 1, &src);
+    if (want > cap) want = cap;
+    s->ver_m = 0;
+    s->ver_src = MS_DRAFT_CONTEXT;
+    s->ver_offer.n = 0;
+    if (want <= 0) return;
+    if (s->dm) ms_dm_draft(s, pending, want, share, &s->ver_offer);
+    s->ver_m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, share, &s->ver_offer,
+                                s->ver_ids + 1, &s->ver_src);
+}
+
+/* The passes of a decode step: every feeding session's [pending, draft], whole
+ * sessions to a pass of up to prefill_chunk tokens, in session order; a
+ * session that drafted gets every row's logits (s->ver_logits) and a record,
+ * one that did not its logits. *passes, *fed: the passes made and the
+ * tokens they fed. */
+static ms_status decode_passes(ms_engine *e, ms_session *const *ss, int k, const int32_t *pending, int64_t *passes,
+                               int64_t *fed, ms_err *err) {
+    const int64_t chunk = e->p.prefill_chunk;
+    int32_t *pid = e->batch_ids;
+    ms_fseg *seg = e->batch_seg;
+    ms_fwd_ctx ctx = fwd_ctx(e);
+    ms_status st = MS_OK;
+    for (int i = 0; i < k && st == MS_OK;) {
+        int ns = 0;
+        int64_t T = 0;
+        for (; i < k; i++) {
+            ms_session *s = ss[i];
+            if (pending[i] < 0) continue;
+            const int64_t m = s->ver_m, n = m + 1;    /* n <= chunk: decode_draft's cap */
+            if (T + n > chunk) break;
+            pid[T] = pending[i];
+            if (m > 0) memcpy(pid + T + 1, s->ver_ids + 1, (size_t)m * sizeof *pid);
+            memcpy(s->tokens + s->st.n_past, pid + T, (size_t)n * sizeof *pid);
+            s->rb.n_rec = 0;                /* any feed ends the previous record */
+            seg[ns++] = (ms_fseg){ &s->st, n, m ? NULL : s->logits, m ? s->ver_logits : NULL, m ? &s->rb : NULL };
+            T += n;
+        }
+        if (ns == 0) break;
+        st = ms_forward_batch(&ctx, e->fwd, seg, ns, pid, err);
+        (*passes)++;
+        *fed += T;
     }
-    const int64_t nb = s->st.n_past;
-    int64_t t0 = 0, x0 = 0;
-    if (e->draft) bytes_read(e, &t0, &x0);
-    double dt = 0.0;
-    ms_status st;
-    if (m == 0) {
-        st = feed(s, &pending, 1, NULL, NULL, 0, 0, 1, &dt);
-        e->stats.decode_s += dt;
-        if (st != MS_OK) return st;
-        decode_passed(s, nb, src, 0, 0, t0, x0, &offer);
-        e->stats.n_tokens_decode++;
-        out[0] = pick(user, s->logits, s->tokens, s->st.n_past, &stop);
-        *n_out = 1;
-        return MS_OK;
-    }
-    /* verify: [pending, d1..dm] in one pass, every row's logits */
-    s->ver_ids[0] = pending;
-    st = feed(s, s->ver_ids, m + 1, s->ver_logits, NULL, 1, 0, 0, &dt);
-    e->stats.decode_s += dt;
-    if (st != MS_OK) return st;
-    const int64_t n0 = s->st.n_past - (m + 1);
+    e->scale255 += ctx.scale255;
+    return st;
+}
+
+/* After the passes: session s's rows picked in order while its draft holds
+ * (each checked as a plain loop's feed would check it), then rolled back to
+ * just after the last position kept; its counters, the engine's and the
+ * drafter's (acceptance, history). The ids picked into out[0..*n_out). */
+static ms_status decode_verify(ms_session *s, ms_pick_fn pick, void *user, int32_t *out, int64_t *n_out) {
+    ms_engine *e = s->e;
+    const int64_t V = e->cfg.vocab_size, m = s->ver_m, n0 = s->st.n_past - (m + 1);
+    if (m > 0) memcpy(s->logits, s->ver_logits + m * V, (size_t)V * sizeof(float));
+    s->has_logits = 1;
+    int stop = 0;
     int64_t i = 0;
     for (;; i++) {
-        const float *row = s->ver_logits + i * V;
-        /* the check a plain loop's feed of this position would have made */
+        const float *row = m > 0 ? s->ver_logits + i * V : s->logits;
         const int64_t bad = first_nonfinite(row, V);
         if (bad >= 0) {
             char msg[128];
@@ -582,13 +617,90 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
     e->stats.n_tokens_decode += keep;
     *n_out = keep;
     if (keep < m + 1) {
-        if ((st = ms_session_rollback(s, keep, s->ver_logits + i * V)) != MS_OK) return st;
+        const ms_status st = ms_session_rollback(s, keep, s->ver_logits + i * V);
+        if (st != MS_OK) return st;
     } else {
         s->rb.n_rec = 0;
     }
-    decode_passed(s, nb, src, m, i, t0, x0, &offer);
+    const int src = s->ver_src;
+    e->stats.spec_drafted += m;
+    e->stats.spec_accepted += i;
+    s->dec.passes++;
+    s->dec.tokens += keep;
+    if (m > 0) {
+        e->stats.spec_src_drafted[src] += m;
+        e->stats.spec_src_accepted[src] += i;
+        s->dec.drafted[src] += m;
+        s->dec.accepted[src] += i;
+    }
+    if (!e->draft) return MS_OK;
+    ms_drafter_verified(e->draft, src, m, i);
+    if (src == MS_DRAFT_MODEL && m > 0) {
+        double q = 0;                       /* the ids verified: those kept and the first rejected */
+        for (int64_t j = 0; j < m && j <= i; j++) q += s->ver_offer.q[j];
+        ms_drafter_model_verified(e->draft, q);
+    }
+    ms_drafter_remember(e->draft, s->draft_sid, &s->draft_end, s->tokens, n0, s->st.n_past);
     return MS_OK;
 }
+
+ms_status ms_sessions_decode(ms_session *const *ss, int k, const int32_t *pending, const int *n_draft,
+                             ms_pick_fn pick, void *const *user, int32_t *const *out, int64_t *n_out) {
+    if (!ss || k < 1 || !ss[0] || !pending || !n_draft || !pick || !user || !out || !n_out) return MS_E_USAGE;
+    for (int i = 0; i < k; i++) n_out[i] = 0;
+    ms_status st = decode_check(ss, k, pending);
+    if (st != MS_OK) return st;
+    ms_engine *e = ss[0]->e;
+    /* the sessions that only pick (the first token after a prompt) */
+    int n_feed = 0;
+    for (int i = 0; i < k; i++) {
+        ms_session *s = ss[i];
+        if (pending[i] >= 0) { n_feed++; continue; }
+        int stop = 0;
+        out[i][0] = pick(user[i], s->logits, s->tokens, s->st.n_past, &stop);
+        n_out[i] = 1;
+    }
+    if (n_feed == 0) return MS_OK;
+    /* the drafts, cut so that every feeding session's fits one pass */
+    const int64_t cap = e->p.prefill_chunk / n_feed - 1;
+    for (int i = 0; i < k; i++)
+        if (pending[i] >= 0) decode_draft(ss[i], pending[i], n_draft[i], cap, n_feed);
+    /* one pass (per chunk) for all, then each session's picks */
+    int64_t t0 = 0, x0 = 0, passes = 0, fed = 0;
+    if (e->draft) bytes_read(e, &t0, &x0);
+    ms_err err;
+    ms_err_clear(&err);
+    const double ta = ms_now_s();
+    st = decode_passes(e, ss, k, pending, &passes, &fed, &err);
+    e->stats.decode_s += ms_now_s() - ta;
+    if (st != MS_OK) {
+        for (int i = 0; i < k; i++)
+            if (pending[i] >= 0) make_unsound(ss[i], err.msg);
+        return MS_E_UNSOUND;
+    }
+    e->stats.spec_passes += passes;
+    if (e->draft) {
+        int64_t t1, x1;
+        bytes_read(e, &t1, &x1);
+        ms_drafter_measured(e->draft, passes, t1 - t0, x1 - x0, fed);
+    }
+    ms_status ret = MS_OK;
+    for (int i = 0; i < k; i++) {
+        if (pending[i] < 0) continue;
+        const ms_status vs = decode_verify(ss[i], pick, user[i], out[i], &n_out[i]);
+        if (vs != MS_OK && ret == MS_OK) ret = vs;
+    }
+    return ret;
+}
+
+ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick_fn pick,
+                            void *user, int32_t *out, int64_t *n_out) {
+    *n_out = 0;
+    if (!s) return MS_E_USAGE;
+    return ms_sessions_decode(&s, 1, &pending, &n_draft, pick, &user, &out, n_out);
+}
+
+void ms_session_decode_counts(const ms_session *s, ms_decode_counts *out) { *out = s->dec; }
 
 const float *ms_session_logits(const ms_session *s) { return s->has_logits ? s->logits : NULL; }
 

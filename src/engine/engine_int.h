@@ -184,6 +184,12 @@ struct ms_session {
     int64_t draft_sid;          /* names its runs in the engine's history (ms_drafter_remember) */
     int64_t draft_end;          /* where its run in the history ends */
     struct ms_dm_sess *dm;      /* its state of the draft model (NULL: none) */
+    /* the decode step under way (ms_sessions_decode): the ids drafted
+       (ver_ids[1..ver_m]), their source and the draft model's offer */
+    int64_t ver_m;
+    int ver_src;
+    ms_draft_offer ver_offer;
+    ms_decode_counts dec;       /* ms_session_decode_counts */
     ms_status sticky;
     char error[512];
 };
@@ -215,9 +221,10 @@ int64_t ms_dm_mark_floats(const ms_model *m);
 ms_status ms_dm_sess_open(ms_session *s, ms_err *err);
 void ms_dm_sess_close(ms_dm_sess *d);
 /* The draft model's offer for s's h = ids + pending: up to want ids drafted
- * greedily (fewer when ms_drafter_model_more says a longer one cannot pay),
- * with its probability of each. Counts draft_model_tokens / _s. Returns o->n. */
-int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, ms_draft_offer *o);
+ * greedily (fewer when ms_drafter_model_more says a longer one cannot pay for
+ * one of `share` sequences a pass), with its probability of each. Counts
+ * draft_model_tokens / _s. Returns o->n. */
+int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, int share, ms_draft_offer *o);
 /* The resident bytes of draft model `dir` for n_seq sessions of max_ctx
  * positions and max_draft marks each: its weights, its sessions' state, the
  * marks and catch-up buffers, its forward scratch and name table

@@ -281,9 +281,9 @@ static size_t build_forward(uint8_t **buf, size_t *cap, const ms_fwd_ctx *c, con
     h->nseg = nseg;
     h->nb = nb;
     h->T = T;
-    h->flags = (c->predict ? F_PREDICT : 0) | (c->rec ? F_RECORD : 0);
+    h->flags = c->predict ? F_PREDICT : 0;
     seg_desc *sd = (seg_desc *)(b + sizeof *h);
-    for (int i = 0; i < nseg; i++) sd[i] = (seg_desc){ seg[i].st->pipe_id, seg[i].T, seg[i].st->n_past };
+    for (int i = 0; i < nseg; i++) sd[i] = (seg_desc){ seg[i].st->pipe_id, seg[i].T, seg[i].st->n_past, seg[i].rec != NULL };
     move_acts(acts_of(b, nseg), run, bank, T, H, nb_max, nb, 1);
     return n;
 }
@@ -527,21 +527,21 @@ static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
     }
     const seg_desc *sd = (const seg_desc *)(g.buf + sizeof *h);
     ms_fseg *seg = e->batch_seg;           /* [prefill_chunk] >= nseg */
-    ms_session *s0 = NULL;                  /* the first segment's (a recorded pass has one) */
     int64_t sum = 0;
+    int bad_rec = 0;                        /* a record the session cannot hold */
     for (int i = 0; i < nseg; i++) {
         ms_session *s = find(t, sd[i].id);
-        if (i == 0) s0 = s;
         if (!s || s->st.n_past != sd[i].n_past || sd[i].T < 1) {
             fail(h, MS_E_INTERNAL, "%s", s ? "a session out of step with stage 0" : "an unknown session");
             *n = sizeof *h;
             return;
         }
         s->rb.n_rec = 0;                    /* any feed ends the previous record */
-        seg[i] = (ms_fseg){ &s->st, sd[i].T, NULL };
+        bad_rec |= sd[i].record && (s->max_draft == 0 || sd[i].T > s->rb.max_T);
+        seg[i] = (ms_fseg){ &s->st, sd[i].T, NULL, NULL, sd[i].record ? &s->rb : NULL };
         sum += sd[i].T;
     }
-    if (sum != T || ((h->flags & F_RECORD) && (nseg != 1 || s0->max_draft == 0 || T > s0->rb.max_T))) {
+    if (sum != T || bad_rec) {
         fail(h, MS_E_INTERNAL, "%s", "a malformed forward message");
         *n = sizeof *h;
         return;
@@ -549,8 +549,7 @@ static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
     float *run = ms_fwd_run(e->fwd), *bank = ms_fwd_bank(e->fwd);
     move_acts(acts_of(g.buf, nseg), run, bank, T, H, nb_max, nb, 0);
     ms_fwd_ctx ctx = { .m = &e->model, .store = e->store, .pool = e->pool,
-                       .predict = (h->flags & F_PREDICT) != 0,
-                       .rec = (h->flags & F_RECORD) ? &s0->rb : NULL, .stage_nb = nb };
+                       .predict = (h->flags & F_PREDICT) != 0, .stage_nb = nb };
     ms_err err;
     ms_err_clear(&err);
     const ms_status st = ms_forward_stage(&ctx, e->fwd, seg, nseg, &err);

@@ -2,12 +2,18 @@
  * to engine/pipe.c and engine/pipe_msg.c (no MPI in here).
  *
  * A message is a header, then per operation:
- *   FORWARD   nseg x {session id, T, n_past}, run [T, H], bank [T, nb, H]
+ *   FORWARD   nseg x {session id, T, n_past, record}, run [T, H], bank [T, nb, H]
  *             (the activations after the previous stage's last layer; each
  *             stage replaces them with its own, and the last one's come back
+<<<<<<< HEAD
  *             to stage 0, which goes on with the final norms and lm_head);
  *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET, PC_STORE,
  *             PC_RESTORE, PC_DROP (the prompt cache's parts)   the header only;
+=======
+ *             to stage 0, which goes on with the final norms and lm_head;
+ *             a segment with record 1 is recorded for a rollback in every stage);
+ *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET   the header only;
+>>>>>>> h-mspec
  *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
  *             the stage holding the layer appends it / takes it out;
  *   STATS     int64 [N][STATS_PER_STAGE]: each stage fills its trunk and
@@ -28,7 +34,7 @@
 
 enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
 enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
-enum { F_RECORD = 1, F_PREDICT = 2 };
+enum { F_PREDICT = 2 };
 enum { STATS_PER_STAGE = 4 };
 
 typedef struct hdr {
@@ -41,6 +47,7 @@ typedef struct hdr {
 
 typedef struct seg_desc {
     int64_t id, T, n_past;
+    int64_t record;             /* 1: record the segment (ms_fseg.rec) */
 } seg_desc;
 
 typedef struct ready {

@@ -401,7 +401,8 @@ static ms_status layers(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, 
 /* the head                                                                  */
 
 /* y = RMSNorm(read(bank + [run]; output_attn_res_*); norm) into f->y, for
- * every token (every) or each segment's last one; how many rows. */
+ * every token (every: scoring), else for each token of a segment with
+ * all_logits and the last one of each other segment; how many rows. */
 static ms_status head_rows(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, int64_t T, int nb, int every,
                            int64_t *n_rows, ms_err *err) {
     const ms_model *m = c->m;
@@ -413,11 +414,12 @@ static ms_status head_rows(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
     const float *wn = oss ? NULL : ms_fwd_vec(fb, &m->out_res_norm, f->vec0);
     const float *wp = oss ? NULL : ms_fwd_vec(fb, &m->out_res_proj, f->vec1);
     const float *fn = ms_fwd_vec(fb, &m->final_norm, f->vec2);
-    int64_t n = 0;
+    int64_t n = 0, want = 0;
+    for (int is = 0; is < nseg; is++) want += every || seg[is].all_logits ? seg[is].T : 1;
     for (int64_t t = 0, is = 0, end = seg[0].T; t < T; t++) {
-        const int last = t == end - 1;
+        const int last = t == end - 1, all = seg[is].all_logits != NULL;
         if (last && ++is < nseg) end += seg[is].T;
-        if (!every && !last) continue;
+        if (!every && !all && !last) continue;
         if (oss) {
             ms_rmsnorm(f->y + n * H, f->run + t * H, fn, H, eps);
         } else {
@@ -426,21 +428,20 @@ static ms_status head_rows(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
         }
         n++;
     }
-    MS_ASSERT(n == (every ? T : nseg));
+    MS_ASSERT(n == want);
     ms_store_release(c->store, m->final_region);
     *n_rows = n;
     return MS_OK;
 }
 
 /* The head over the pass's tokens: logits = lm_head y, a chunk of lm_head
- * rows at a time - for every row into all_logits [T, V] (nseg 1), scored
- * (ctx->score_lp), or each segment's last row into seg[i].logits. */
-static ms_status head(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, int64_t T, int nb, float *all_logits,
-                      ms_err *err) {
+ * rows at a time - scored (ctx->score_lp), or per segment every row into its
+ * all_logits [T, V] or its last row into its logits. */
+static ms_status head(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, int64_t T, int nb, ms_err *err) {
     const ms_model *m = c->m;
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     int64_t n_rows = 0;
-    ms_status s = head_rows(c, f, seg, nseg, T, nb, all_logits || c->score_lp, &n_rows, err);
+    ms_status s = head_rows(c, f, seg, nseg, T, nb, c->score_lp != NULL, &n_rows, err);
     if (s != MS_OK) return s;
     for (int ic = 0; ic < m->n_lm_chunks; ic++) {
         const uint8_t *lb = ms_store_acquire(c->store, m->lm_region[ic], err);
@@ -453,14 +454,21 @@ static ms_status head(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, in
             ms_wt part = m->lm_head;
             part.off = m->lm_off[ic];
             part.rows = r1 - r0;
-            ms_mm_bf16(c, (all_logits ? all_logits : seg[0].logits) + r0, V, lb, &part, f->y, H, n_rows);
+            ms_mm_bf16(c, (seg[0].all_logits ? seg[0].all_logits : seg[0].logits) + r0, V, lb, &part, f->y, H,
+                       n_rows);
         } else {
-            /* the segments' rows land in separate arrays: a tile at a time */
+            /* the segments' rows land in separate arrays: a tile at a time, row n
+               of f->y to its segment's row (every row of one with all_logits) */
             for (int64_t q0 = r0; q0 < r1; q0 += MS_SCORE_ROWS) {
                 const int64_t nr = r1 - q0 < MS_SCORE_ROWS ? r1 - q0 : MS_SCORE_ROWS;
-                ms_lm_tile(c, f, lb, ic, q0, nr, nseg);
-                for (int is = 0; is < nseg; is++)
-                    memcpy(seg[is].logits + q0, f->lt + is * MS_SCORE_ROWS, (size_t)nr * sizeof(float));
+                ms_lm_tile(c, f, lb, ic, q0, nr, n_rows);
+                for (int is = 0, n = 0; is < nseg; is++) {
+                    const int64_t rows = seg[is].all_logits ? seg[is].T : 1;
+                    for (int64_t j = 0; j < rows; j++, n++) {
+                        float *dst = seg[is].all_logits ? seg[is].all_logits + j * V : seg[is].logits;
+                        memcpy(dst + q0, f->lt + n * MS_SCORE_ROWS, (size_t)nr * sizeof(float));
+                    }
+                }
             }
         }
         ms_store_release(c->store, m->lm_region[ic]);
@@ -510,15 +518,17 @@ static pass_kind kind_of(const ms_fwd_ctx *c, int nseg, int64_t T, int *G) {
 }
 
 /* The pass's arguments checked, its mode chosen, the attention scratch sized
- * for its context, and the record (ctx->rec) started. */
-static ms_status pass_begin(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
-                            const float *all_logits, pass *p, ms_err *err) {
+ * for its context, and the segments' records (seg[].rec) started. */
+static ms_status pass_begin(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids, pass *p,
+                            ms_err *err) {
     const ms_model *m = c->m;
     const int64_t V = m->cfg.vocab_size;
     int64_t n_ctx = 0, T = 0;
+    int outputs = 0;            /* segments with every row's logits or a record */
     for (int is = 0; is < nseg; is++) {
         const ms_state *st = seg[is].st;
-        MS_ASSERT(seg[is].T >= 1);
+        MS_ASSERT(seg[is].T >= 1 && (!seg[is].rec || seg[is].T <= seg[is].rec->max_T));
+        outputs += seg[is].all_logits || seg[is].rec;
         T += seg[is].T;
         if (st->n_past + seg[is].T > st->max_ctx)
             return ms_err_set(err, MS_E_CONTEXT, "context full: %lld + %lld tokens > max_context %lld",
@@ -526,8 +536,7 @@ static ms_status pass_begin(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int ns
         if (st->n_past + seg[is].T > n_ctx) n_ctx = st->n_past + seg[is].T;
     }
     MS_ASSERT(T <= f->max_T && nseg >= 1);
-    MS_ASSERT(nseg == 1 || (!all_logits && !c->rec && !c->score_lp));
-    MS_ASSERT(!c->score_lp || (!all_logits && c->score_n >= 0 && c->score_n <= T &&
+    MS_ASSERT(!c->score_lp || (nseg == 1 && !outputs && c->score_n >= 0 && c->score_n <= T &&
                                c->score_k >= 0 && c->score_k <= MS_LSE_TOP_MAX));
     MS_ASSERT((ids != NULL) == m->head);
     for (int64_t t = 0; ids && t < T; t++)
@@ -537,22 +546,25 @@ static ms_status pass_begin(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int ns
     if (s != MS_OK) return s;
     p->T = T;
     p->kind = kind_of(c, nseg, T, &p->G);
-    MS_ASSERT(p->kind != PASS_ASYNC || (!all_logits && !c->rec && !c->score_lp));
+    MS_ASSERT(p->kind != PASS_ASYNC || (!outputs && !c->score_lp));
     p->keep = p->kind != PASS_GROUPS && nseg == 1 && T > 1;
     p->nb = m->head ? 0 : c->stage_nb;
-    if (c->rec) {
-        MS_ASSERT(T <= c->rec->max_T);
-        c->rec->n_rec = 0;                  /* valid only once the forward completes */
-        c->rec->n_past0 = seg[0].st->n_past;
+    for (int is = 0; is < nseg; is++) {
+        ms_rollback *rec = seg[is].rec;
+        if (!rec) continue;
+        rec->n_rec = 0;                     /* valid only once the forward completes */
+        rec->n_past0 = seg[is].st->n_past;
     }
     return MS_OK;
 }
 
 /* The pass is done: every segment's state has read its tokens; a recorded
- * pass can now be rolled back. */
-static ms_status pass_end(ms_fwd_ctx *c, const ms_fseg *seg, int nseg, const pass *p) {
-    for (int is = 0; is < nseg; is++) seg[is].st->n_past += seg[is].T;
-    if (c->rec) c->rec->n_rec = p->T;
+ * segment can now be rolled back. */
+static ms_status pass_end(const ms_fseg *seg, int nseg) {
+    for (int is = 0; is < nseg; is++) {
+        seg[is].st->n_past += seg[is].T;
+        if (seg[is].rec) seg[is].rec->n_rec = seg[is].T;
+    }
     return MS_OK;
 }
 
@@ -629,13 +641,12 @@ static ms_status in_groups(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nse
 }
 
 /* The whole model over the pass's tokens: segments seg[0..nseg) in order,
- * ids concatenated. all_logits ([T, V], nseg 1): every row, else each
- * segment's last row into seg[i].logits. With later stages (a pipeline),
- * this process runs its part and the pass travels as pass_kind says. */
-static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
-                         float *all_logits, ms_err *err) {
+ * ids concatenated, each segment's logits as it asks (ms_fseg). With later
+ * stages (a pipeline), this process runs its part and the pass travels as
+ * pass_kind says. */
+static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids, ms_err *err) {
     pass p;
-    ms_status s = pass_begin(c, f, seg, nseg, ids, all_logits, &p, err);
+    ms_status s = pass_begin(c, f, seg, nseg, ids, &p, err);
     if (s != MS_OK) return s;
     MS_ASSERT(p.kind != PASS_STAGE);    /* ms_forward_stage */
     if (p.kind == PASS_GROUPS) {
@@ -648,29 +659,23 @@ static ms_status forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg,
         if (s == MS_OK && p.kind != PASS_WHOLE)
             s = c->next.pass(c, op, seg, nseg, p.T, f->run, f->bank, f->nb_max, &p.nb, err);
     }
-    if (s == MS_OK && p.kind != PASS_ASYNC) s = head(c, f, seg, nseg, p.T, p.nb, all_logits, err);
-    return s == MS_OK ? pass_end(c, seg, nseg, &p) : s;
-}
-
-ms_status ms_forward(ms_fwd_ctx *c, ms_fwd *f, ms_state *st, const int32_t *ids,
-                     int64_t T, float *logits, int all_logits, ms_err *err) {
-    const ms_fseg seg = { st, T, all_logits ? NULL : logits };
-    return forward(c, f, &seg, 1, ids, all_logits ? logits : NULL, err);
+    if (s == MS_OK && p.kind != PASS_ASYNC) s = head(c, f, seg, nseg, p.T, p.nb, err);
+    return s == MS_OK ? pass_end(seg, nseg) : s;
 }
 
 ms_status ms_forward_batch(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
                            ms_err *err) {
-    return forward(c, f, seg, nseg, ids, NULL, err);
+    return forward(c, f, seg, nseg, ids, err);
 }
 
 ms_status ms_forward_stage(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, ms_err *err) {
     MS_ASSERT(!c->m->head && c->stage_nb >= 0 && c->stage_nb <= f->nb_max);
     pass p;
-    ms_status s = pass_begin(c, f, seg, nseg, NULL, NULL, &p, err);
+    ms_status s = pass_begin(c, f, seg, nseg, NULL, &p, err);
     if (s == MS_OK) s = this_part(c, f, seg, nseg, NULL, &p, err);
     if (s != MS_OK) return s;
     c->stage_nb = p.nb;
-    return pass_end(c, seg, nseg, &p);
+    return pass_end(seg, nseg);
 }
 
 int64_t ms_bank_snapshots(const ms_config *c) {

@@ -120,10 +120,11 @@ void ms_kda_step(const ms_config *c, const ms_kern *kern, int64_t h, const uint8
 /* Head h's dt_bias as floats (F32 in place when aligned, else copied into
  * buf [dk]; BF16 converted into buf). */
 const float *ms_kda_dtb(const uint8_t *base, const ms_layer *L, int64_t h, int64_t dk, float *buf);
-/* Before the heads run (rollback.c): the state at the chunk start, the
- * weights the update reads and each token's recurrence inputs, into r. */
+/* Before the heads run (rollback.c): a segment's state at its start, the
+ * weights the update reads and the recurrence inputs of its tokens (rows
+ * t0..t0 + T - 1 of the pass), into r. */
 void ms_kda_record(const ms_config *c, ms_fwd *f, const ms_layer *L, const uint8_t *base, const float *S,
-                   const float *conv, float *r, int64_t T);
+                   const float *conv, float *r, int64_t t0, int64_t T);
 
 /* ---- the FFN (moe.c): f->x [T, H] in, f->ffn [T, H] out ---- */
 /* Y = down(SiTU-GLU(gate X, up X)) for the dense MLP or the shared experts. */

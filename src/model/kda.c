@@ -127,7 +127,7 @@ void ms_kda_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, cons
     /* the recurrence, one segment (sequence) at a time on its own state */
     for (int is = 0, t0 = 0; is < nseg; t0 += (int)seg[is].T, is++) {
         float *S = seg[is].st->kda_S[L->kda_index], *conv = seg[is].st->kda_conv[L->kda_index];
-        if (c->rec) ms_kda_record(cf, f, L, base, S, conv, c->rec->kda[L->kda_index], T);   /* nseg == 1 */
+        if (seg[is].rec) ms_kda_record(cf, f, L, base, S, conv, seg[is].rec->kda[L->kda_index], t0, seg[is].T);
         kda_job j = { cf, c->m->kern, f, base, L, S, conv, t0, seg[is].T };
         ms_pool_for(c->pool, cf->kda_num_heads, 1, kda_heads, &j);
     }

@@ -186,13 +186,22 @@ ms_status ms_fwd_init(ms_fwd **out, const ms_model *m, int64_t max_T, ms_err *er
 int64_t ms_fwd_bytes(const ms_model *m, int64_t max_T, int64_t max_ctx);
 void ms_fwd_free(ms_fwd *f);
 
-/* One sequence's part of a batched forward: T >= 1 tokens at positions
- * st->n_past.. of that sequence; logits [n_vocab] receives the logits after
- * its last token. */
+/* One sequence's part of a forward: T >= 1 tokens at positions st->n_past..
+ * of that sequence. Its outputs: logits [n_vocab] receives the logits after
+ * its last token, or, when all_logits is set, all_logits [T, n_vocab] one row
+ * per token (logits unused). rec (not NULL): record the segment so that
+ * ms_state_rollback can keep a prefix of it (T <= rec->max_T); every layer
+ * kind records what it cannot move back by n_past (KDA: model.h, ms_rollback;
+ * MLA's latent cache and gpt-oss's keys and values roll back by position).
+ * A pass's segments each choose these for themselves: speculation verifies
+ * several sequences' drafts in one pass, each segment with its rows and its
+ * record (ms_sessions_decode). */
 typedef struct ms_fseg {
     ms_state *st;
     int64_t T;
     float *logits;
+    float *all_logits;
+    ms_rollback *rec;
 } ms_fseg;
 
 /* What stage 0 of a pipeline asks of the next stage (engine/pipe.c) for a
@@ -230,8 +239,6 @@ typedef struct ms_fwd_ctx {
     ms_pool *pool;
     int64_t scale255;           /* counter: MXFP4 groups with scale byte 255 used */
     int predict;                /* decode: prefetch the next layer's predicted experts */
-    ms_rollback *rec;           /* not NULL: record this forward (T <= rec->max_T) so
-                                   ms_state_rollback can keep a prefix of it */
     /* Scoring (score_lp not NULL): rows t < score_n get score_lp[t] = the
        log-probability of score_target[t] under row t's logits (ms_lse), and
        with score_k > 0 their score_k most likely ids and log-probabilities
@@ -258,21 +265,17 @@ typedef struct ms_fwd_ctx {
     int stage_nb;
 } ms_fwd_ctx;
 
-/* Run T tokens (1 <= T <= max_T) at positions st->n_past.. through the model.
- * logits: [T, n_vocab] if all_logits, else [n_vocab] for the last token only.
- * On success st->n_past += T. On failure the state is unusable (the caller
- * marks the session unsound). */
-ms_status ms_forward(ms_fwd_ctx *ctx, ms_fwd *f, ms_state *st, const int32_t *ids,
-                     int64_t T, float *logits, int all_logits, ms_err *err);
-
-/* Several sequences through the model in ONE pass over the weights: the
- * segments' tokens, ids concatenated in segment order (sum of T <= max_T).
+/* One or several sequences through the model in ONE pass over the weights:
+ * the segments' tokens, ids concatenated in segment order (sum of T <= max_T).
  * Every projection, router and expert runs over all the pass's tokens
  * together, each (token, row) its own T16 dot, and attention runs per
- * segment on its own state, so each segment gets the bits ms_forward gives
- * it alone (test_batch). Each state's n_past += its T. Not recorded, not
- * scored (ctx->rec and ctx->score_lp NULL); no expert guesses (they follow
- * one token). On failure every segment's state is unusable. */
+ * segment on its own state, so each segment gets the bits a pass of its
+ * tokens alone gives it, and those of its tokens fed one at a time
+ * (test_batch, test_mspec). Each segment's outputs and record are its own
+ * (ms_fseg). Each state's n_past += its T. Scored (ctx->score_lp) only with
+ * one segment, neither recorded nor with every row; no expert guesses with
+ * several segments (they follow one token). On failure every segment's
+ * state is unusable (the caller marks the sessions unsound). */
 ms_status ms_forward_batch(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int nseg, const int32_t *ids,
                            ms_err *err);
 
@@ -280,7 +283,7 @@ ms_status ms_forward_batch(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int n
  * head 0): the segments' T = sum of seg[].T tokens through layers
  * [layer0, layer1), from the activations in ms_fwd_run / ms_fwd_bank (with
  * ctx->stage_nb snapshots), leaving the output there. Each state's n_past +=
- * its T; recorded like ms_forward when ctx->rec (one segment). */
+ * its T; each segment recorded when its rec is set, as ms_forward_batch does. */
 ms_status ms_forward_stage(ms_fwd_ctx *ctx, ms_fwd *f, const ms_fseg *seg, int nseg, ms_err *err);
 /* The most attention-residual snapshots a token's bank holds (nb_max). */
 int64_t ms_bank_snapshots(const ms_config *c);

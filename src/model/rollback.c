@@ -54,10 +54,11 @@ void ms_rollback_free(ms_rollback *rb, const ms_model *m) {
     memset(rb, 0, sizeof *rb);
 }
 
-/* Before the heads run: the state at the chunk start, the weights the update
- * reads, and each token's recurrence inputs (the projections, pre-conv). */
+/* Before the heads run: the state at the segment's start, the weights the
+ * update reads, and each of its tokens' recurrence inputs (the projections,
+ * pre-conv: the pass's rows t0..t0 + T - 1). */
 void ms_kda_record(const ms_config *c, ms_fwd *f, const ms_layer *L, const uint8_t *base, const float *S,
-                   const float *conv, float *r, int64_t T) {
+                   const float *conv, float *r, int64_t t0, int64_t T) {
     const int64_t P = rec_P(c), nh = c->kda_num_heads, K = c->short_conv_kernel_size;
     memcpy(r, S, (size_t)rec_S(c) * sizeof(float));
     memcpy(r + rec_o_conv0(c), conv, (size_t)rec_conv(c) * sizeof(float));
@@ -72,11 +73,12 @@ void ms_kda_record(const ms_config *c, ms_fwd *f, const ms_layer *L, const uint8
     }
     for (int64_t t = 0; t < T; t++) {
         float *rt = r + rec_o_tok(c) + t * rec_tok(c);
-        memcpy(rt, f->kq + t * P, (size_t)P * sizeof(float));
-        memcpy(rt + P, f->kk + t * P, (size_t)P * sizeof(float));
-        memcpy(rt + 2 * P, f->kv + t * P, (size_t)P * sizeof(float));
-        memcpy(rt + 3 * P, f->kf + t * P, (size_t)P * sizeof(float));
-        memcpy(rt + 4 * P, f->kb + t * nh, (size_t)nh * sizeof(float));
+        const int64_t u = t0 + t;
+        memcpy(rt, f->kq + u * P, (size_t)P * sizeof(float));
+        memcpy(rt + P, f->kk + u * P, (size_t)P * sizeof(float));
+        memcpy(rt + 2 * P, f->kv + u * P, (size_t)P * sizeof(float));
+        memcpy(rt + 3 * P, f->kf + u * P, (size_t)P * sizeof(float));
+        memcpy(rt + 4 * P, f->kb + u * nh, (size_t)nh * sizeof(float));
     }
 }
 

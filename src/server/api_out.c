@@ -20,13 +20,36 @@ static json_t *str_n(const char *s, size_t n) {
     return v ? v : json_string("");     /* inputs are cleaned; never NULL in practice */
 }
 
+/* With --speculate, usage.speculation: the passes that fed the decode tokens
+ * (a pass that served several requests counts for each), the drafted ids
+ * they verified and the ones accepted, in all and by the source of the draft
+ * (as `run --json`'s stats and `batch`'s result lines name them). */
+static json_t *speculation_json(const ms_decode_counts *d) {
+    json_t *o = json_object(), *by[2] = { json_object(), json_object() };
+    int64_t sum[2] = { 0, 0 };
+    for (int i = 0; i < MS_DRAFT_SOURCES; i++) {
+        json_object_set_new(by[0], ms_draft_source_name(i), json_integer((json_int_t)d->drafted[i]));
+        json_object_set_new(by[1], ms_draft_source_name(i), json_integer((json_int_t)d->accepted[i]));
+        sum[0] += d->drafted[i];
+        sum[1] += d->accepted[i];
+    }
+    json_object_set_new(o, "decode_passes", json_integer((json_int_t)d->passes));
+    json_object_set_new(o, "drafted", json_integer((json_int_t)sum[0]));
+    json_object_set_new(o, "accepted", json_integer((json_int_t)sum[1]));
+    json_object_set_new(o, "drafted_by_source", by[0]);
+    json_object_set_new(o, "accepted_by_source", by[1]);
+    return o;
+}
+
 static json_t *usage_json(const srv_result *r) {
-    return json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}",
-                     "prompt_tokens", (json_int_t)r->n_prompt,
-                     "completion_tokens", (json_int_t)r->n_completion,
-                     "total_tokens", (json_int_t)(r->n_prompt + r->n_completion),
-                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached,
-                     "completion_tokens_details", "reasoning_tokens", (json_int_t)r->n_reasoning);
+    json_t *u = json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}",
+                          "prompt_tokens", (json_int_t)r->n_prompt,
+                          "completion_tokens", (json_int_t)r->n_completion,
+                          "total_tokens", (json_int_t)(r->n_prompt + r->n_completion),
+                          "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached,
+                          "completion_tokens_details", "reasoning_tokens", (json_int_t)r->n_reasoning);
+    if (u && r->spec) json_object_set_new(u, "speculation", speculation_json(&r->dec));
+    return u;
 }
 
 static json_t *envelope(srv *s, const srv_job *j, const char *object) {
@@ -248,10 +271,16 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
     /* usage: the prompt once, every choice's output */
     j->sum_completion += r->n_completion;
     j->sum_reasoning += r->n_reasoning;
+    j->sum_spec.passes += r->dec.passes;
+    for (int i = 0; i < MS_DRAFT_SOURCES; i++) {
+        j->sum_spec.drafted[i] += r->dec.drafted[i];
+        j->sum_spec.accepted[i] += r->dec.accepted[i];
+    }
     if (j->n_ended == 1 || r->n_cached < j->min_cached) j->min_cached = r->n_cached;
     srv_result u = *r;
     u.n_completion = j->sum_completion;
     u.n_reasoning = j->sum_reasoning;
+    u.dec = j->sum_spec;
     u.n_cached = j->min_cached;
     const int last = j->n_ended == n;
     if (j->stream) {

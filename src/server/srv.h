@@ -161,6 +161,7 @@ typedef struct srv_job {
     int n_ended, failed;        /* choices ended; one failed (the job completed with its error) */
     json_t *choices;            /* n > 1, not streamed: the finished choices' objects by index */
     int64_t sum_completion, sum_reasoning, min_cached;  /* n > 1: usage of the ended choices */
+    ms_decode_counts sum_spec;  /* and their drafted / accepted ids (--speculate) */
     int32_t *bias_ids;          /* logit_bias (sp.bias_ids / sp.bias point here) */
     float *bias;
 
@@ -286,6 +287,9 @@ typedef struct srv_result {
     const char *err_msg;
     const char *err_type;
     int64_t n_prompt, n_cached, n_completion, n_reasoning;
+    int spec;                   /* the server speculates (--speculate): usage.speculation */
+    ms_decode_counts dec;       /* the choice's decode steps: passes that fed its tokens, drafted and
+                                   accepted ids by source (ms_session_decode_counts' difference) */
     const char *reasoning;      /* chat, valid UTF-8 ("" = none) */
     const char *content;        /* chat: the answer; completion: the text */
     const srv_call_out *calls;  /* call i gets the id "call_<job id hex>_<i>" */

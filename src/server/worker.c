@@ -27,9 +27,12 @@
  *
  * Steps (step()): one ms_sessions_feed call per step reads every decoding
  *   slot's last token and a prompt piece, one pass over the weights for all;
- *   then each decoding slot samples (slot_pick). Cancellation is checked
- *   between steps. Each session gets the bits it would get alone, so every
- *   answer is the one --parallel 1 gives (t_parallel).
+ *   then each decoding slot samples (slot_pick). With --speculate, a step in
+ *   which every slot decodes is one ms_sessions_decode call instead: each
+ *   slot's pending token and draft in one pass, each slot's picks and
+ *   rollback its own (spec_step). Cancellation is checked between steps.
+ *   Each session gets the bits it would get alone, so every answer is the one
+ *   --parallel 1 gives (t_parallel).
  *
  * Streaming text (gen.c): chat replies are re-parsed (ms_chat_parse_reply) after
  *   every token; reasoning and content only grow, so the bytes past what was
@@ -125,6 +128,8 @@ typedef struct slot {
     int64_t cut;                /* where the prompt piece being fed ends (a snapshot is taken there) */
     int waited;                 /* held back for another slot's shared prefix: look in the cache again */
     int32_t pending;            /* the last token picked and not fed (-1: none) */
+    ms_decode_counts dec0;      /* the session's decode counts when the job started */
+    int64_t passes;             /* the passes that fed its decode tokens */
     srv_pick pk;
     ms_status st;
     const char *fail;
@@ -176,6 +181,8 @@ static int slot_start(srv *s, slot *sl) {
     sl->pending = -1;
     if (!sl->ses) reopen_session(s, &sl->ses);
     if (!sl->ses) { sl->fail = "the engine has no session"; return -1; }
+    ms_session_decode_counts(sl->ses, &sl->dec0);
+    sl->res.spec = s->o.c.speculate > 0;
     if (atomic_load(&j->cancel)) return -1;
     sl->g.choice = sl->res.choice = sl->choice;
     ms_sample_params sp = j->sp;
@@ -278,6 +285,15 @@ static void slot_end(srv *s, slot *sl) {
     srv_buf *cbufs = NULL;
     srv_buf clean_r = {0}, clean_c = {0};
     char msg[300];
+    if (sl->ses) {      /* what its decode steps drafted and accepted (usage.speculation) */
+        ms_session_decode_counts(sl->ses, &res->dec);
+        res->dec.passes = sl->passes;       /* ms_sessions_feed's steps too */
+        res->dec.tokens -= sl->dec0.tokens;
+        for (int i = 0; i < MS_DRAFT_SOURCES; i++) {
+            res->dec.drafted[i] -= sl->dec0.drafted[i];
+            res->dec.accepted[i] -= sl->dec0.accepted[i];
+        }
+    }
     if (sl->pk.finish && sl->st == MS_OK && !sl->fail) slot_reply(s, sl, &reply, &calls, &cbufs, &clean_r, &clean_c);
     if (!res->finish) {
         int cancel = atomic_load(&j->cancel);
@@ -437,16 +453,68 @@ static int64_t prompt_piece(slot *sl, int P, int i, int64_t room) {
     return a->cut - a->at < room ? a->cut - a->at : room;
 }
 
+/* A step of --speculate when every active slot decodes: one
+ * ms_sessions_decode call drafts for each slot (up to --speculate ids, fewer
+ * before its max_tokens), verifies every slot's pending token and draft in
+ * one pass, and picks each slot's tokens with its own picker (the stop rules
+ * end a job there). A slot whose pending token no longer fits the context
+ * fails alone, as in step(). */
+enum { SPEC_MAX = 31 };         /* the largest --speculate (cli/opts.c) */
+static void spec_step(srv *s, slot *sl, int P) {
+    ms_session *ss[SRV_MAX_PARALLEL];
+    int32_t pending[SRV_MAX_PARALLEL], buf[SRV_MAX_PARALLEL][SPEC_MAX + 1], *out[SRV_MAX_PARALLEL];
+    int n_draft[SRV_MAX_PARALLEL], who[SRV_MAX_PARALLEL], k = 0;
+    void *user[SRV_MAX_PARALLEL];
+    int64_t n_out[SRV_MAX_PARALLEL];
+    for (int i = 0; i < P; i++) {
+        slot *a = &sl[i];
+        if (!a->j) continue;
+        if (a->pending >= 0 && ms_session_n_past(a->ses) + 1 > s->info.max_context) {
+            snprintf(a->msg, sizeof a->msg, "the engine failed: context: context full: %lld + 1 tokens > max_context %lld",
+                     (long long)ms_session_n_past(a->ses), (long long)s->info.max_context);
+            a->fail = a->msg;
+            a->fail_status = 400;
+            slot_end(s, a);
+            continue;
+        }
+        const int64_t room = a->j->max_tokens - a->g.n - 1;
+        const int spec = s->o.c.speculate < SPEC_MAX ? s->o.c.speculate : SPEC_MAX;
+        ss[k] = a->ses;
+        pending[k] = a->pending;
+        a->passes += a->pending >= 0;
+        n_draft[k] = room <= 0 ? 0 : spec < room ? spec : (int)room;
+        user[k] = &a->pk;
+        out[k] = buf[k];
+        who[k++] = i;
+    }
+    if (k == 0) return;
+    const ms_status st = ms_sessions_decode(ss, k, pending, n_draft, srv_picker, user, out, n_out);
+    int64_t emitted = 0;
+    for (int q = 0; q < k; q++) emitted += n_out[q];
+    atomic_fetch_add(&s->n_steps, 1);
+    atomic_fetch_add(&s->n_step_tokens, emitted);
+    for (int q = 0; q < k; q++) {
+        slot *a = &sl[who[q]];
+        if (a->pk.oom) a->fail = a->hc.h && a->hc.msg[0] ? a->hc.msg : "out of memory";
+        /* a failed pass leaves every session of the call unsound; a non-finite
+           row or a failed rollback only its own (ms_session_logits NULL) */
+        if (st != MS_OK && !(st == MS_E_UNSOUND && ms_session_logits(a->ses))) a->st = st;
+        else if (!a->fail && n_out[q] > 0) a->pending = out[q][n_out[q] - 1];
+        if (a->st != MS_OK || a->fail || a->pk.finish) slot_end(s, a);
+    }
+}
+
 /* One step of every active slot: one ms_sessions_feed call (one pass over
  * the weights) that reads each decoding slot's pending token and up to
  * prefill_chunk prompt tokens of the slots still reading their prompts (in
  * slot order; no more than the engine's chunk leaves beside the decode
  * tokens, so a step is one pass), then a pick per decoding slot. A job that
  * asks for its prompt's scores reads its prompt alone (ms_session_score).
- * With --speculate, a slot that decodes alone takes ms_session_decode steps
- * (drafts verified in one pass).
- * Bits: each session's logits are those it gets alone (ms_sessions_feed), so
- * every job's tokens are those it gets with --parallel 1. */
+ * With --speculate, a step in which no slot reads a prompt is spec_step's
+ * (drafts verified, every slot's in one pass).
+ * Bits: each session's logits are those it gets alone (ms_sessions_feed,
+ * ms_sessions_decode), so every job's tokens are those it gets with
+ * --parallel 1. */
 static void step(srv *s, slot *sl, int P) {
     ms_session *ss[SRV_MAX_PARALLEL];
     const int32_t *ids[SRV_MAX_PARALLEL];
@@ -458,20 +526,8 @@ static void step(srv *s, slot *sl, int P) {
         n_active++;
         n_prompt += !sl[i].decoding;
     }
-    if (n_active == 1 && n_prompt == 0 && s->o.c.speculate > 0) {
-        for (int i = 0; i < P; i++) {
-            if (!sl[i].j) continue;
-            slot *a = &sl[i];
-            int32_t out[32];
-            int64_t n_out = 0, room = a->j->max_tokens - a->g.n - 1;
-            int n_draft = room <= 0 ? 0 : s->o.c.speculate < room ? s->o.c.speculate : (int)room;
-            a->st = ms_session_decode(a->ses, a->pending, n_draft, srv_picker, &a->pk, out, &n_out);
-            atomic_fetch_add(&s->n_steps, 1);
-            atomic_fetch_add(&s->n_step_tokens, n_out);
-            if (a->pk.oom) a->fail = a->hc.h && a->hc.msg[0] ? a->hc.msg : "out of memory";
-            if (a->st == MS_OK && !a->fail) a->pending = out[n_out - 1];
-            if (a->st != MS_OK || a->fail || a->pk.finish) slot_end(s, a);
-        }
+    if (n_active > 0 && n_prompt == 0 && s->o.c.speculate > 0) {
+        spec_step(s, sl, P);
         return;
     }
     /* prompt tokens this step: the decode tokens and they fill one engine chunk
@@ -503,6 +559,7 @@ static void step(srv *s, slot *sl, int P) {
         } else if (a->decoding && a->pending >= 0) {
             take = 1;
             from = &a->pending;
+            a->passes++;
         }
         if (take == 0) continue;
         if (ms_session_n_past(a->ses) + take > s->info.max_context) {
