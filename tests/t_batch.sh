@@ -6,7 +6,7 @@
 # and seed, an empty line, a malformed one, one too long for the context, a chat,
 # a chat with a bad role), seeded sampling with a repetition penalty:
 #   - --parallel 1, --parallel 3 and --parallel 4 --ram min --chunk 3 print the same
-#     bytes;
+#     results but for the draft counts (speculation, auto by default, is on);
 #   - every result's generated_ids equal `moestream run --json` on the same prompt,
 #     --max-tokens and --seed; text results' text equals run's; finish reasons;
 #     the chat's content equals `moestream chat`'s answer to the same user line;
@@ -43,8 +43,21 @@ SAMPLE="--temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed 11 --max-tokens
 "$BIN" batch $M --input "$tmp/in.jsonl" --parallel 3 $SAMPLE --quiet > "$tmp/p3" 2> "$tmp/e3"; r3=$?
 "$BIN" batch $M --parallel 4 --ram min --chunk 3 $SAMPLE --quiet < "$tmp/in.jsonl" > "$tmp/p4" 2> "$tmp/e4"; r4=$?
 [ $r1 = 0 ] && [ $r3 = 0 ] && [ $r4 = 0 ] && ok || bad "exit codes $r1 $r3 $r4: $(cat "$tmp/e1" "$tmp/e3" "$tmp/e4" | head -n 3)"
-[ -s "$tmp/p1" ] && cmp -s "$tmp/p1" "$tmp/p3" && ok || bad "--parallel 3 printed other results than --parallel 1"
-[ -s "$tmp/p1" ] && cmp -s "$tmp/p1" "$tmp/p4" && ok || bad "--parallel 4 --ram min --chunk 3 printed other results than --parallel 1"
+# speculation is on (auto, the default): a request's draft counts depend on its
+# company (the shared history, the pass's share); everything else is compared
+nospec() {
+    $PY -c "
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    for k in ('decode_passes', 'drafted', 'accepted', 'drafted_by_source', 'accepted_by_source'):
+        d.pop(k, None)
+    print(json.dumps(d))" "$1" > "$1.ns"
+}
+for n in 1 3 4; do nospec "$tmp/p$n"; done
+grep -q '"decode_passes"' "$tmp/p1" && ok || bad "batch without --speculate does not speculate (auto is the default)"
+[ -s "$tmp/p1" ] && cmp -s "$tmp/p1.ns" "$tmp/p3.ns" && ok || bad "--parallel 3 printed other results than --parallel 1"
+[ -s "$tmp/p1" ] && cmp -s "$tmp/p1.ns" "$tmp/p4.ns" && ok || bad "--parallel 4 --ram min --chunk 3 printed other results than --parallel 1"
 
 # each result against `run`
 $PY - "$tmp/in.jsonl" "$tmp/p3" > "$tmp/cases" <<'EOF'

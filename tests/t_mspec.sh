@@ -9,7 +9,7 @@
 #     sampling, a stop string, ids, different lengths): every result's
 #     generated_ids and text equal `moestream run --speculate 0` on the
 #     same prompt, --max-tokens and sampling, and the whole lines equal
-#     `batch` without --speculate but for the speculation fields they add
+#     `batch --speculate 0` but for the speculation fields they add
 #     (decode_passes, drafted, accepted, both by source), with drafts
 #     accepted (and the draft model's among them);
 #  2. passes shared: three requests, all prompts read in the first step, so
@@ -47,7 +47,7 @@ EOF
 SAMPLE="--temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed 11 --max-tokens 25"
 
 # ---- 1. batch against run -------------------------------------------------------------
-"$BIN" batch $M --input "$tmp/in.jsonl" --parallel 3 $SAMPLE --quiet > "$tmp/plain" 2> "$tmp/e" || bad "batch: $(cat "$tmp/e")"
+"$BIN" batch $M --input "$tmp/in.jsonl" --parallel 3 --speculate 0 $SAMPLE --quiet > "$tmp/plain" 2> "$tmp/e" || bad "batch: $(cat "$tmp/e")"
 runs=("--parallel 3 --speculate auto" "--parallel 3 --speculate auto --ram min"
       "--parallel 4 --speculate 4 --draft-model $D --ram min")
 for r in "${!runs[@]}"; do

@@ -117,8 +117,8 @@ printf 'Who spake unto Moses?\n/exit\n' | timeout 120 "$BIN" chat models/k3-tiny
 printf 'Who spake unto Moses?\n/exit\n' | timeout 120 $MPI -np 2 "$BIN" chat models/k3-tiny --max-tokens 12 --quiet > "$tmp/c2" 2>&1
 [ -s "$tmp/c1" ] && cmp -s "$tmp/c1" "$tmp/c2" && ok || bad "chat: two stages printed '$(head -c 200 "$tmp/c2")', one process '$(head -c 200 "$tmp/c1")'"
 printf '{"prompt":"And God said"}\n{"ids":[1,2,3],"max_tokens":5}\n{"prompt":"In the beginning"}\n' > "$tmp/bq"
-"$BIN" batch models/k3-tiny --input "$tmp/bq" --parallel 3 --max-tokens 8 --quiet > "$tmp/b1" 2>/dev/null
-$MPI -np 3 "$BIN" batch models/k3-tiny --input "$tmp/bq" --parallel 3 --max-tokens 8 --quiet > "$tmp/b3" 2>/dev/null
+"$BIN" batch models/k3-tiny --input "$tmp/bq" --parallel 3 --max-tokens 8 --speculate 0 --quiet > "$tmp/b1" 2>/dev/null
+$MPI -np 3 "$BIN" batch models/k3-tiny --input "$tmp/bq" --parallel 3 --max-tokens 8 --speculate 0 --quiet > "$tmp/b3" 2>/dev/null
 [ "$(wc -l < "$tmp/b1")" = 3 ] && cmp -s "$tmp/b1" "$tmp/b3" && ok || bad "batch: three stages printed other lines"
 
 # 3. refusals

@@ -15,7 +15,8 @@
  * Writes one JSON line per request, in input order:
  *   {"index", "prompt_tokens", "generated_ids", "text" (with a tokenizer;
  *    chats: "content" and, thinking, "reasoning"), "finish_reason": "stop" |
- *    "length"} or {"index", "error"}; with --speculate also "decode_passes"
+ *    "length"} or {"index", "error"}; speculating (--speculate auto, the
+ *    default, or K; not 0) also "decode_passes"
  *    (the passes that fed the request's decode tokens), "drafted",
  *    "accepted" and both by the source of the draft, as `run --json` names
  *    them in its stats.
@@ -528,6 +529,7 @@ static void batch_close(batch_run *b) {
 
 static int parse_batch(int argc, char **argv, batch_opts *o) {
     memset(o, 0, sizeof *o);
+    cli_opts_generating(&o->c);
     o->max_tokens = 64;
     o->sp = ms_sample_default_params();
     const cli_cmd cmd = { "batch", "MODEL_DIR [--input FILE] [--parallel N] [options]",
