@@ -23,6 +23,9 @@
 #   make fuzz FUZZ_TARGETS="config index"   a subset
 #   make fuzz FUZZ_SECONDS=3600 FUZZ_RUNS=10000000
 #                                 10 M executions or an hour, whichever comes first
+#   make fuzz FUZZ_SECONDS=30000 FUZZ_CPU_SECONDS=3600 FUZZ_RUNS=10000000
+#                                 the same by CPU time (tests/fuzz/cpu_limit.sh), for
+#                                 a machine shared with other work
 #   make fuzz-clean               remove build-fuzz/
 #   reproduce: build-fuzz/fuzz_NAME path/to/crash-file   (from the repository
 #     root; the server, session, sums and packfile targets read their model
@@ -38,6 +41,8 @@ FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= -1
+# a limit on each target's CPU time (0: none), for runs that share the machine
+FUZZ_CPU_SECONDS ?= 0
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  = -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -ffp-contract=off -fno-fast-math \
                -fno-strict-aliasing -pthread -Wall -Wextra -Wno-unused-parameter $(FUZZ_SAN) $(MPI_CFLAGS)
@@ -122,7 +127,8 @@ define FUZZ_RUN_ONE
 	for d in tests/fuzz/corpus/$$name tests/fuzz/grown/$$name; do \
 	    if [ -d $$d ]; then cp -n $$d/* $$work/ 2>/dev/null; fi; done; \
 	dict=""; [ -f tests/fuzz/dict/$$name.dict ] && dict=-dict=tests/fuzz/dict/$$name.dict; \
-	MS_FUZZ_MODEL=$(FUZZ_MODEL) MS_FUZZ_OSS_MODEL=$(FUZZ_OSS_MODEL) $$bin $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(2) -runs=$(FUZZ_RUNS) \
+	MS_FUZZ_MODEL=$(FUZZ_MODEL) MS_FUZZ_OSS_MODEL=$(FUZZ_OSS_MODEL) \
+	    bash tests/fuzz/cpu_limit.sh $(FUZZ_CPU_SECONDS) $$bin $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(2) -runs=$(FUZZ_RUNS) \
 	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$$name- $$work > $$log 2>&1; rc=$$?; \
 	execs=$$(grep -o 'stat::number_of_executed_units: *[0-9]*' $$log | grep -o '[0-9]*$$'); \
 	secs=$$(grep -o 'stat::average_exec_per_sec: *[0-9]*' $$log | grep -o '[0-9]*$$'); \
