@@ -110,6 +110,17 @@ typedef struct ms_engine_params {
        and a prefill_chunk given below max_draft + 1, max_draft is prefill_chunk - 1 (at
        chunk 1: no speculation) instead of the chunk being refused. */
     int draft_auto;
+    /* with draft_auto: 1 = a pass of ms_session_decode may verify a second branch
+       (`--draft-tree 1`): when the counted index offers a second candidate b1 for the
+       first drafted position and the choice rule expects [pending, b1, b2, ...], fed
+       beside the chain in the same pass (one read of the weights; the extra pending costs
+       no expert bytes), to emit more tokens per byte than the chain alone. The branch is
+       verified in a copy of the session the engine holds: one more session's memory (state
+       at max_context, logits, rollback record and rows), counted in the plan, so at small
+       budgets less of the trunk is pinned and every pass may read more. The bits do not
+       change. ms_sessions_decode with several sessions keeps chains. 0 = chains only.
+       MS_E_USAGE without draft_auto or in a pipeline. */
+    int draft_tree;
     /* with draft_auto: > 0 = the bytes a pass and a fed token cost, given instead of this
        run's measured ones (`--draft-costs`): what auto would choose for another model or
        budget, from this one's drafts (docs/PERFORMANCE.md projects K3 so). 0 = measured. */
@@ -290,6 +301,10 @@ typedef struct ms_stats {
     int64_t spec_passes, spec_drafted, spec_accepted;
     /* the same drafted / accepted tokens by where the draft came from (MS_DRAFT_*) */
     int64_t spec_src_drafted[MS_DRAFT_SOURCES], spec_src_accepted[MS_DRAFT_SOURCES];
+    /* second branches (ms_engine_params.draft_tree): the passes that verified one, the
+       drafted tokens they verified in it (also in spec_drafted) and those of them kept
+       (also in spec_accepted) */
+    int64_t spec_tree_passes, spec_tree_drafted, spec_tree_accepted;
     /* the draft model (ms_engine_params.draft_model): tokens it was fed (the tokens the
        sessions kept, caught up, and the ones it drafted from) and the time it took */
     int64_t draft_model_tokens;
@@ -403,7 +418,14 @@ typedef int32_t (*ms_pick_fn)(void *user, const float *logits, const int32_t *hi
  * emit most tokens per byte read (docs/ARCHITECTURE.md, "Drafts"); feed pending + draft
  * in ONE pass over the weights, then pick from each row in turn while the
  * token picked equals the next drafted one, and roll the session back to just
- * after the last position kept. The tokens picked land in out[0..*n_out)
+ * after the last position kept. With draft_tree, a pass may also feed a
+ * second branch [pending, b1, ...] (b1 another candidate for the first drafted
+ * position) in a copy of the session; the first row picks between them (its
+ * bits are the same in both), the picker then reads only the rows of the
+ * branch whose first id it picked, and the session becomes that branch (its
+ * buffers are exchanged with the copy's: the pointers ms_session_logits and
+ * ms_session_tokens returned before the step may no longer be the session's).
+ * The tokens picked land in out[0..*n_out)
  * (capacity n_draft + 1, at least 1); the last one is the new pending token.
  * Exactness: the picker is called with exactly the logits bits and history a
  * plain one-token-per-feed loop would give it, the same number of times; the
@@ -453,6 +475,8 @@ ms_status ms_sessions_decode(ms_session *const *ss, int k, const int32_t *pendin
 typedef struct ms_decode_counts {
     int64_t passes, tokens;
     int64_t drafted[MS_DRAFT_SOURCES], accepted[MS_DRAFT_SOURCES];
+    /* second branches (ms_stats.spec_tree_*): passes, drafted, accepted */
+    int64_t tree_passes, tree_drafted, tree_accepted;
 } ms_decode_counts;
 void ms_session_decode_counts(const ms_session *s, ms_decode_counts *out);
 
@@ -705,6 +729,12 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
 ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
                                  int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *stages,
                                  char *out, size_t n);
+/* ms_plan_describe_draft with draft_tree (ms_engine_params.draft_tree): 1 adds the
+ * second branch's session to the sessions' line (one process only: MS_E_USAGE
+ * with n_stages >= 1). */
+ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
+                                int max_draft, int64_t prefill_chunk, int n_seq, int draft_tree, int n_stages,
+                                const char *stages, char *out, size_t n);
 
 /* ---- expert request traces (ms_engine_params.trace_path) ---- */
 

@@ -4,6 +4,11 @@
  *     at p = 0.5 and not at p = 0.1; a pass-dominated cost drafts longer; a
  *     pass that costs nothing beyond its tokens never drafts; the chosen k is
  *     the brute-force maximum of the formula on random inputs;
+ *   - the rule with a second branch: a likely runner-up beside a dear pass
+ *     pays, a rare one or dear tokens do not, no costs or no branch ids give
+ *     none, and the chosen length is the brute-force maximum; the drafter
+ *     offers the index's runner-up continuation (chained on) beside the
+ *     chain, none when tokens are dear or there is no second continuation;
  *   - chains: the longest suffix wins over a more frequent shorter one,
  *     counts give q, ties go to the newest occurrence, no match crosses a
  *     separator, the index keeps its newer half at its bound;
@@ -65,6 +70,83 @@ static void test_choose(void) {
     CHECK(bad == 0, "choice rule differs from the brute-force maximum in %d of 2000 cases", bad);
 }
 
+/* the rule with a second branch: it pays where the runner-up is likely and a
+   token's experts cheap beside the pass, not where it is rare or tokens dear;
+   the k chosen is the brute-force maximum of the formula */
+static void test_branch_choose(void) {
+    const double GB = 1e9;
+    const double pa[3] = { 0.5, 0.8, 0.8 }, pb[3] = { 0.4, 0.8, 0.8 }, rare[3] = { 0.02, 0.8, 0.8 };
+    double g, g_chain;
+    ms_draft_choose(pa, 3, 100 * GB, 5 * GB, &g_chain);
+    int k = ms_draft_branch_choose(pa, 3, pb, 3, 100 * GB, 5 * GB, &g);
+    CHECK(k >= 1 && g > g_chain, "a likely runner-up, a dear pass: a branch of %d (gain %g vs the chain's %g)", k, g,
+          g_chain);
+    k = ms_draft_branch_choose(pa, 3, rare, 3, 100 * GB, 5 * GB, &g);
+    CHECK(k == 0 && fabs(g - g_chain) < 1e-12 * g_chain, "a rare runner-up: no branch (k %d)", k);
+    k = ms_draft_branch_choose(pa, 3, pb, 3, 100 * GB, 100 * GB, NULL);
+    CHECK(k == 0, "tokens as dear as the pass, p 0.4: no branch (k %d)", k);
+    CHECK(ms_draft_branch_choose(pa, 3, pb, 3, 0, 0, NULL) == 0, "no costs: no branch");
+    CHECK(ms_draft_branch_choose(pa, 3, pb, 0, 100, 1, NULL) == 0, "Kb 0: no branch");
+    double a[8], b[8];
+    srand(11);
+    int bad = 0;
+    for (int t = 0; t < 2000; t++) {
+        const int ka = rand() % 9, kb = rand() % 9;
+        for (int i = 0; i < ka; i++) a[i] = (double)rand() / RAND_MAX;
+        for (int i = 0; i < kb; i++) b[i] = (double)rand() / RAND_MAX;
+        if (ka > 0 && kb > 0) b[0] *= 1 - a[0];             /* exclusive first ids */
+        const double cp = (double)(rand() % 1000), ct = 1 + (double)(rand() % 300);
+        const int kk = ms_draft_branch_choose(a, ka, b, kb, cp, ct, &g);
+        double ea = 1, prod = 1;
+        for (int i = 0; i < ka; i++) { prod *= a[i]; ea += prod; }
+        double best = ea / (cp + (ka + 1) * ct), eb = 0;
+        int arg = 0;
+        prod = 1;
+        for (int k2 = 1; k2 <= kb; k2++) {
+            prod *= b[k2 - 1];
+            eb += prod;
+            const double v = (ea + eb) / (cp + (ka + 1 + k2) * ct);
+            if (v > best * (1 + 1e-12)) { best = v; arg = k2; }
+        }
+        if (kk != arg || fabs(g - best) > 1e-12 * best) bad++;
+    }
+    CHECK(bad == 0, "branch rule differs from the brute-force maximum in %d of 2000 cases", bad);
+}
+
+/* the drafter's branch: the runner-up continuation of h in the index, chained
+   on, only while it pays */
+static void test_branch_drafter(void) {
+    ms_drafter d;
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_drafter_init(&d, 1, 100, 1, &err) == MS_OK, "drafter init");
+    d.given = 1;
+    /* after "1 2": 3 4 three times, 5 6 twice (the corpus) */
+    const int32_t seq[] = { 1, 2, 3, 4, -1, 1, 2, 5, 6, -1, 1, 2, 3, 4, -1, 1, 2, 5, 6, -1, 1, 2, 3, 4 };
+    ms_draft_index_add(&d.corpus, seq, (int64_t)(sizeof seq / sizeof *seq));
+    const int64_t sid = ms_drafter_sid(&d);
+    const int32_t ctx[] = { 9, 1 };
+    int32_t a[8], b[8];
+    double pa[8];
+    int src = -1, bsrc = -1;
+    const int64_t ma = ms_drafter_draft(&d, sid, ctx, 2, 2, 4, 1, NULL, a, &src, pa);
+    CHECK(ma >= 1 && a[0] == 3 && src == MS_DRAFT_CORPUS && fabs(pa[0] - 0.6 * 0.5) < 1e-12,
+          "the chain: m %lld, %d from %d, p %g", (long long)ma, a[0], src, pa[0]);
+    int64_t mb = ms_drafter_branch(&d, sid, ctx, 2, 2, a, pa, ma, 4, b, &bsrc);
+    CHECK(mb >= 1 && b[0] == 5 && bsrc == MS_DRAFT_CORPUS && (mb < 2 || b[1] == 6),
+          "the branch: m %lld, %d from %d (want 5 6 from the corpus)", (long long)mb, mb ? b[0] : -1, bsrc);
+    /* tokens as dear as the pass: the chain alone */
+    d.c_tok0 = 100;
+    CHECK(ms_drafter_branch(&d, sid, ctx, 2, 2, a, pa, ma, 4, b, &bsrc) == 0, "dear tokens: no branch");
+    /* one continuation only: no runner-up */
+    d.c_tok0 = 1;
+    const int32_t ctx2[] = { 1, 2 };
+    int64_t m = ms_drafter_draft(&d, sid, ctx2, 2, 5, 4, 1, NULL, a, &src, pa);
+    CHECK(m >= 1 && a[0] == 6 && ms_drafter_branch(&d, sid, ctx2, 2, 5, a, pa, m, 4, b, &bsrc) == 0,
+          "a single continuation: no branch (chain %lld)", (long long)m);
+    ms_drafter_free(&d);
+}
+
 static void test_chain(void) {
     int32_t out[8];
     double q[8];
@@ -123,15 +205,15 @@ static void test_offer(void) {
     ms_draft_offer o = { 3, { 70, 71, 72 }, { 0.9, 0.9, 0.9 } };
     int32_t out[8];
     int src = -1;
-    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src);
+    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src, NULL);
     CHECK(m == 3 && src == MS_DRAFT_MODEL && out[0] == 70 && out[2] == 72,
           "fixed length: the model's offer (m %lld, source %d)", (long long)m, src);
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 2, 1, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 2, 1, &o, out, &src, NULL);
     CHECK(m == 2 && src == MS_DRAFT_MODEL, "fixed length: the offer cut to the length asked (m %lld)", (long long)m);
     CHECK(ms_drafter_model_more(&d, o.q, 3, 1) == 1, "fixed length: the model drafts as long as asked");
     d.auto_len = 1;
     /* a pass costs 100 bytes, a token 1: a likely draft pays, longer ones too */
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src, NULL);
     CHECK(m == 3 && src == MS_DRAFT_MODEL, "auto: a likely offer is taken whole (m %lld, source %d)", (long long)m, src);
     CHECK(ms_drafter_model_more(&d, o.q, 3, 1) == 1, "auto, pass-dominated: more may pay");
     /* every model draft rejected at once: its acceptance falls, context wins */
@@ -141,7 +223,7 @@ static void test_offer(void) {
         ms_drafter_model_verified(&d, 0.9);                        /* the first id, rejected */
     }
     CHECK(d.rejected[MS_DRAFT_MODEL] == 40 && d.drafted[MS_DRAFT_MODEL] == 120, "model source counted");
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 4, 1, &o, out, &src, NULL);
     CHECK(src != MS_DRAFT_MODEL, "auto: a model always wrong is not chosen (source %d, m %lld)", src, (long long)m);
     /* tokens cost as much as passes: an unlikely id cannot make a longer draft pay */
     const double low[] = { 0.05, 0.05 };
@@ -161,14 +243,14 @@ static void test_calibration(void) {
     ms_draft_offer o = { 3, { 70, 71, 72 }, { 0.5, 0.5, 0.5 } };
     int32_t out[8];
     int src = -1;
-    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, 1, &o, out, &src);
+    int64_t m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, 1, &o, out, &src, NULL);
     CHECK(m == 1 && src == MS_DRAFT_MODEL, "uncalibrated, q 0.5: one id pays (m %lld)", (long long)m);
     for (int i = 0; i < 30; i++) {
         ms_drafter_verified(&d, MS_DRAFT_MODEL, 3, 3);
         ms_drafter_measured(&d, 1, 100, 200, 4);
         ms_drafter_model_verified(&d, 1.5);
     }
-    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, 1, &o, out, &src);
+    m = ms_drafter_draft(&d, sid, ctx, 5, 10, 3, 1, &o, out, &src, NULL);
     CHECK(m == 3 && src == MS_DRAFT_MODEL, "every id held at q 0.5: the whole offer (m %lld)", (long long)m);
     ms_drafter_free(&d);
 }
@@ -196,7 +278,7 @@ static void test_share(void) {
             CHECK(cp == cp1 / share && ct == ct1, "round %d, share %d: costs %g %g (alone %g %g)", round, share, cp,
                   ct, cp1, ct1);
             const int want = ms_draft_choose(p, 4, cp, ct, NULL);
-            const int64_t m = ms_drafter_draft(&d, sid, ctx, 8, 3, 4, share, NULL, out, &src);
+            const int64_t m = ms_drafter_draft(&d, sid, ctx, 8, 3, 4, share, NULL, out, &src, NULL);
             CHECK(m == want && (m == 0 || (src == MS_DRAFT_CONTEXT && out[0] == 1)),
                   "round %d, share %d: drafted %lld, the rule says %d", round, share, (long long)m, want);
             if (share == 1) seen[round] = (int)m;
@@ -228,18 +310,18 @@ static void test_drafter(void) {
     int32_t out[8];
     int src = -1;
     const int32_t mine[] = { 10, 11 };
-    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src);
+    int64_t m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src, NULL);
     CHECK(m == 2 && src == MS_DRAFT_HISTORY && out[0] == 13 && out[1] == 14,
           "fixed length: another session drafts from the history (m %lld, source %d)", (long long)m, src);
-    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, 1, NULL, out, &src);
+    m = ms_drafter_draft(&d, a, mine, 2, 12, 4, 1, NULL, out, &src, NULL);
     CHECK(m == 0, "a session's own current run is not drafted from the history (m %lld)", (long long)m);
     d.auto_len = 1;
-    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src, NULL);
     CHECK(m >= 1 && src == MS_DRAFT_HISTORY, "auto, pass-dominated: drafts (m %lld)", (long long)m);
     /* measured: a pass reads nothing beyond its tokens: no draft pays */
     ms_drafter_verified(&d, MS_DRAFT_CONTEXT, 0, 0);
     ms_drafter_measured(&d, 1, 0, 1000, 1);
-    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src);
+    m = ms_drafter_draft(&d, b, mine, 2, 12, 4, 1, NULL, out, &src, NULL);
     CHECK(m == 0, "auto, measured token-only costs: no draft (m %lld)", (long long)m);
     ms_drafter_free(&d);
     test_offer();
@@ -253,6 +335,8 @@ static void test_drafter(void) {
 
 int main(void) {
     test_choose();
+    test_branch_choose();
+    test_branch_drafter();
     test_chain();
     test_lookup();
     test_drafter();

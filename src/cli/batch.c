@@ -271,6 +271,8 @@ static void print_result(ms_engine *e, int64_t index, const req *r, int spec) {
                        (long long)(k ? r->dec.accepted[i] : r->dec.drafted[i]));
             printf("}");
         }
+        printf(", \"tree_passes\": %lld, \"tree_drafted\": %lld, \"tree_accepted\": %lld", (long long)r->dec.tree_passes,
+               (long long)r->dec.tree_drafted, (long long)r->dec.tree_accepted);
     }
     printf(", \"finish_reason\": \"%s\"}\n", r->finish);
 }
@@ -306,6 +308,9 @@ static void release(slot *sl) {
         sl->r->dec.drafted[i] = c.drafted[i] - sl->dec0.drafted[i];
         sl->r->dec.accepted[i] = c.accepted[i] - sl->dec0.accepted[i];
     }
+    sl->r->dec.tree_passes = c.tree_passes - sl->dec0.tree_passes;
+    sl->r->dec.tree_drafted = c.tree_drafted - sl->dec0.tree_drafted;
+    sl->r->dec.tree_accepted = c.tree_accepted - sl->dec0.tree_accepted;
     sl->r->done = 1;
     ms_sampler_close(sl->smp);
     sl->smp = NULL;

@@ -39,6 +39,7 @@ void cli_engine_params(const cli_opts *o, ms_engine_params *ep_out) {
     ep.no_pack = o->no_pack;
     ep.max_draft = o->speculate;
     ep.draft_auto = o->speculate_auto;
+    ep.draft_tree = o->draft_tree;
     ep.draft_pass_bytes = (double)o->draft_costs[0];
     ep.draft_token_bytes = (double)o->draft_costs[1];
     ep.draft_corpus = o->draft_corpus;
@@ -115,6 +116,8 @@ void cli_print_stats_json(FILE *f, const ms_stats *st) {
                     (long long)(k ? st->spec_src_accepted[i] : st->spec_src_drafted[i]));
         fputs("}, ", f);
     }
+    fprintf(f, "\"tree_passes\": %lld, \"tree_drafted\": %lld, \"tree_accepted\": %lld, ",
+            (long long)st->spec_tree_passes, (long long)st->spec_tree_drafted, (long long)st->spec_tree_accepted);
     fprintf(f, "\"draft_model_tokens\": %lld, \"draft_model_s\": %.6f, ", (long long)st->draft_model_tokens,
             st->draft_model_s);
     fputs("\"stage_bytes_read\": [", f);
@@ -171,6 +174,9 @@ void cli_print_stats_human(FILE *f, const ms_stats *st) {
                     (long long)st->spec_src_drafted[i]);
         fputc('\n', f);
     }
+    if (st->spec_tree_passes > 0)
+        fprintf(f, "moestream: second branches: %lld passes verified one; accepted %lld/%lld of their drafted tokens\n",
+                (long long)st->spec_tree_passes, (long long)st->spec_tree_accepted, (long long)st->spec_tree_drafted);
     if (st->draft_model_tokens > 0)
         fprintf(f, "moestream: draft model: %lld tokens fed in %.3f s\n", (long long)st->draft_model_tokens,
                 st->draft_model_s);

@@ -112,6 +112,9 @@ const cli_opt cli_common_opts[] = {
       "decode: verify up to K drafted tokens per pass (same bits); auto: up to 8, as many as pay;"
       " --draft-corpus FILE: also draft from this text; --draft-model DIR: from this smaller model",
       0, parse_speculate, NULL },
+    { "--draft-tree", CLI_INT, C(draft_tree), "0|1", 0, 1, "0",
+      "1: a pass may also verify a second branch where the index offers one (same bits; one more"
+      " session's memory, so a small --ram pins less and may read more per pass)", 0, NULL, NULL },
     /* in --speculate's help (--help stays within 60 lines) */
     { "--draft-corpus", CLI_STR, C(draft_corpus), "FILE", 0, 0, NULL, NULL, 0, NULL, NULL },
     { "--draft-model", CLI_STR, C(draft_model), "DIR", 0, 0, NULL, NULL, 0, NULL, NULL },

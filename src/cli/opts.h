@@ -95,6 +95,7 @@ typedef struct cli_opts {
     int speculate;              /* --speculate K: draft up to K tokens per decode pass */
     int speculate_auto;         /* --speculate auto: K = 8, each pass drafts the length that pays */
     const char *draft_corpus;   /* --draft-corpus FILE: a draft source (text) */
+    int draft_tree;             /* --draft-tree 1: a pass may verify a second branch (auto) */
     const char *draft_model;    /* --draft-model DIR: a draft source (a model of the same tokenizer) */
     int64_t draft_costs[2];     /* --draft-costs PASS,TOKEN: auto's bytes per pass and per fed token (0: measured) */
     int parallel;               /* --parallel N: sequences served together (the plan counts

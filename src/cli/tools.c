@@ -35,8 +35,8 @@ int cmd_plan(int argc, char **argv) {
     if (!c.model_dir) { fprintf(stderr, "moestream plan: needs MODEL_DIR or a config.json\n"); return EXIT_USAGE; }
     static char buf[1 << 16];
     if (c.speculate_auto && c.chunk > 0 && c.chunk <= c.speculate) c.speculate = (int)c.chunk - 1;  /* as the engine */
-    ms_status st = ms_plan_describe_draft(c.model_dir, c.draft_model, c.ram, c.max_context, c.speculate, c.chunk,
-                                          c.parallel, stages, c.stages, buf, sizeof buf);
+    ms_status st = ms_plan_describe_tree(c.model_dir, c.draft_model, c.ram, c.max_context, c.speculate, c.chunk,
+                                         c.parallel, c.draft_tree && c.speculate_auto, stages, c.stages, buf, sizeof buf);
     /* a plan that does not fit is still a plan: once, on stdout */
     fputs(buf, st == MS_OK || st == MS_E_BUDGET ? stdout : stderr);
     return cli_exit_code(st);

@@ -13,7 +13,11 @@
  *   expected emitted tokens per byte peak (ms_draft_choose). When k sequences
  *   are verified in one pass (ms_sessions_decode) the pass's trunk bytes are
  *   read once for all of them: each weighs its share, c_pass / k, so company
- *   makes a token's experts weigh more and drafts shorter.
+ *   makes a token's experts weigh more and drafts shorter. A second branch
+ *   (--draft-tree) is the runner-up continuation of the chain's first
+ *   position, chained on: it pays when its chance of being the id picked,
+ *   times what it then emits, outweighs the expert bytes of its fed ids
+ *   (ms_draft_branch_choose).
  * Invariants: deterministic (ids, the order of remembered outputs and
  *   counted passes); the index never holds more than its max ids; every
  *   access to a drafter is under its mutex.
@@ -174,10 +178,12 @@ static void tally_step(const ms_draft_index *x, int64_t below, const hview *h, t
     }
 }
 
-int64_t ms_draft_chain(const ms_draft_index *x, int64_t below, const int32_t *ctx, int64_t n_ctx, int32_t pending,
-                       int64_t want, int32_t *out, double *q) {
-    hview h = { ctx, out, n_ctx, n_ctx + 1, pending };
-    int64_t m = 0;
+/* the chain after h = ctx + pending + out[0..m0), from out[m0] on: returns its
+   end (out[m0..end), q[m0..end)) */
+static int64_t chain_from(const ms_draft_index *x, int64_t below, const int32_t *ctx, int64_t n_ctx, int32_t pending,
+                          int64_t m0, int64_t want, int32_t *out, double *q) {
+    hview h = { ctx, out, n_ctx, n_ctx + 1 + m0, pending };
+    int64_t m = m0;
     for (; m < want; m++) {
         tally t;
         tally_step(x, below, &h, &t);
@@ -190,6 +196,27 @@ int64_t ms_draft_chain(const ms_draft_index *x, int64_t below, const int32_t *ct
         h.len++;
     }
     return m;
+}
+
+int64_t ms_draft_chain(const ms_draft_index *x, int64_t below, const int32_t *ctx, int64_t n_ctx, int32_t pending,
+                       int64_t want, int32_t *out, double *q) {
+    return chain_from(x, below, ctx, n_ctx, pending, 0, want, out, q);
+}
+
+/* a second branch: the most frequent continuation of h = ctx + pending other
+   than a1 (ties: the newest), chained on; returns its length (0: none) */
+static int64_t chain_second(const ms_draft_index *x, int64_t below, const int32_t *ctx, int64_t n_ctx, int32_t pending,
+                            int32_t a1, int64_t want, int32_t *out, double *q) {
+    const hview h = { ctx, out, n_ctx, n_ctx + 1, pending };
+    tally t;
+    tally_step(x, below, &h, &t);
+    int best = -1;
+    for (int i = 0; i < t.n; i++)
+        if (t.id[i] != a1 && (best < 0 || t.count[i] > t.count[best])) best = i;
+    if (best < 0 || want < 1) return 0;
+    out[0] = t.id[best];
+    q[0] = (double)t.count[best] / (double)t.total;
+    return chain_from(x, below, ctx, n_ctx, pending, 1, want, out, q);
 }
 
 /* ---- the choice rule ------------------------------------------------------------- */
@@ -205,6 +232,31 @@ int ms_draft_choose(const double *p, int K, double c_pass, double c_tok, double 
         prod *= p[k - 1];
         emitted += prod;
         const double v = emitted / (c_pass + (double)(k + 1) * c_tok);
+        if (v > best) { best = v; k_best = k; }
+    }
+    if (gain) *gain = best;
+    return k_best;
+}
+
+int ms_draft_branch_choose(const double *pa, int ka, const double *pb, int Kb, double c_pass, double c_tok,
+                           double *gain) {
+    double ea = 1, prod = 1;
+    for (int i = 0; i < ka; i++) {
+        prod *= pa[i];
+        ea += prod;
+    }
+    const double ca = c_pass + (double)(ka + 1) * c_tok;
+    if (!(c_pass >= 0 && c_tok >= 0 && ca > 0)) {
+        if (gain) *gain = 0;
+        return 0;
+    }
+    double best = ea / ca, eb = 0;
+    int k_best = 0;
+    prod = 1;
+    for (int k = 1; k <= Kb; k++) {
+        prod *= pb[k - 1];
+        eb += prod;
+        const double v = (ea + eb) / (ca + (double)k * c_tok);
         if (v > best) { best = v; k_best = k; }
     }
     if (gain) *gain = best;
@@ -353,7 +405,7 @@ static int64_t below(const ms_drafter *d, const ms_draft_index *x, int64_t sid) 
 
 /* auto: each source's chain cut by the choice rule; the best gain */
 static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                          int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src) {
+                          int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src, double *p_out) {
     int32_t buf[MS_MAX_DRAFT_IDS];
     double q[MS_MAX_DRAFT_IDS], p[MS_MAX_DRAFT_IDS];
     double c_pass, c_tok, best;
@@ -384,20 +436,21 @@ static int64_t draft_auto(ms_drafter *d, int64_t sid, const int32_t *tok, int64_
             m = k;
             *src = s;
             memcpy(out, buf, (size_t)k * sizeof *out);
+            if (p_out) memcpy(p_out, p, (size_t)k * sizeof *p_out);
         }
     }
     return m;
 }
 
 int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                         int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src) {
+                         int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src, double *p) {
     double q[MS_MAX_DRAFT_IDS];
     if (want > MS_MAX_DRAFT_IDS) want = MS_MAX_DRAFT_IDS;
     *src = MS_DRAFT_CONTEXT;
     pthread_mutex_lock(&d->mu);
     int64_t m;
     if (d->auto_len) {
-        m = draft_auto(d, sid, tok, n_past, pending, want, share, model, out, src);
+        m = draft_auto(d, sid, tok, n_past, pending, want, share, model, out, src, p);
     } else if (model && model->n > 0) {
         /* a draft model was given: it drafts every pass, as long as asked */
         m = model->n < want ? model->n : want;
@@ -409,6 +462,34 @@ int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t
             if (source(d, s)->n > 0 &&
                 (m = ms_draft_chain(source(d, s), below(d, source(d, s), sid), tok, n_past, pending, want, out, q)) > 0)
                 *src = s;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return m;
+}
+
+int64_t ms_drafter_branch(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
+                          const int32_t *a, const double *pa, int64_t ma, int64_t want, int32_t *out, int *src) {
+    if (ma < 1 || want < 1) return 0;
+    if (want > MS_MAX_DRAFT_IDS) want = MS_MAX_DRAFT_IDS;
+    int32_t buf[MS_MAX_DRAFT_IDS];
+    double q[MS_MAX_DRAFT_IDS], p[MS_MAX_DRAFT_IDS], c_pass, c_tok, best = 0;
+    int64_t m = 0;
+    pthread_mutex_lock(&d->mu);
+    costs(d, 1, &c_pass, &c_tok);
+    for (int s = MS_DRAFT_CONTEXT; s <= MS_DRAFT_CORPUS; s++) {
+        const ms_draft_index *x = source(d, s);
+        if (x && x->n == 0) continue;
+        const int64_t mm = chain_second(x, below(d, x, sid), tok, n_past, pending, a[0], want, buf, q);
+        const double r = acceptance(d, s);
+        for (int64_t i = 0; i < mm; i++) p[i] = chance(q[i], r);
+        double g;
+        const int k = ms_draft_branch_choose(pa, (int)ma, p, (int)mm, c_pass, c_tok, &g);
+        if (k > 0 && g > best) {
+            best = g;
+            m = k;
+            *src = s;
+            memcpy(out, buf, (size_t)k * sizeof *out);
+        }
     }
     pthread_mutex_unlock(&d->mu);
     return m;

@@ -6,7 +6,8 @@
  *   --draft-corpus text); the chaining of a draft from continuation counts;
  *   the choice rule (the draft length with the most expected emitted tokens
  *   per byte); the engine-wide drafter that holds the sources, their running
- *   acceptance and the measured costs of a pass.
+ *   acceptance and the measured costs of a pass; with a tree, the second
+ *   branch beside a chain (ms_drafter_branch).
  * Invariants: every draft is a function of the ids given and of the order of
  *   earlier events (outputs remembered, passes counted); nothing here touches
  *   the logits or the picker, so no draft changes an emitted bit.
@@ -87,6 +88,19 @@ int64_t ms_draft_chain(const ms_draft_index *x, int64_t below, const int32_t *ct
  * the chosen value. Pure. */
 int ms_draft_choose(const double *p, int K, double c_pass, double c_tok, double *gain);
 
+/* The choice rule with a second branch (ms_engine_params.draft_tree): beside
+ * the chain of ka ids (pa: their probabilities, as above), a branch whose
+ * first id is another candidate for the chain's first position, pb[0] its
+ * probability of being the id picked (so pb[0] + pa[0] <= 1) and pb[j > 0]
+ * as a chain's. The branch emits 1 + its accepted ids exactly when its first
+ * id is picked, so it adds sum_{i<=k} prod_{j<=i} pb[j] expected tokens for k
+ * fed tokens (the pending token it repeats is read with the chain's): the k
+ * in [0, Kb] maximising (chain's expected + that) / (c_pass + (ka + 1 + k)
+ * c_tok); 0 (no branch) unless one beats the chain alone, and when the costs
+ * are not positive. *gain (may be NULL): the chosen value. Pure. */
+int ms_draft_branch_choose(const double *pa, int ka, const double *pb, int Kb, double c_pass, double c_tok,
+                           double *gain);
+
 /* What a draft model offers a pass: n ids drafted greedily after h, and q[i]
  * its probability of ids[i] (engine/draft_model.c). */
 typedef struct ms_draft_offer {
@@ -146,9 +160,19 @@ void ms_drafter_costs(ms_drafter *d, int share, double *c_pass, double *c_tok);
  * p[i] = q[i] x its running acceptance ((accepted + 1) / (accepted +
  * rejections + 2), a drafted id's chance once those before it held), cut to the length the choice rule
  * picks with this run's costs for that share (ms_drafter_costs); the source
- * with the best gain (0 ids when none is expected to pay). */
+ * with the best gain (0 ids when none is expected to pay); p (NULL: not
+ * wanted): auto's probability of each id drafted (fixed length: unset). */
 int64_t ms_drafter_draft(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
-                         int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src);
+                         int64_t want, int share, const ms_draft_offer *model, int32_t *out, int *src, double *p);
+/* A second branch beside the chain a[0..ma) (auto's, pa its probabilities,
+ * p of ms_drafter_draft) for session sid's h = tok[0..n_past) + pending: for
+ * each count source (context, history, corpus), its most frequent
+ * continuation of h other than a[0] (q its share of the counts), chained on,
+ * p = q x the source's running acceptance, cut by ms_draft_branch_choose with
+ * one sequence's costs; the source with the best gain. Up to want ids into
+ * out, the source in *src; 0 when no branch is expected to pay. */
+int64_t ms_drafter_branch(ms_drafter *d, int64_t sid, const int32_t *tok, int64_t n_past, int32_t pending,
+                          const int32_t *a, const double *pa, int64_t ma, int64_t want, int32_t *out, int *src);
 /* While a draft model drafts (auto only; fixed length: always 1): whether a
  * draft longer than the k ids drafted so far (q: its probabilities of them)
  * could emit more tokens per byte than the best cut of those k, with the

@@ -201,7 +201,7 @@ void ms_session_close(ms_session *s) {
 const char *ms_session_error(const ms_session *s) { return s ? s->error : ""; }
 
 /* Index of the first non-finite logit of row [V], or -1. */
-static int64_t first_nonfinite(const float *row, int64_t V) {
+int64_t ms_first_nonfinite(const float *row, int64_t V) {
     for (int64_t i = 0; i < V; i++)
         if (!isfinite(row[i])) return i;
     return -1;
@@ -333,7 +333,7 @@ static ms_status feed(ms_session *s, const int32_t *ids, int64_t n, float *all_l
         else { e->stats.n_tokens_prefill += n; e->stats.prefill_s += dt; }
     }
     int64_t bad;
-    if (st == MS_OK && check && (bad = first_nonfinite(s->logits, V)) >= 0)
+    if (st == MS_OK && check && (bad = ms_first_nonfinite(s->logits, V)) >= 0)
         st = ms_err_set(&err, MS_E_UNSOUND, "non-finite logit %lld after position %lld",
                         (long long)bad, (long long)s->st.n_past);
     for (int64_t i = 1; st == MS_OK && score && i < n; i++)
@@ -456,7 +456,7 @@ ms_status ms_sessions_feed(ms_session *const *ss, int k, const int32_t *const *i
        the others are fed */
     ms_status ret = MS_OK;
     for (int i = 0; i < k; i++) {
-        int64_t bad = first_nonfinite(ss[i]->logits, V);
+        int64_t bad = ms_first_nonfinite(ss[i]->logits, V);
         if (bad < 0) { ss[i]->has_logits = 1; continue; }
         char msg[128];
         snprintf(msg, sizeof msg, "non-finite logit %lld after position %lld", (long long)bad,
@@ -550,7 +550,7 @@ static void decode_draft(ms_session *s, int32_t pending, int n_draft, int64_t ca
     if (want <= 0) return;
     if (s->dm) ms_dm_draft(s, pending, want, share, &s->ver_offer);
     s->ver_m = ms_drafter_draft(e->draft, s->draft_sid, s->tokens, s->st.n_past, pending, want, share, &s->ver_offer,
-                                s->ver_ids + 1, &s->ver_src);
+                                s->ver_ids + 1, &s->ver_src, s->ver_p);
 }
 
 /* The passes of a decode step: every feeding session's [pending, draft], whole
@@ -593,7 +593,8 @@ static ms_status decode_passes(ms_engine *e, ms_session *const *ss, int k, const
  * (each checked as a plain loop's feed would check it), then rolled back to
  * just after the last position kept; its counters, the engine's and the
  * drafter's (acceptance, history). The ids picked into out[0..*n_out). */
-static ms_status decode_verify(ms_session *s, ms_pick_fn pick, void *user, int32_t *out, int64_t *n_out) {
+ms_status ms_decode_verify(ms_session *s, ms_pick_fn pick, void *user, int32_t *out, int64_t *n_out, int pre,
+                           int pre_stop) {
     ms_engine *e = s->e;
     const int64_t V = e->cfg.vocab_size, m = s->ver_m, n0 = s->st.n_past - (m + 1);
     if (m > 0) memcpy(s->logits, s->ver_logits + m * V, (size_t)V * sizeof(float));
@@ -602,7 +603,7 @@ static ms_status decode_verify(ms_session *s, ms_pick_fn pick, void *user, int32
     int64_t i = 0;
     for (;; i++) {
         const float *row = m > 0 ? s->ver_logits + i * V : s->logits;
-        const int64_t bad = first_nonfinite(row, V);
+        const int64_t bad = ms_first_nonfinite(row, V);
         if (bad >= 0) {
             char msg[128];
             snprintf(msg, sizeof msg, "non-finite logit %lld after position %lld", (long long)bad,
@@ -610,7 +611,8 @@ static ms_status decode_verify(ms_session *s, ms_pick_fn pick, void *user, int32
             *n_out = i;
             return make_unsound(s, msg);
         }
-        out[i] = pick(user, row, s->tokens, n0 + 1 + i, &stop);
+        if (i >= pre) out[i] = pick(user, row, s->tokens, n0 + 1 + i, &stop);
+        else stop = pre_stop;
         if (stop || i == m || out[i] != s->ver_ids[i + 1]) break;
     }
     const int64_t keep = i + 1;
@@ -665,13 +667,18 @@ ms_status ms_sessions_decode(ms_session *const *ss, int k, const int32_t *pendin
     const int64_t cap = e->p.prefill_chunk / n_feed - 1;
     for (int i = 0; i < k; i++)
         if (pending[i] >= 0) decode_draft(ss[i], pending[i], n_draft[i], cap, n_feed);
+    /* one session alone may add a second branch (draft_tree): two segments */
+    const int tree = k == 1 && e->tree_b && ms_tree_branch(ss[0], pending[0], n_draft[0]);
+    ms_session *const two[2] = { ss[0], e->tree_b };
+    const int32_t pend2[2] = { pending[0], pending[0] };
     /* one pass (per chunk) for all, then each session's picks */
     int64_t t0 = 0, x0 = 0, passes = 0, fed = 0;
     if (e->draft) bytes_read(e, &t0, &x0);
     ms_err err;
     ms_err_clear(&err);
     const double ta = ms_now_s();
-    st = decode_passes(e, ss, k, pending, &passes, &fed, &err);
+    st = decode_passes(e, tree ? two : ss, tree ? 2 : k, tree ? pend2 : pending, &passes, &fed, &err);
+    fed -= tree;                            /* the pending token again: no expert bytes more */
     e->stats.decode_s += ms_now_s() - ta;
     if (st != MS_OK) {
         for (int i = 0; i < k; i++)
@@ -687,7 +694,8 @@ ms_status ms_sessions_decode(ms_session *const *ss, int k, const int32_t *pendin
     ms_status ret = MS_OK;
     for (int i = 0; i < k; i++) {
         if (pending[i] < 0) continue;
-        const ms_status vs = decode_verify(ss[i], pick, user[i], out[i], &n_out[i]);
+        const ms_status vs = tree ? ms_tree_verify(ss[i], pick, user[i], out[i], &n_out[i])
+                                  : ms_decode_verify(ss[i], pick, user[i], out[i], &n_out[i], 0, 0);
         if (vs != MS_OK && ret == MS_OK) ret = vs;
     }
     return ret;

@@ -2,7 +2,8 @@
  * files of src/engine/ (open.c: open/close; engine.c: sessions and feeds;
  * plan.c: the budget; split.c: a pipeline's layer split; text.c, chat.c:
  * tokenizer and chat wrappers; session_io.c: sessions on disk; draft.c:
- * speculation's draft sources; draft_model.c: a draft model) and by the
+ * speculation's draft sources; draft_model.c: a draft model; draft_tree.c:
+ * a pass's second branch) and by the
  * pipeline above them (pipe.c). Nothing outside src/engine includes it but
  * tests.
  *
@@ -166,6 +167,8 @@ struct ms_engine {
                                    without speculation */
     struct ms_engine *dm;       /* the draft model's engine (engine/draft_model.c); NULL: none */
     int64_t dm_mark_floats;     /* floats of one mark of its state (ms_dm_mark_floats) */
+    struct ms_session *tree_b;  /* draft_tree: the session a pass's second branch is verified
+                                   in (engine/draft_tree.c); NULL: chains only */
     char error[512];
 };
 
@@ -188,6 +191,7 @@ struct ms_session {
        (ver_ids[1..ver_m]), their source and the draft model's offer */
     int64_t ver_m;
     int ver_src;
+    double ver_p[MS_MAX_DRAFT_IDS];  /* auto: the choice rule's probability of each drafted id */
     ms_draft_offer ver_offer;
     ms_decode_counts dec;       /* ms_session_decode_counts */
     ms_status sticky;
@@ -203,6 +207,31 @@ ms_status ms_session_feed_rec(ms_session *s, const int32_t *ids, int64_t n, floa
  * becomes `logits` (the row of position n_keep - 1, [n_vocab]). MS_E_USAGE when
  * the last feed was not recorded or n_keep is out of [1, its length]. */
 ms_status ms_session_rollback(ms_session *s, int64_t n_keep, const float *logits);
+
+/* Index of the first non-finite logit of row [V], or -1. */
+int64_t ms_first_nonfinite(const float *row, int64_t V);
+/* ms_sessions_decode's verification of session s after its pass (engine.c):
+ * its rows picked in order while its draft holds, then rolled back to just
+ * after the last position kept; its counters, the engine's and the
+ * drafter's. pre 1: out[0] was picked from row 0 already (with *stop =
+ * pre_stop): the picks go on from row 1. */
+ms_status ms_decode_verify(ms_session *s, ms_pick_fn pick, void *user, int32_t *out, int64_t *n_out, int pre,
+                           int pre_stop);
+
+/* ---- a second branch (engine/draft_tree.c; ms_engine_params.draft_tree) ---- */
+/* e->tree_b, a session of e without a draft model state. MS_E_USAGE without
+ * draft_auto or in a pipeline. */
+ms_status ms_tree_open(ms_engine *e, ms_err *err);
+void ms_tree_close(ms_engine *e);
+/* After session s drafted its chain for a step that feeds `pending` (at most
+ * n_draft ids asked): whether a second branch pays (ms_drafter_branch); if
+ * so e->tree_b is s as it is now, its draft [pending, b1, ...] ready to be
+ * fed in the same pass (its ver_ids, ver_m, ver_src), and 1 is returned. */
+int ms_tree_branch(ms_session *s, int32_t pending, int n_draft);
+/* After the pass that fed s and e->tree_b: row 0 picked once; the branch
+ * whose first drafted id it is verified on (tree_b becomes s by exchanging
+ * their buffers when it is the second), the other dropped; counters. */
+ms_status ms_tree_verify(ms_session *s, ms_pick_fn pick, void *user, int32_t *out, int64_t *n_out);
 
 /* ---- the draft model (engine/draft_model.c) ---- */
 typedef struct ms_dm_sess ms_dm_sess;

@@ -123,6 +123,11 @@ static ms_status resolve_params(ms_engine *e, const ms_engine_params *p, ms_err 
         return ms_err_set(err, MS_E_USAGE, "--draft-corpus %s: drafts need speculation (--speculate K or auto, not 0)", p->draft_corpus);
     if (p->draft_model && e->p.max_draft == 0)
         return ms_err_set(err, MS_E_USAGE, "--draft-model %s: drafts need speculation (--speculate K or auto, not 0)", p->draft_model);
+    if (p->draft_tree && !p->draft_auto)
+        return ms_err_set(err, MS_E_USAGE, "--draft-tree 1: a second branch needs --speculate auto");
+    if (p->draft_tree && e->pipe)
+        return ms_err_set(err, MS_E_USAGE, "--draft-tree 1: not in a pipeline (one process only)");
+    e->p.draft_tree = p->draft_tree && e->p.draft_auto;     /* none when the chunk leaves no draft */
     if (p->draft_corpus) return ms_draft_corpus_check(p->draft_corpus, err);
     return MS_OK;
 }
@@ -224,10 +229,12 @@ static ms_status plan_budget(ms_engine *e, const ms_engine_params *p, int64_t *s
     const int64_t rss = rss_bytes();        /* once: the choice checks its chunk against what the store gets */
     if (p->prefill_chunk == 0) {
         const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry), e->p.max_context, e->p.max_draft,
-                                    e->p.n_seq, p->trunk_bytes, p->expert_bytes, rss };
+                                    e->p.n_seq + e->p.draft_tree, p->trunk_bytes, p->expert_bytes, rss };
         e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
     }
-    int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk, e->p.n_seq);
+    /* draft_tree: the second branch's session is one more */
+    int64_t session = ms_session_bytes(&dry, e->p.max_context, e->p.max_draft, e->p.prefill_chunk,
+                                       e->p.n_seq + e->p.draft_tree);
     int64_t dm_weights = 0, dm_rest = 0;
     if (e->p.draft_model && e->stage == 0 &&
         (st = ms_draft_model_bytes(e->p.draft_model, e->p.max_context, e->p.max_draft, e->p.n_seq, &dm_weights,
@@ -362,6 +369,7 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
         return st;
     if (e->p.max_draft > 0 && (st = open_drafter(e, err)) != MS_OK) return st;
     if (e->p.draft_model && e->stage == 0 && (st = ms_dm_open(e, err)) != MS_OK) return st;
+    if (e->p.draft_tree && (st = ms_tree_open(e, err)) != MS_OK) return st;
     ms_engine_stats_reset(e);               /* counters describe feeds, not loading */
     return MS_OK;
 }
@@ -433,6 +441,7 @@ ms_status ms_engine_open_alone(const ms_engine_params *p, ms_pool *pool, ms_engi
 
 void ms_engine_close(ms_engine *e) {
     if (!e) return;
+    if (e->tree_b) ms_tree_close(e);
     if (e->pipe_up) e->pipe->close(e);
     if (e->dm) ms_dm_close(e);
     if (e->draft) { ms_drafter_free(e->draft); free(e->draft); }

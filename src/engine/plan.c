@@ -315,10 +315,22 @@ ms_status ms_plan_describe_stages(const char *path, int64_t ram_bytes, int64_t m
 ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
                                  int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *stages,
                                  char *out, size_t n) {
+    return ms_plan_describe_tree(path, draft_model, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, 0,
+                                 n_stages, stages, out, n);
+}
+
+ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
+                                int max_draft, int64_t prefill_chunk, int n_seq, int draft_tree, int n_stages,
+                                const char *stages, char *out, size_t n) {
     ms_err err;
     ms_err_clear(&err);
     if (max_draft < 0) max_draft = 0;
     if (n_seq < 1) n_seq = 1;
+    draft_tree = draft_tree && max_draft > 0;
+    if (draft_tree && n_stages >= 1) {
+        snprintf(out, n, "--draft-tree 1: not in a pipeline (one process only)");
+        return MS_E_USAGE;
+    }
     if (n_seq > MS_MAX_SEQ) {
         snprintf(out, n, "%d sessions: at most %d", n_seq, MS_MAX_SEQ);
         return MS_E_USAGE;
@@ -349,10 +361,11 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
     }
     const int64_t overhead = ms_overhead_estimate(&m);
     if (prefill_chunk == 0) {
-        const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, n_seq, 0, 0, 0 };
+        const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, n_seq + draft_tree, 0, 0, 0 };
         chunk = ms_auto_chunk(&m, &cb);
     }
-    const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk, n_seq);
+    /* draft_tree: the second branch's session is one more (engine/draft_tree.c) */
+    const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk, n_seq + draft_tree);
     const int64_t store_ram = ms_store_budget(ram_bytes, session + dw + dr, overhead);
     ms_plan plan;
     st = store_plan(&m, store_ram, 0, 0, &plan, &err);
@@ -364,8 +377,9 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
         st = st == MS_E_BUDGET && plan.floor_bytes > 0 ? store_plan(&m, plan.floor_bytes, 0, 0, &plan, &err)
                                                        : ms_err_set(&err, MS_E_INTERNAL, "cannot find the smallest plan");
     }
-    char a[32], b[32], c[32], d[32], nseq_label[48];
-    snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
+    char a[32], b[32], c[32], d[32], nseq_label[64];
+    if (draft_tree) snprintf(nseq_label, sizeof nseq_label, "%d session%s + a second branch's", n_seq, n_seq > 1 ? "s" : "");
+    else snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
     human(session, a, sizeof a);
     human(overhead + MS_SLACK_BYTES, b, sizeof b);
     human(ram_bytes, c, sizeof c);
@@ -379,7 +393,7 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
                            (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
                            (long long)cfg.vocab_size,
                            ram_bytes > 0 ? c : ram_bytes == MS_RAM_MIN ? "min (the smallest plan)" : "none (everything resident)",
-                           n_seq > 1 ? nseq_label : "session",
+                           n_seq > 1 || draft_tree ? nseq_label : "session",
                            cfg.family == MS_FAMILY_GPT_OSS ? "keys and values" : "KDA state, latent MLA cache",
                            (long long)max_context, (long long)chunk,
                            prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);

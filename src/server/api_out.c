@@ -23,7 +23,9 @@ static json_t *str_n(const char *s, size_t n) {
 /* With --speculate, usage.speculation: the passes that fed the decode tokens
  * (a pass that served several requests counts for each), the drafted ids
  * they verified and the ones accepted, in all and by the source of the draft
- * (as `run --json`'s stats and `batch`'s result lines name them). */
+ * (as `run --json`'s stats and `batch`'s result lines name them), and the
+ * passes that verified a second branch (--draft-tree 1), the drafted ids of
+ * those branches and the ones kept. */
 static json_t *speculation_json(const ms_decode_counts *d) {
     json_t *o = json_object(), *by[2] = { json_object(), json_object() };
     int64_t sum[2] = { 0, 0 };
@@ -38,6 +40,9 @@ static json_t *speculation_json(const ms_decode_counts *d) {
     json_object_set_new(o, "accepted", json_integer((json_int_t)sum[1]));
     json_object_set_new(o, "drafted_by_source", by[0]);
     json_object_set_new(o, "accepted_by_source", by[1]);
+    json_object_set_new(o, "tree_passes", json_integer((json_int_t)d->tree_passes));
+    json_object_set_new(o, "tree_drafted", json_integer((json_int_t)d->tree_drafted));
+    json_object_set_new(o, "tree_accepted", json_integer((json_int_t)d->tree_accepted));
     return o;
 }
 
@@ -276,6 +281,9 @@ void srv_api_finish(srv *s, srv_job *j, const srv_result *r) {
         j->sum_spec.drafted[i] += r->dec.drafted[i];
         j->sum_spec.accepted[i] += r->dec.accepted[i];
     }
+    j->sum_spec.tree_passes += r->dec.tree_passes;
+    j->sum_spec.tree_drafted += r->dec.tree_drafted;
+    j->sum_spec.tree_accepted += r->dec.tree_accepted;
     if (j->n_ended == 1 || r->n_cached < j->min_cached) j->min_cached = r->n_cached;
     srv_result u = *r;
     u.n_completion = j->sum_completion;

@@ -145,6 +145,12 @@ char *srv_metrics_text(srv *s) {
             srv_buf_adds(&b, line);
         }
     }
+    put(&b, "moestream_tree_passes_total", "counter", "decode passes that verified a second branch (--draft-tree)",
+        (double)m.est.spec_tree_passes);
+    put(&b, "moestream_tree_drafted_tokens_total", "counter", "drafted tokens verified in second branches",
+        (double)m.est.spec_tree_drafted);
+    put(&b, "moestream_tree_accepted_tokens_total", "counter", "drafted tokens of second branches accepted",
+        (double)m.est.spec_tree_accepted);
     put(&b, "moestream_expert_requests_total", "counter", "(layer, expert) uses", (double)m.est.expert_requests);
     put(&b, "moestream_expert_cache_hits_total", "counter", "expert uses served from memory without a read", (double)m.est.expert_hits);
     put(&b, "moestream_peak_rss_bytes", "gauge", "the process's peak resident memory", (double)m.est.peak_rss_bytes);

@@ -293,6 +293,9 @@ static void slot_end(srv *s, slot *sl) {
             res->dec.drafted[i] -= sl->dec0.drafted[i];
             res->dec.accepted[i] -= sl->dec0.accepted[i];
         }
+        res->dec.tree_passes -= sl->dec0.tree_passes;
+        res->dec.tree_drafted -= sl->dec0.tree_drafted;
+        res->dec.tree_accepted -= sl->dec0.tree_accepted;
     }
     if (sl->pk.finish && sl->st == MS_OK && !sl->fail) slot_reply(s, sl, &reply, &calls, &cbufs, &clean_r, &clean_c);
     if (!res->finish) {
