@@ -27,7 +27,16 @@
 #     counts the rollback records; --chunk 4 shortens auto's drafts to 3,
 #     --chunk 1 turns them off, --speculate 8 --chunk 4 is refused;
 #     --draft-costs: a free pass gets no draft, a dear one long drafts; the
-#     ids of --speculate 0 throughout.
+#     ids of --speculate 0 throughout;
+#  7. --draft-tree 1 on fork corpora (after every 8 ids of the plain answer
+#     to P1, a wrong id 3 times and the right one twice; or two wrong ones),
+#     greedy and seeded, at the smallest plan and resident, chunks 32 and 12:
+#     the ids, first logits and saved session of --speculate 0; second
+#     branches taken and kept (the wrong corpus: taken); fewer passes and
+#     bytes than chains on the forks; --speculate 3 --draft-tree 1 refused
+#     (exit 2); `plan --draft-tree 1` counts one more session; a server with
+#     it answers with plain decoding's text and reports the branches in
+#     usage.speculation and /metrics.
 # Prints "t_spec: N passed, N failed" as its last line.
 set -u
 cd "$(dirname "$0")/.."
@@ -211,5 +220,65 @@ done
 ss() { sed -n 's/^  session (.*): \([0-9.]*\) MiB$/\1/p' "$1"; }
 [ -n "$(ss "$tmp/p.txt")" ] && $PY -c "import sys; sys.exit(0 if float('$(ss "$tmp/p.txt")') > float('$(ss "$tmp/p0.txt")') else 1)" &&
     ok || bad "plan: the default plan's session ($(ss "$tmp/p.txt") MiB) holds no more than --speculate 0's ($(ss "$tmp/p0.txt") MiB)"
+
+# ---- 7. a second branch (--draft-tree 1) ------------------------------------------------
+# fork corpora (bench/fork_corpus.py): after every 8 ids of the plain answer to P1 (greedy,
+# seeded), a wrong id 3 times and the right one twice, lines of the model's text; and one
+# where both continuations are wrong
+forks() {   # answer.json corpus.txt [--wrong]
+    $PY bench/fork_corpus.py "$BIN" "$M" "$@"
+}
+for samp in greedy seeded; do
+    sargs=()
+    [ $samp = seeded ] && sargs=(--temperature 0.8 --top-k 20 --repeat-penalty 1.1 --seed 99)
+    "$BIN" run $M --prompt "$P1" --max-tokens 48 --ignore-eos --json --quiet --speculate 0 "${sargs[@]}" > "$tmp/tp$samp.json"
+    forks "$tmp/tp$samp.json" "$tmp/fork$samp.txt" || bad "fork corpus $samp"
+    forks "$tmp/tp$samp.json" "$tmp/wrong$samp.txt" --wrong || bad "wrong corpus $samp"
+    for ram in min all; do
+        for chunk in 32 12; do
+            c="$ram $samp --chunk $chunk"
+            for k in 0 tree wrong; do
+                kargs=(--speculate 0)
+                [ $k = tree ] && kargs=(--draft-tree 1 --draft-corpus "$tmp/fork$samp.txt")
+                [ $k = wrong ] && kargs=(--draft-tree 1 --draft-corpus "$tmp/wrong$samp.txt")
+                "$BIN" run $M --ram $ram --chunk $chunk --prompt "$P1" --max-tokens 48 --ignore-eos --json --quiet \
+                    "${kargs[@]}" "${sargs[@]}" --dump-logits "$tmp/tl$k.f32" --save-session "$tmp/ts$k.bin" \
+                    > "$tmp/tr$k.json" 2> "$tmp/te.txt" || bad "$c: run $k exited $?: $(cat "$tmp/te.txt")"
+            done
+            ids0=$(field "$tmp/tr0.json" 'd["generated_ids"]')
+            [ "$ids0" = "$(field "$tmp/tp$samp.json" 'd["generated_ids"]')" ] && ok || bad "$c: --speculate 0 differs from the first plain run"
+            for k in tree wrong; do
+                [ "$(field "$tmp/tr$k.json" 'd["generated_ids"]')" = "$ids0" ] && ok || bad "$c: --draft-tree 1 ($k): ids differ"
+                cmp -s "$tmp/tl0.f32" "$tmp/tl$k.f32" && ok || bad "$c: --draft-tree 1 ($k): first logits differ"
+                cmp -s "$tmp/ts0.bin" "$tmp/ts$k.bin" && ok || bad "$c: --draft-tree 1 ($k): saved sessions differ"
+            done
+            [ "$(field "$tmp/trtree.json" 'd["stats"]["tree_passes"] > 0 and d["stats"]["tree_accepted"] > 0 and d["stats"]["tree_drafted"] >= d["stats"]["tree_accepted"]')" = True ] && ok ||
+                bad "$c: no second branch taken and kept: $(field "$tmp/trtree.json" '[d["stats"][k] for k in ("tree_passes", "tree_drafted", "tree_accepted")]')"
+            [ "$(field "$tmp/trwrong.json" 'd["stats"]["tree_passes"] > 0')" = True ] && ok || bad "$c: the wrong corpus took no second branch"
+        done
+    done
+done
+# fewer passes and bytes than chains on the forks (greedy, smallest plan)
+"$BIN" run $M --ram min --prompt "$P1" --max-tokens 48 --ignore-eos --json --quiet --draft-corpus "$tmp/forkgreedy.txt" > "$tmp/tchain.json"
+"$BIN" run $M --ram min --prompt "$P1" --max-tokens 48 --ignore-eos --json --quiet --draft-corpus "$tmp/forkgreedy.txt" --draft-tree 1 > "$tmp/ttree.json"
+[ "$(field "$tmp/ttree.json" 'd["stats"]["decode_passes"]')" -lt "$(field "$tmp/tchain.json" 'd["stats"]["decode_passes"]')" ] &&
+    [ "$(field "$tmp/ttree.json" 'd["stats"]["bytes_read"]')" -lt "$(field "$tmp/tchain.json" 'd["stats"]["bytes_read"]')" ] && ok ||
+    bad "forks: --draft-tree 1 made no fewer passes or read no fewer bytes than chains"
+# refused without auto; counted in the plan; a server's usage reports the branches
+"$BIN" run $M --prompt x --speculate 3 --draft-tree 1 > /dev/null 2> "$tmp/ce.txt"; rc=$?
+[ $rc = 2 ] && grep -q -- "--draft-tree" "$tmp/ce.txt" && ok || bad "--draft-tree 1 --speculate 3: exit $rc, '$(cat "$tmp/ce.txt")'"
+"$BIN" plan $M --ram min --draft-tree 1 > "$tmp/pt.txt"
+st() { sed -n 's/^  1 session + a second branch.s (.*): \([0-9.]*\) MiB$/\1/p' "$1"; }
+[ -n "$(st "$tmp/pt.txt")" ] && $PY -c "import sys; sys.exit(0 if float('$(st "$tmp/pt.txt")') > float('$(ss "$tmp/p.txt")') else 1)" &&
+    ok || bad "plan --draft-tree 1: the sessions' line ($(st "$tmp/pt.txt") MiB) holds no more than one session's ($(ss "$tmp/p.txt") MiB)"
+"$BIN" serve $M --port 0 --draft-tree 1 --draft-corpus "$tmp/forkgreedy.txt" --quiet > "$tmp/srvt.log" 2>&1 &
+PIDS="$PIDS $!"
+for _ in $(seq 300); do grep -q 'listening on' "$tmp/srvt.log" && break; sleep 0.1; done
+ut=$(grep -o 'listening on http://[^/]*' "$tmp/srvt.log" | head -n 1 | sed 's|.*listening on ||')
+body="{\"model\":\"k3-tiny\",\"prompt\":\"$P1\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true}"
+a=$(field "$tmp/tpgreedy.json" 'repr(d["text"])')
+b=$(curl -s "$ut/v1/completions" -d "$body" | $PY -c "import json,sys; d=json.load(sys.stdin); s=d['usage']['speculation']; print(repr(d['choices'][0]['text']), s['tree_passes'] > 0 and s['tree_accepted'] > 0)")
+[ -n "$ut" ] && [ "$b" = "$a True" ] && ok || bad "serve --draft-tree 1: '$b', want '$a True'"
+[ -n "$ut" ] && [ "$(curl -s "$ut/metrics" | sed -n 's/^moestream_tree_passes_total //p')" -gt 0 ] 2>/dev/null && ok || bad "serve --draft-tree 1: /metrics counts no second branch"
 
 echo "t_spec: $pass passed, $fail failed"

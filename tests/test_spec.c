@@ -15,6 +15,16 @@
  *     get accepted (counter > 0) and rejected (accepted < drafted); the same
  *     with draft_auto (one thread), where k3-tiny's greedy runs accept drafts
  *     from the engine's history (the plain loop's output, repeated);
+ *   - a second branch (draft_tree, dear passes given so branches pay): with
+ *     forks planted in the corpus index after every 8 ids of the plain
+ *     loop's output (a wrong id 3 times, the right one twice), on the three
+ *     models, resident with 1 thread / auto kernels / the default chunk and
+ *     at the smallest plan with 2 threads / ref kernels / chunk 12 (the
+ *     generated $MS_TESTDATA/a also the two crossed), greedy, seeded
+ *     sampling with a repetition penalty and the restricted picker: the ids,
+ *     final logits and saved session of the plain loop; passes take second
+ *     branches and keep ids of them; with the corpus's runner-ups all wrong
+ *     (another source's may be right), branches are taken, the bits the same;
  *   - stops: a stop token and every length limit 1..12 cut exactly where the
  *     plain loop cuts, with the same session afterwards.
  */
@@ -306,12 +316,105 @@ static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt
     ms_engine_close(e);
 }
 
+/* ---- a second branch (draft_tree) --------------------------------------------- */
+
+/* e's corpus (emptied first): after every 8 ids of full[0..n) a wrong next id
+ * three times and the right one twice (wrong_only: another wrong one twice),
+ * so the index offers two continuations there */
+static void plant_forks(ms_engine *e, const int32_t *full, int64_t n, int wrong_only, int64_t V) {
+    ms_draft_index *x = &e->draft->corpus;
+    ms_draft_index_free(x);
+    CHECK(ms_draft_index_init(x, MS_DRAFT_CORPUS_MAX_TOKENS) == 0, "corpus index");
+    for (int64_t j = 8; j < n; j++)
+        for (int c = 0; c < 5; c++) {
+            int32_t line[10];
+            memcpy(line, full + j - 8, 8 * sizeof *line);
+            line[8] = c < 3 ? (full[j] + 1) % (int32_t)V : wrong_only ? (full[j] + 2) % (int32_t)V : full[j];
+            line[9] = -1;
+            ms_draft_index_add(x, line, 10);
+        }
+}
+
+typedef struct tree_cfg { int64_t ram; int threads; int64_t chunk; const char *kernels; } tree_cfg;
+
+/* --draft-tree 1 against the plain loop: ids, final logits, saved session;
+ * branches taken, and kept unless every runner-up is wrong */
+static void check_tree(const char *dir, const int32_t *prompt, int64_t n_prompt, int n_cfg) {
+    static const tree_cfg cfgs[] = { { 0, 1, 0, NULL }, { MS_RAM_MIN, 2, 12, "ref" }, { MS_RAM_MIN, 1, 0, NULL },
+                                     { 0, 2, 12, "ref" } };
+    enum { N_GEN = 40 };
+    for (int ic = 0; ic < n_cfg; ic++) {
+        ms_engine_params p = ms_engine_default_params();
+        p.model_dir = dir;
+        p.ram_bytes = cfgs[ic].ram;
+        p.n_threads = cfgs[ic].threads;
+        p.prefill_chunk = cfgs[ic].chunk;
+        p.kernels = cfgs[ic].kernels;
+        p.max_context = 512;
+        p.max_draft = 8;
+        p.draft_auto = 1;
+        p.draft_tree = 1;
+        p.draft_pass_bytes = 1e9;       /* a dear pass: chains and branches pay wherever the index offers */
+        p.draft_token_bytes = 1e6;
+        p.io_backend = "pread";
+        ms_engine *e = NULL;
+        char msg[512];
+        CHECK(ms_engine_open(&p, &e, msg, sizeof msg) == MS_OK, "open %s with a tree: %s", dir, msg);
+        if (!e) continue;
+        ms_model_info info;
+        ms_engine_info(e, &info);
+        const int64_t V = info.n_vocab;
+        for (int samp = 0; samp < 3; samp++)
+            for (int wrong = 0; wrong < 2; wrong++) {
+                ms_sample_params sp = ms_sample_default_params();
+                if (samp == 1) { sp.temperature = 0.8f; sp.top_k = 20; sp.repeat_penalty = 1.1f; sp.seed = 77; }
+                int32_t full[600], got[N_GEN];
+                ms_session *r, *s;
+                ms_session_open(e, &r);
+                ms_session_open(e, &s);
+                ms_sampler *smp = samp < 2 ? ms_sampler_open(&sp, V, msg, sizeof msg) : NULL;
+                memcpy(full, prompt, (size_t)n_prompt * sizeof *full);
+                const int64_t nr = run_plain(r, smp, prompt, n_prompt, N_GEN, -1, full + n_prompt);
+                ms_sampler_close(smp);
+                plant_forks(e, full, n_prompt + nr, wrong, V);
+                smp = samp < 2 ? ms_sampler_open(&sp, V, msg, sizeof msg) : NULL;
+                ms_stats a, b;
+                ms_engine_stats(e, &a);
+                const int64_t ns = run_spec(s, smp, prompt, n_prompt, N_GEN, -1, 8, got, 1);
+                ms_engine_stats(e, &b);
+                ms_sampler_close(smp);
+                char what[4800];
+                snprintf(what, sizeof what, "%s tree, ram %s, %d threads, chunk %lld, kernels %s, picker %d%s", dir,
+                         cfgs[ic].ram ? "min" : "all", cfgs[ic].threads, (long long)cfgs[ic].chunk,
+                         cfgs[ic].kernels ? cfgs[ic].kernels : "auto", samp, wrong ? ", runner-ups wrong" : "");
+                CHECK(nr == N_GEN && ns == nr && memcmp(full + n_prompt, got, (size_t)nr * sizeof *got) == 0,
+                      "%s: ids differ from the plain loop", what);
+                CHECK(same_logits(r, s, V), "%s: final logits bits differ", what);
+                same_session(r, s, what);
+                const int64_t tp = b.spec_tree_passes - a.spec_tree_passes, tk = b.spec_tree_accepted - a.spec_tree_accepted;
+                CHECK(tp > 0, "%s: no pass took a second branch", what);
+                /* with the corpus's runner-ups wrong, another source's may still be right: kept or
+                   not, the bits are the plain loop's */
+                if (!wrong) CHECK(tk > 0, "%s: no token kept from a second branch", what);
+                CHECK(b.n_tokens_decode - a.n_tokens_decode == N_GEN - 1, "%s: decode tokens counted", what);
+                if (ic == 0)
+                    printf("%s: %lld passes, %lld with a branch, %lld of its %lld ids kept\n", what,
+                           (long long)(b.spec_passes - a.spec_passes), (long long)tp, (long long)tk,
+                           (long long)(b.spec_tree_drafted - a.spec_tree_drafted));
+                ms_session_close(r);
+                ms_session_close(s);
+            }
+        ms_engine_close(e);
+    }
+}
+
 int main(void) {
     const char *td = getenv("MS_TESTDATA");
     char a[4096];
     snprintf(a, sizeof a, "%s/a", td ? td : "build/testdata");
     /* repeated patterns: drafts come from the prompt at once */
     const int32_t pa[] = { 17, 200, 33, 99, 3, 17, 200, 33, 99, 3, 17, 200, 33 };
+    check_tree(a, pa, 13, 4);
     check_rollback(a);
     check_rollback("models/k3-tiny");
     check_model(a, pa, 13);
@@ -320,6 +423,7 @@ int main(void) {
     snprintf(oss, sizeof oss, "%s/oss_a", td ? td : "build/testdata");
     check_rollback(oss);
     check_model(oss, pa, 13);
+    check_tree(oss, pa, 13, 2);
     ms_engine *e = open_engine("models/k3-tiny", 0, 1, 0);
     if (e) {
         int32_t *ids = NULL;
@@ -328,6 +432,7 @@ int main(void) {
         CHECK(ms_tokenize(e, text, strlen(text), &ids, &n) == MS_OK, "ms_tokenize(e, text, strlen(text), &ids, &n) == MS_OK");
         ms_engine_close(e);
         check_model("models/k3-tiny", ids, n);
+        check_tree("models/k3-tiny", ids, n, 2);
         check_stops("models/k3-tiny", ids, n, 0);
         free(ids);
     }

@@ -19,7 +19,9 @@
  *    default, or K; not 0) also "decode_passes"
  *    (the passes that fed the request's decode tokens), "drafted",
  *    "accepted" and both by the source of the draft, as `run --json` names
- *    them in its stats.
+ *    them in its stats; with --draft-tree 1 also "tree_passes",
+ *    "tree_drafted", "tree_accepted" (a request decoding alone in a step may
+ *    verify a second branch).
  * Up to --parallel N requests are in flight, each in its own session; one
  * ms_sessions_feed call per step reads every decoding request's last token
  * and a prompt piece, so a streamed model is read once per step for all of
@@ -217,6 +219,7 @@ static void parse_line(ms_engine *e, const char *line, size_t len, const batch_o
     json_decref(j);
 }
 
+/* spec: 1 speculating, 2 (or-ed) with --draft-tree 1 */
 static void print_result(ms_engine *e, int64_t index, const req *r, int spec) {
     printf("{\"index\": %lld", (long long)index);
     if (r->error) {
@@ -271,8 +274,9 @@ static void print_result(ms_engine *e, int64_t index, const req *r, int spec) {
                        (long long)(k ? r->dec.accepted[i] : r->dec.drafted[i]));
             printf("}");
         }
-        printf(", \"tree_passes\": %lld, \"tree_drafted\": %lld, \"tree_accepted\": %lld", (long long)r->dec.tree_passes,
-               (long long)r->dec.tree_drafted, (long long)r->dec.tree_accepted);
+        if (spec & 2)
+            printf(", \"tree_passes\": %lld, \"tree_drafted\": %lld, \"tree_accepted\": %lld",
+                   (long long)r->dec.tree_passes, (long long)r->dec.tree_drafted, (long long)r->dec.tree_accepted);
     }
     printf(", \"finish_reason\": \"%s\"}\n", r->finish);
 }
@@ -572,12 +576,12 @@ int cmd_batch(int argc, char **argv) {
         st = fill_slots(&b, e, &info);
         /* print what is finished, in order */
         while (b.printed < b.n_req && b.reqs[b.printed].done)
-            print_result(e, b.printed, &b.reqs[b.printed], o.c.speculate > 0), b.printed++;
+            print_result(e, b.printed, &b.reqs[b.printed], (o.c.speculate > 0) | (o.c.draft_tree ? 2 : 0)), b.printed++;
         fflush(stdout);
         if (st != MS_OK || !step(&b, e, &info, &st)) break;
     }
     while (rc == EXIT_OK && b.printed < b.n_req && b.reqs[b.printed].done)
-        print_result(e, b.printed, &b.reqs[b.printed], o.c.speculate > 0), b.printed++;
+        print_result(e, b.printed, &b.reqs[b.printed], (o.c.speculate > 0) | (o.c.draft_tree ? 2 : 0)), b.printed++;
     if (rc == EXIT_OK && st != MS_OK) rc = cli_exit_code(st);
     if (!o.c.quiet) {
         ms_stats stt;

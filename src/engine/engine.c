@@ -14,7 +14,8 @@
  * model's offer from engine/draft_model.c; one pass over every session's
  * [pending, draft], each segment with its rows and its rollback record; then
  * per session: pick per row while the draft holds, roll back to the last kept
- * position; docs/ARCHITECTURE.md, docs/DETERMINISM.md).
+ * position; one session alone may add a second branch, engine/draft_tree.c;
+ * docs/ARCHITECTURE.md, docs/DETERMINISM.md).
  */
 #include "moestream.h"
 

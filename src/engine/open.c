@@ -248,8 +248,9 @@ static ms_status plan_budget(ms_engine *e, const ms_engine_params *p, int64_t *s
     ms_model_free(&dry);
     if (st != MS_OK) return st;
     if (*store_ram < 0)
-        return ms_err_set(err, MS_E_BUDGET, "budget %lld bytes is below what %d session%s (%lld bytes%s) and the process (%lld bytes + %lld slack) need",
-                          (long long)p->ram_bytes, e->p.n_seq, e->p.n_seq > 1 ? "s" : "", (long long)session,
+        return ms_err_set(err, MS_E_BUDGET, "budget %lld bytes is below what %d session%s%s (%lld bytes%s) and the process (%lld bytes + %lld slack) need",
+                          (long long)p->ram_bytes, e->p.n_seq, e->p.n_seq > 1 ? "s" : "",
+                          e->p.draft_tree ? " + a second branch's" : "", (long long)session,
                           dm_weights + dm_rest > 0 ? ", the draft model's included" : "",
                           (long long)rss, (long long)MS_SLACK_BYTES);
     return MS_OK;

@@ -319,6 +319,15 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
                                  n_stages, stages, out, n);
 }
 
+/* The smallest plan, found as ms_engine_open finds it: a plan at 1 byte is
+ * refused and reports its floor, and the plan at the floor is the one used. */
+static ms_status floor_plan(const ms_model *m, ms_plan *plan, ms_err *err) {
+    const ms_status st = store_plan(m, 1, 0, 0, plan, err);
+    ms_err_clear(err);
+    return st == MS_E_BUDGET && plan->floor_bytes > 0 ? store_plan(m, plan->floor_bytes, 0, 0, plan, err)
+                                                      : ms_err_set(err, MS_E_INTERNAL, "cannot find the smallest plan");
+}
+
 ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
                                 int max_draft, int64_t prefill_chunk, int n_seq, int draft_tree, int n_stages,
                                 const char *stages, char *out, size_t n) {
@@ -369,14 +378,7 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
     const int64_t store_ram = ms_store_budget(ram_bytes, session + dw + dr, overhead);
     ms_plan plan;
     st = store_plan(&m, store_ram, 0, 0, &plan, &err);
-    if (ram_bytes == MS_RAM_MIN) {
-        /* the smallest plan, found as ms_engine_open finds it: a plan at 1 byte is
-           refused and reports its floor, and the plan at the floor is the one used */
-        st = store_plan(&m, 1, 0, 0, &plan, &err);
-        ms_err_clear(&err);
-        st = st == MS_E_BUDGET && plan.floor_bytes > 0 ? store_plan(&m, plan.floor_bytes, 0, 0, &plan, &err)
-                                                       : ms_err_set(&err, MS_E_INTERNAL, "cannot find the smallest plan");
-    }
+    if (ram_bytes == MS_RAM_MIN) st = floor_plan(&m, &plan, &err);
     char a[32], b[32], c[32], d[32], nseq_label[64];
     if (draft_tree) snprintf(nseq_label, sizeof nseq_label, "%d session%s + a second branch's", n_seq, n_seq > 1 ? "s" : "");
     else snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
