@@ -26,7 +26,8 @@
  *     branches and keep ids of them; with the corpus's runner-ups all wrong
  *     (another source's may be right), branches are taken, the bits the same;
  *   - stops: a stop token and every length limit 1..12 cut exactly where the
- *     plain loop cuts, with the same session afterwards.
+ *     plain loop cuts, with the same session afterwards (on k3-tiny also
+ *     with draft_auto and draft_tree: second branches taken and kept).
  */
 #include "moestream.h"
 
@@ -44,10 +45,16 @@ static const char *tmpdir(void) {
 }
 
 static int draft_auto;          /* open_engine: ms_engine_params.draft_auto */
+static int draft_tree;          /* open_engine: draft_tree (with draft_auto), dear passes given */
 
 static ms_engine *open_engine(const char *dir, int64_t ram, int threads, int max_draft) {
     ms_engine_params p = ms_engine_default_params();
     p.draft_auto = draft_auto;
+    p.draft_tree = draft_tree;
+    if (draft_tree) {
+        p.draft_pass_bytes = 1e9;
+        p.draft_token_bytes = 1e6;
+    }
     p.model_dir = dir;
     p.ram_bytes = ram;
     p.n_threads = threads;
@@ -272,6 +279,8 @@ static void check_model(const char *dir, const int32_t *prompt, int64_t n_prompt
         }
 }
 
+static void plant_forks(ms_engine *e, const int32_t *full, int64_t n, int wrong_only, int64_t V);
+
 /* a stop token and every length limit cut where the plain loop cuts, even
  * with drafts running past them */
 static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt, int restricted) {
@@ -287,6 +296,12 @@ static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt
     ms_session *r, *s;
     ms_session_open(e, &r);
     run_plain(r, smp, prompt, n_prompt, 16, -1, first);
+    if (draft_tree) {                       /* forks along the first 16 ids */
+        int32_t full[600];
+        memcpy(full, prompt, (size_t)n_prompt * sizeof *full);
+        memcpy(full + n_prompt, first, sizeof first);
+        plant_forks(e, full, n_prompt + 16, 0, V);
+    }
     int64_t drafted = 0;
     for (int64_t c = 1; c <= 12 + 10; c++) {
         /* c <= 12: length limit c; then stop at the token the greedy run had at 4..13 */
@@ -311,6 +326,11 @@ static void check_stops(const char *dir, const int32_t *prompt, int64_t n_prompt
         }
     }
     CHECK(drafted > 0, "%s: the stop checks drafted nothing", dir);
+    ms_stats st;
+    ms_engine_stats(e, &st);
+    if (draft_tree)
+        CHECK(st.spec_tree_passes > 0 && st.spec_tree_accepted > 0, "%s: the stop checks took no second branch kept (%lld, %lld)",
+              dir, (long long)st.spec_tree_passes, (long long)st.spec_tree_accepted);
     ms_session_close(r);
     ms_sampler_close(smp);
     ms_engine_close(e);
@@ -434,6 +454,9 @@ int main(void) {
         check_model("models/k3-tiny", ids, n);
         check_tree("models/k3-tiny", ids, n, 2);
         check_stops("models/k3-tiny", ids, n, 0);
+        draft_auto = draft_tree = 1;    /* the same cuts with second branches */
+        check_stops("models/k3-tiny", ids, n, 0);
+        draft_auto = draft_tree = 0;
         free(ids);
     }
     check_stops(a, pa, 13, 1);
