@@ -110,12 +110,12 @@ const cli_opt cli_common_opts[] = {
     { "--predict-experts", CLI_FLAG, C(no_predict_experts), NULL, 0, 0, NULL, NULL, 0, NULL, NULL },
     { "--speculate", CLI_CUSTOM, C(speculate), "K|auto", 0, 0, "auto where tokens are generated; 0 = off",
       "decode: verify up to K drafted tokens per pass (same bits); auto: up to 8, as many as pay;"
-      " --draft-corpus FILE: also draft from this text; --draft-model DIR: from this smaller model",
+      " --draft-corpus FILE: also draft from this text; --draft-model DIR: from this smaller model;"
+      " --draft-tree 1 (auto): also verify a second branch where the index forks (one more session's"
+      " memory: a small --ram pins less, so a pass may read more)",
       0, parse_speculate, NULL },
-    { "--draft-tree", CLI_INT, C(draft_tree), "0|1", 0, 1, "0",
-      "1: a pass may also verify a second branch where the index offers one (same bits; one more"
-      " session's memory, so a small --ram pins less and may read more per pass)", 0, NULL, NULL },
     /* in --speculate's help (--help stays within 60 lines) */
+    { "--draft-tree", CLI_INT, C(draft_tree), "0|1", 0, 1, NULL, NULL, 0, NULL, NULL },
     { "--draft-corpus", CLI_STR, C(draft_corpus), "FILE", 0, 0, NULL, NULL, 0, NULL, NULL },
     { "--draft-model", CLI_STR, C(draft_model), "DIR", 0, 0, NULL, NULL, 0, NULL, NULL },
     /* a projection's costs for auto (docs/PERFORMANCE.md), not in the help */
