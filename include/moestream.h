@@ -449,7 +449,8 @@ ms_status ms_session_decode(ms_session *s, int32_t pending, int n_draft, ms_pick
  * drafts are cut so that all of them fit one pass (at most prefill_chunk / k -
  * 1 ids each, k the sessions that feed; with more sessions than the chunk
  * holds tokens, passes of whole sessions), and with draft_auto each weighs a
- * pass's trunk as shared by the k (docs/ARCHITECTURE.md, "Drafts"). Then each
+ * pass's trunk as shared by the k (docs/ARCHITECTURE.md, "Drafts"); with k >
+ * 1 the drafts are chains (draft_tree's second branch only for k = 1). Then each
  * session's rows are picked in session order (pick(user[i], ...)), as
  * ms_session_decode picks. out[i] has room for n_draft[i] + 1 ids (at least 1).
  * Bits: each session's emitted ids, logits and state afterwards are exactly

@@ -7,6 +7,8 @@
 # a chat with a bad role), seeded sampling with a repetition penalty:
 #   - --parallel 1, --parallel 3 and --parallel 4 --ram min --chunk 3 print the same
 #     results but for the draft counts (speculation, auto by default, is on);
+#     so do --parallel 1 and --parallel 3 --ram min with --draft-tree 1, whose
+#     lines (only theirs) add tree_passes / tree_drafted / tree_accepted;
 #   - every result's generated_ids equal `moestream run --json` on the same prompt,
 #     --max-tokens and --seed; text results' text equals run's; finish reasons;
 #     the chat's content equals `moestream chat`'s answer to the same user line;
@@ -43,6 +45,11 @@ SAMPLE="--temperature 0.8 --top-k 40 --repeat-penalty 1.1 --seed 11 --max-tokens
 "$BIN" batch $M --input "$tmp/in.jsonl" --parallel 3 $SAMPLE --quiet > "$tmp/p3" 2> "$tmp/e3"; r3=$?
 "$BIN" batch $M --parallel 4 --ram min --chunk 3 $SAMPLE --quiet < "$tmp/in.jsonl" > "$tmp/p4" 2> "$tmp/e4"; r4=$?
 [ $r1 = 0 ] && [ $r3 = 0 ] && [ $r4 = 0 ] && ok || bad "exit codes $r1 $r3 $r4: $(cat "$tmp/e1" "$tmp/e3" "$tmp/e4" | head -n 3)"
+# --draft-tree 1: a request decoding alone in a step may verify a second branch
+"$BIN" batch $M --input "$tmp/in.jsonl" --parallel 1 --draft-tree 1 $SAMPLE --quiet > "$tmp/pt1" 2> "$tmp/et1"; rt1=$?
+"$BIN" batch $M --input "$tmp/in.jsonl" --parallel 3 --ram min --draft-tree 1 $SAMPLE --quiet > "$tmp/pt3" 2> "$tmp/et3"; rt3=$?
+[ $rt1 = 0 ] && [ $rt3 = 0 ] && ok || bad "--draft-tree 1: exit codes $rt1 $rt3: $(cat "$tmp/et1" "$tmp/et3" | head -n 3)"
+grep -q '"tree_passes"' "$tmp/pt1" && ! grep -q '"tree_passes"' "$tmp/p1" && ok || bad "tree_* fields: with --draft-tree 1 only"
 # speculation is on (auto, the default): a request's draft counts depend on its
 # company (the shared history, the pass's share); everything else is compared
 nospec() {
@@ -50,14 +57,18 @@ nospec() {
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    for k in ('decode_passes', 'drafted', 'accepted', 'drafted_by_source', 'accepted_by_source'):
+    for k in ('decode_passes', 'drafted', 'accepted', 'drafted_by_source', 'accepted_by_source', 'tree_passes',
+              'tree_drafted', 'tree_accepted'):
         d.pop(k, None)
     print(json.dumps(d))" "$1" > "$1.ns"
 }
-for n in 1 3 4; do nospec "$tmp/p$n"; done
+for n in 1 3 4 t1 t3; do nospec "$tmp/p$n"; done
 grep -q '"decode_passes"' "$tmp/p1" && ok || bad "batch without --speculate does not speculate (auto is the default)"
 [ -s "$tmp/p1" ] && cmp -s "$tmp/p1.ns" "$tmp/p3.ns" && ok || bad "--parallel 3 printed other results than --parallel 1"
 [ -s "$tmp/p1" ] && cmp -s "$tmp/p1.ns" "$tmp/p4.ns" && ok || bad "--parallel 4 --ram min --chunk 3 printed other results than --parallel 1"
+for n in t1 t3; do
+    [ -s "$tmp/p1" ] && cmp -s "$tmp/p1.ns" "$tmp/p$n.ns" && ok || bad "--draft-tree 1 ($n) printed other results than --parallel 1"
+done
 
 # each result against `run`
 $PY - "$tmp/in.jsonl" "$tmp/p3" > "$tmp/cases" <<'EOF'

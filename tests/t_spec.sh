@@ -33,7 +33,8 @@
 #     greedy and seeded, at the smallest plan and resident, chunks 32 and 12:
 #     the ids, first logits and saved session of --speculate 0; second
 #     branches taken and kept (the wrong corpus: taken); fewer passes and
-#     bytes than chains on the forks; --speculate 3 --draft-tree 1 refused
+#     bytes than chains on the forks; with --draft-model too (the same ids and
+#     session, branches and the model's drafts kept); --speculate 3 --draft-tree 1 refused
 #     (exit 2); `plan --draft-tree 1` counts one more session; a server with
 #     it answers with plain decoding's text and reports the branches in
 #     usage.speculation and /metrics.
@@ -264,6 +265,13 @@ done
 [ "$(field "$tmp/ttree.json" 'd["stats"]["decode_passes"]')" -lt "$(field "$tmp/tchain.json" 'd["stats"]["decode_passes"]')" ] &&
     [ "$(field "$tmp/ttree.json" 'd["stats"]["bytes_read"]')" -lt "$(field "$tmp/tchain.json" 'd["stats"]["bytes_read"]')" ] && ok ||
     bad "forks: --draft-tree 1 made no fewer passes or read no fewer bytes than chains"
+# with a draft model too (its state follows the session whichever branch won)
+"$BIN" run $M --ram min --prompt "$P1" --max-tokens 48 --ignore-eos --json --quiet --draft-tree 1 --draft-corpus "$tmp/forkgreedy.txt" \
+    --draft-model models/k3-tiny-draft --save-session "$tmp/tsdm.bin" > "$tmp/tdm.json" 2> "$tmp/te.txt" || bad "draft model + tree: exit $?: $(cat "$tmp/te.txt")"
+"$BIN" run $M --ram min --prompt "$P1" --max-tokens 48 --ignore-eos --json --quiet --speculate 0 --save-session "$tmp/ts0.bin" > /dev/null
+[ "$(field "$tmp/tdm.json" 'd["generated_ids"]')" = "$(field "$tmp/tpgreedy.json" 'd["generated_ids"]')" ] && cmp -s "$tmp/ts0.bin" "$tmp/tsdm.bin" &&
+    [ "$(field "$tmp/tdm.json" 'd["stats"]["tree_accepted"] > 0 and d["stats"]["accepted_by_source"]["model"] > 0')" = True ] && ok ||
+    bad "draft model + tree: ids, session or counters: $(field "$tmp/tdm.json" 'd["stats"]')"
 # refused without auto; counted in the plan; a server's usage reports the branches
 "$BIN" run $M --prompt x --speculate 3 --draft-tree 1 > /dev/null 2> "$tmp/ce.txt"; rc=$?
 [ $rc = 2 ] && grep -q -- "--draft-tree" "$tmp/ce.txt" && ok || bad "--draft-tree 1 --speculate 3: exit $rc, '$(cat "$tmp/ce.txt")'"
