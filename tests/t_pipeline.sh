@@ -24,7 +24,8 @@
 #     process's file; loaded by 3 stages, the same continuation;
 #  5. `plan --pipeline N`: one row per stage, the layers covering the model
 #     once in order, DOES NOT FIT per stage (exit 2), --stages honoured, and
-#     the released K3 config (tests/data/format) at 4 x 32G pins every trunk;
+#     the released K3 config (tests/data/format) at 4 x 32G pins every trunk
+#     and at 4 x min streams every trunk (each stage at its floor);
 #  6. `serve` under mpirun -np 2 answers a completion with the text of a
 #     one-process server, and SIGTERM ends every process.
 # Prints "t_pipeline: N passed, N failed" as its last line.
@@ -171,6 +172,11 @@ rc=$?
 "$BIN" plan models/k3-tiny --pipeline 2 --stages 3 | grep -qE '^ +1 +3-7 ' && ok || bad "plan --stages 3"
 "$BIN" plan tests/data/format/kimi-k3-config.json --ram 32G --pipeline 4 > "$tmp/pk" 2>&1
 [ "$(grep -cE '^ +[0-3] .* 0 B +[0-9]+/[0-9]+ ' "$tmp/pk")" = 4 ] && ok || bad "K3 at 4 x 32G: $(cat "$tmp/pk")"
+# --ram min: each stage at its own floor (as each stage opens), not unbounded: K3's
+# stages pin no trunk and stream it all, with 16 expert slots each
+"$BIN" plan tests/data/format/kimi-k3-config.json --ram min --pipeline 4 > "$tmp/pm" 2>&1
+grep -q 'own budget: min' "$tmp/pm" && [ "$(grep -cE '^ +[0-3] .* 0 B of ([0-9.]+) GiB +\1 GiB +16/[0-9]+ ' "$tmp/pm")" = 4 ] \
+    && ok || bad "K3 at 4 x min: $(cat "$tmp/pm")"
 
 # 6. serve
 serve_start one models/k3-tiny

@@ -187,6 +187,16 @@ ms_status ms_prompt_cache_plan(const ms_model *dry, const ms_engine_params *p, i
     return MS_OK;
 }
 
+/* The smallest plan, found as ms_engine_open finds it at --ram min: a plan at
+ * 1 byte is refused and reports its floor, and the plan at the floor is the
+ * one used. */
+static ms_status floor_plan(const ms_model *m, ms_plan *plan, ms_err *err) {
+    const ms_status st = store_plan(m, 1, 0, 0, plan, err);
+    ms_err_clear(err);
+    return st == MS_E_BUDGET && plan->floor_bytes > 0 ? store_plan(m, plan->floor_bytes, 0, 0, plan, err)
+                                                      : ms_err_set(err, MS_E_INTERNAL, "cannot find the smallest plan");
+}
+
 ms_status ms_plan_describe(const char *path, int64_t ram_bytes, int64_t max_context,
                            int max_draft, int64_t prefill_chunk, int n_seq, char *out, size_t n) {
     return ms_plan_describe_stages(path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, 0, NULL, out, n);
@@ -243,7 +253,8 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
                                  "stage  layers     planned    trunk pinned   streamed/pass  expert slots  reads/decode token\n",
                                  cfg_path, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size,
                                  (long long)cfg->num_experts, (long long)(cfg->num_hidden_layers - cfg->first_k_dense_replace),
-                                 (long long)cfg->vocab_size, n_stages, n_stages > 1 ? "s" : "", n_stages, ram_bytes > 0 ? a : "none",
+                                 (long long)cfg->vocab_size, n_stages, n_stages > 1 ? "s" : "", n_stages,
+                                 ram_bytes > 0 ? a : ram_bytes == MS_RAM_MIN ? "min (its smallest plan)" : "none",
                                  (long long)chunk);
     int64_t all = 0, worst = 0, cache[MS_MAX_STAGES] = { 0 };
     ms_status ret = MS_OK;
@@ -254,7 +265,8 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
         ms_plan plan;
         ms_err pe;
         ms_err_clear(&pe);
-        const ms_status ps = store_plan(pm, ms_store_budget(ram_bytes, session, overhead), 0, 0, &plan, &pe);
+        const ms_status ps = ram_bytes == MS_RAM_MIN ? floor_plan(pm, &plan, &pe)
+                             : store_plan(pm, ms_store_budget(ram_bytes, session, overhead), 0, 0, &plan, &pe);
         char layers[32];
         snprintf(layers, sizeof layers, "%d-%d%s", start[r], start[r + 1] - 1, r == 0 ? "+head" : "");
         if (ps != MS_OK) {
@@ -317,15 +329,6 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
                                  char *out, size_t n) {
     return ms_plan_describe_tree(path, draft_model, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, 0,
                                  n_stages, stages, out, n);
-}
-
-/* The smallest plan, found as ms_engine_open finds it: a plan at 1 byte is
- * refused and reports its floor, and the plan at the floor is the one used. */
-static ms_status floor_plan(const ms_model *m, ms_plan *plan, ms_err *err) {
-    const ms_status st = store_plan(m, 1, 0, 0, plan, err);
-    ms_err_clear(err);
-    return st == MS_E_BUDGET && plan->floor_bytes > 0 ? store_plan(m, plan->floor_bytes, 0, 0, plan, err)
-                                                      : ms_err_set(err, MS_E_INTERNAL, "cannot find the smallest plan");
 }
 
 ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
