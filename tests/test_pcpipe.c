@@ -17,7 +17,9 @@
  * of itself, the fourth and fifth more than the system prompt).
  *
  * With --dump MODEL_DIR OUT [--ram min] [--cache BYTES|off] [--chunk N]
- * [--want-evictions] [--want-off]: the scenario once (under mpirun -np N: a pipeline),
+ * [--want-evictions] [--want-off] [--disk DIR] [--piece FLOATS]: the scenario
+ * once (under mpirun -np N: a pipeline; --disk: with the prompt cache on disk
+ * in DIR; --piece: a layer's state crosses the pipeline in pieces of FLOATS),
  * every recorded row and id to OUT, for tests/t_pcpipe.sh to compare with a
  * one-process cold run; prints "cached a b c d e", the weight bytes every
  * stage read, and the entries held and evicted. With the cache it checks the hits as above (--want-evictions, a
@@ -121,9 +123,11 @@ static void warn_line(void *user, ms_log_level level, const char *line) {
     fprintf(stderr, "%s\n", line);
 }
 
-static ms_status open_engine(const char *dir, int64_t ram, int64_t cache, int64_t chunk, ms_engine **e) {
+static ms_status open_engine(const char *dir, int64_t ram, int64_t cache, int64_t chunk, const char *disk,
+                             ms_engine **e) {
     ms_engine_params p = ms_engine_default_params();
     p.model_dir = dir;
+    p.prompt_cache_dir = disk;
     p.max_context = 128;
     p.n_seq = 2;
     p.ram_bytes = ram;
@@ -156,6 +160,7 @@ static int dump(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: test_pcpipe --dump MODEL_DIR OUT [options]\n"); return 2; }
     int64_t ram = 0, cache = 0, chunk = 0;
     int want_ev = 0, want_off = 0;
+    const char *disk = NULL;
     for (int i = 4; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(argv[i], "--ram")) ram = !strcmp(v, "min") ? MS_RAM_MIN : atoll(v), i++;
@@ -163,10 +168,12 @@ static int dump(int argc, char **argv) {
         else if (!strcmp(argv[i], "--chunk")) chunk = atoll(v), i++;
         else if (!strcmp(argv[i], "--want-evictions")) want_ev = 1;
         else if (!strcmp(argv[i], "--want-off")) want_off = 1;
+        else if (!strcmp(argv[i], "--disk")) disk = v, i++;
+        else if (!strcmp(argv[i], "--piece")) ms_pipe_set_state_piece(atoll(v)), i++;
         else { fprintf(stderr, "test_pcpipe: unknown option %s\n", argv[i]); return 2; }
     }
     ms_engine *e;
-    if (open_engine(argv[2], ram, cache, chunk, &e) != MS_OK) return 1;
+    if (open_engine(argv[2], ram, cache, chunk, disk, &e) != MS_OK) return 1;
     rec out = { 0 };
     int64_t c[N_REQ];
     scenario(e, &out, c);
@@ -177,6 +184,10 @@ static int dump(int argc, char **argv) {
     ms_engine_stats(e, &sn);
     printf("cached %lld %lld %lld %lld %lld\nbytes read %lld (every stage)\n", (long long)c[0], (long long)c[1],
            (long long)c[2], (long long)c[3], (long long)c[4], (long long)(sn.trunk_bytes_read + sn.expert_bytes_read));
+    if (disk)
+        printf("disk hits %lld writes %lld failed %lld refused %lld\n", (long long)sn.prompt_disk_hits,
+               (long long)sn.prompt_disk_writes, (long long)sn.prompt_disk_write_failures,
+               (long long)sn.prompt_disk_rejected);
     if (want_off) {
         /* another stage has no share: no cache at all */
         CHECK(e->pcache == NULL && c[1] + c[2] + c[3] + c[4] == 0, "a cache with a stage of no share");
@@ -203,12 +214,12 @@ static void one_process(const char *name, int64_t ram, int64_t cache) {
     rec w = { 0 }, c = { 0 };
     int64_t cw[N_REQ], cc[N_REQ];
     ms_engine *e;
-    if (open_engine(dir, ram, cache, 8, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
+    if (open_engine(dir, ram, cache, 8, NULL, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
     scenario(e, &w, cw);
     check_hits(dir, cw);
     check_stages(e, cache);
     ms_engine_close(e);
-    if (open_engine(dir, ram, MS_PROMPT_CACHE_OFF, 8, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
+    if (open_engine(dir, ram, MS_PROMPT_CACHE_OFF, 8, NULL, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
     scenario(e, &c, cc);
     ms_engine_close(e);
     CHECK(w.n > 0 && w.n == c.n && memcmp(w.f, c.f, w.n * sizeof *w.f) == 0, "%s ram %lld: rows differ with the cache",

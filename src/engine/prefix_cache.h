@@ -99,12 +99,16 @@ void ms_pdisk_close(ms_pdisk *pd);
 /* Restore into s the longest entry of this model whose ids are a prefix of
  * ids[0, n) and that is longer than `above` (and fits s): its length, 0 when
  * none passed the checks. Entries that fail them are warned about and removed;
- * if one was half read into s, *clobbered = 1 and s is reset. */
+ * if one was half read into s, *clobbered = 1 and s is reset. In a pipeline
+ * the other stages' layers go to them: -1 when one of them failed (s is
+ * unsound: sticky, the reason in its error). */
 int64_t ms_pdisk_restore(ms_pdisk *pd, const int32_t *ids, int64_t n, int64_t above, struct ms_session *s,
                          int *clobbered);
 /* Write s's state at its n_past as an entry (a no-op for an unsound session
- * or without logits; an entry already there is touched). A failure (a full
- * disk) is a warning and leaves no file behind. */
+ * or without logits; an entry already there is touched); in a pipeline the
+ * other stages' layers are fetched from them. A failure (a full disk, a stage
+ * that cannot give its part) is a warning and leaves no file behind; s is
+ * untouched. */
 void ms_pdisk_store(ms_pdisk *pd, const struct ms_session *s);
 
 #endif
