@@ -7,7 +7,9 @@
  * [start[r], start[r + 1]) and keeps, per session of stage 0, the state of
  * those layers only, and its layers' part of each prompt-cache entry
  * (engine/prefix_cache.h: stage 0 keeps the index and tells it to store,
- * restore or drop a part). Every process opens its own copy of the checkpoint under
+ * restore or drop a part; the entries on disk are stage 0's files, whose
+ * other layers travel as a saved session's do: STATE_GET / STATE_PUT, in
+ * pieces). Every process opens its own copy of the checkpoint under
  * its own budget, so the machines' RAM adds up and each disk reads only its
  * stage's bytes.
  *

@@ -28,9 +28,8 @@
  *   3. Eviction is GreedyDual-Size: an entry's priority is the clock at its
  *      last use plus the tokens a hit saves per byte it holds on stage 0; the
  *      lowest goes first (on every stage) and sets the clock.
- * Does not: keep a pipeline's entries on disk (prefix_disk.c runs in one
- *   process only: --prompt-cache DIR is warned about and unused in a
- *   pipeline). The same snapshots on disk: engine/prefix_disk.c, declared
+ * Does not: keep entries on disk. The same snapshots on disk, in one process
+ *   and in a pipeline (stage 0's directory): engine/prefix_disk.c, declared
  *   below (ms_pdisk_*).
  */
 #ifndef MS_ENGINE_PREFIX_CACHE_H

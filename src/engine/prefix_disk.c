@@ -43,9 +43,18 @@
  *      touches the file's mtime) are removed first. (Processes writing to one
  *      directory at the same moment can each count without the other's entry
  *      in flight: the cap can be passed by those until the next write.)
+ * In a pipeline: the directory is stage 0's (only it opens one), and a file
+ *   is the one-process file whatever the split, so pipelines and single
+ *   processes share entries. A layer another stage holds is fetched from it
+ *   to be written (OP_STATE_GET) and sent to it as it is read (OP_STATE_PUT:
+ *   its state, not its position); the other stages' sessions take the
+ *   entry's position (MS_PIPE_SET_PAST) only once every check of invariant 1
+ *   passed, and a refused entry resets the session on every stage. A stage
+ *   that fails: a write is not made (a warning), a restore leaves the session
+ *   unsound (sticky, as the RAM cache's MS_PIPE_PC_RESTORE).
  * Does not: lock (processes sharing a directory race only to a miss: a name
  *   is replaced whole or removed whole), hold anything in RAM but a readdir's
- *   listing and a prompt's ids, run in a pipeline (the cache is off there).
+ *   listing, a prompt's ids and (in a pipeline) one layer's state.
  */
 #include "engine/engine_int.h"
 #include "engine/prefix_cache.h"
