@@ -191,8 +191,10 @@ typedef struct ms_engine_params {
        server, a new `run`) starts warm. NULL = none. Looked up after the RAM cache; a
        hit is loaded into the session (and the RAM cache). Every file names the model
        and weights it belongs to and carries a checksum: a damaged, truncated, foreign
-       or stale one is ignored with a warning and removed, never used. Not used in a
-       pipeline (a warning; its cache is in RAM only). The bits do not change (docs/ARCHITECTURE.md, "Prompt cache on disk"). */
+       or stale one is ignored with a warning and removed, never used. In a pipeline
+       stage 0 keeps the directory; an entry's file is the same whatever the split, so
+       one process and pipelines share a directory. The bits do not change
+       (docs/ARCHITECTURE.md, "Prompt cache on disk"). */
     const char *prompt_cache_dir;
     /* bytes the directory's entries may take: 0 = MS_PROMPT_CACHE_DISK_DEFAULT */
     int64_t prompt_cache_disk_bytes;

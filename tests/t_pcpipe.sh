@@ -26,9 +26,19 @@
 #  4. `serve` under mpirun -np 2: a second chat sharing the system prompt
 #     (about 96 tokens) reports cached_tokens of at least 90 and answers what a cache-less
 #     one-process server answers;
-#  5. --prompt-cache DIR in a pipeline: a warning that the disk cache is not
-#     kept there, the same ids, exit 0; plan --pipeline 3 shows each stage's
-#     share.
+#  5. --prompt-cache DIR in a pipeline (test_pcpipe --dump --cache off --disk
+#     DIR --resume, b and oss_b: first a conversation resumed in one session,
+#     whose own state is a prefix of its follow-up, then the scenario):
+#     entries written by a 2-stage pipeline are restored by its restart, by
+#     one process and by 3 stages (the layers in pieces of 7 floats): every
+#     prompt whole, the cold rows; entries written by one process are
+#     restored by 2 stages at --ram min; a flipped byte in stage 1's layers of
+#     the follow-up's entry (half restored into the resumed session, which
+#     must then be reset on every stage) and a truncated entry: warnings
+#     naming them, recomputed and rewritten, the cold rows; `run` under
+#     mpirun -np 2 writes an entry that one process and 3 stages restore
+#     (cached_tokens, the same ids and logits); plan --pipeline 3 shows each
+#     stage's share.
 # Last line: "t_pcpipe: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -143,14 +153,68 @@ for _ in $(seq 200); do kill -0 $mpid 2>/dev/null || break; sleep 0.1; done
 if kill -0 $mpid 2>/dev/null; then bad "serve: the pipeline did not end on SIGTERM"; kill -KILL $mpid; fi
 wait $mpid 2>/dev/null
 
-# 5. the disk cache stays one-process; plan shows each stage's share
-"$BIN" run $M --ids 1,2,3,4,5 --max-tokens 4 --json --quiet --prompt-cache-ram 0 > "$tmp/r1.json" 2>/dev/null
-$MPI -np 2 "$BIN" run $M --ids 1,2,3,4,5 --max-tokens 4 --json --prompt-cache "$tmp/pcdir" > "$tmp/r2.json" 2> "$tmp/r2.err"
-rc=$?
-ids() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['generated_ids'])" "$1" 2>/dev/null; }
-[ $rc = 0 ] && [ -n "$(ids "$tmp/r1.json")" ] && [ "$(ids "$tmp/r1.json")" = "$(ids "$tmp/r2.json")" ] &&
-    grep -q "prompt cache on disk is not kept in a pipeline" "$tmp/r2.err" && ok ||
-    bad "--prompt-cache DIR under mpirun: exit $rc, ids '$(ids "$tmp/r2.json")', stderr $(head -c 300 "$tmp/r2.err")"
+# 5. --prompt-cache DIR in a pipeline: one directory shared by one process and pipelines of
+# every split, restarts restore, damaged entries are recomputed
+disk_case() {   # tag, np (1: one process), model, dir, options...; the rows against the cold run's
+    local tag=$1 np=$2 m=$3 d=$4
+    shift 4
+    local pre=()
+    [ "$np" -gt 1 ] && pre=($MPI -np "$np")
+    "${pre[@]}" "$BUILD/tests/test_pcpipe" --dump "$m" "$tmp/dk" --cache off --resume --disk "$d" "$@" > "$tmp/dk.log" 2>&1
+    grep -q 'test_pcpipe: [1-9][0-9]* passed, 0 failed' "$tmp/dk.log" && [ -s "$tmp/dk" ] &&
+        cmp -s "$tmp/cold" "$tmp/dk" && ok ||
+        bad "$tag: rows differ from the cold one-process run: $(grep -v '^-\|^ \|^$' "$tmp/dk.log" | tail -n 4)"
+    cached="$(sed -n 's/^resumed //p' "$tmp/dk.log"), $(sed -n 's/^cached //p' "$tmp/dk.log")"
+    disk=$(sed -n 's/^disk //p' "$tmp/dk.log")
+}
+all_cached() {  # tag: every prompt restored whole from the directory, nothing refused
+    [ "$cached" = "45 55, 45 46 45 45 55" ] && [ "$disk" = "hits 7 writes 0 failed 0 refused 0" ] && ok ||
+        bad "$1: cached '$cached', disk '$disk', want every prompt whole"
+}
+entry() { ls "$1"/*-"$2".mspc 2>/dev/null | head -n 1; }    # dir n -> the entry of n positions
+for m in "$TD/b" "$TD/oss_b"; do
+    mb=$(basename "$m")
+    "$BUILD/tests/test_pcpipe" --dump "$m" "$tmp/cold" --cache off --resume > /dev/null 2>&1
+    # written by a 2-stage pipeline; restored by its restart, one process, 3 stages (in pieces)
+    D=$tmp/pd_$mb
+    disk_case "$mb np2 writes" 2 "$m" "$D"
+    [ "$disk" = "hits 3 writes 4 failed 0 refused 0" ] && [ "$(ls "$D" | wc -l)" = 4 ] && ok ||
+        bad "$mb np2 writes: disk '$disk', files: $(ls "$D" | tr '\n' ' ')"
+    disk_case "$mb np2 restarted" 2 "$m" "$D" && all_cached "$mb np2 restarted"
+    disk_case "$mb one process from np2's" 1 "$m" "$D" && all_cached "$mb one process from np2's"
+    disk_case "$mb np3 from np2's" 3 "$m" "$D" --piece 7 && all_cached "$mb np3 from np2's (pieces of 7 floats)"
+    # written by one process; restored by 2 stages at --ram min
+    E=$tmp/pe_$mb
+    disk_case "$mb one process writes" 1 "$m" "$E"
+    disk_case "$mb np2 --ram min from one process's" 2 "$m" "$E" --ram min && all_cached "$mb np2 --ram min from one process's"
+    # a flipped byte in the state (3/4 in: stage 1's layers at np 2) of the entry the resumed
+    # session finds beyond its own prefix (it is half restored, then reset on every stage), a
+    # truncated entry
+    $PY -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[3 * len(b) // 4] ^= 0x40; open(p, "wb").write(b)' "$(entry "$D" 55)"
+    f=$(entry "$D" 46); truncate -s $(($(stat -c %s "$f") / 2)) "$f"
+    disk_case "$mb np2 damaged" 2 "$m" "$D"
+    grep -q "prompt cache: .*-55.mspc: checksum mismatch (damaged); ignored" "$tmp/dk.log" &&
+        grep -q "prompt cache: .*-46.mspc: .*truncated or damaged" "$tmp/dk.log" && [ "$cached" = "45 0, 45 0 45 45 55" ] &&
+        [ "$disk" = "hits 5 writes 2 failed 0 refused 2" ] && ok ||
+        bad "$mb np2 damaged entries: cached '$cached', disk '$disk', $(grep 'prompt cache' "$tmp/dk.log" | head -n 3)"
+    disk_case "$mb np2 after the damage" 2 "$m" "$D" && all_cached "$mb np2 after the damaged entries were rewritten"
+done
+# run: a pipeline's entry restored by one process and by another split, the same ids and logits
+R=$tmp/pcrun
+"$BIN" run $M --ids 1,2,3,4,5 --max-tokens 4 --json --dump-logits "$tmp/r0.bin" --quiet --prompt-cache-ram 0 > "$tmp/r0.json" 2>/dev/null
+ids() { $PY -c "import json,sys; d = json.load(open(sys.argv[1])); print(d['generated_ids'], d['stats']['cached_tokens'])" "$1" 2>/dev/null; }
+want0=$(ids "$tmp/r0.json")
+for c in "2 -np 2" "1" "3 -np 3"; do
+    k=${c%% *}
+    if [ "$k" = 1 ]; then pre=(); else pre=($MPI ${c#* }); fi
+    "${pre[@]}" "$BIN" run $M --ids 1,2,3,4,5 --max-tokens 4 --json --dump-logits "$tmp/r$k.bin" --prompt-cache-ram 0 \
+        --prompt-cache "$R" > "$tmp/r$k.json" 2> "$tmp/r$k.err"
+    rc=$?
+    want="${want0% *} 0"; [ "$k" = 2 ] || want="${want0% *} 5"
+    [ $rc = 0 ] && [ -n "$want0" ] && [ "$(ids "$tmp/r$k.json")" = "$want" ] && cmp -s "$tmp/r0.bin" "$tmp/r$k.bin" &&
+        ! grep -qi "warn" "$tmp/r$k.err" && ok ||
+        bad "run --prompt-cache [$c]: exit $rc, ids/cached '$(ids "$tmp/r$k.json")' want '$want', stderr $(grep -i warn "$tmp/r$k.err" | head -c 300)"
+done
 "$BIN" plan $M --ram 100M --pipeline 3 | grep -qE '^prompt cache per stage: 0: [0-9.]+ MiB, 1: [0-9.]+ MiB, 2: [0-9.]+ MiB ' && ok ||
     bad "plan --pipeline 3 shows no share per stage: $("$BIN" plan $M --ram 100M --pipeline 3 | tail -n 2)"
 finish

@@ -17,7 +17,11 @@
  * of itself, the fourth and fifth more than the system prompt).
  *
  * With --dump MODEL_DIR OUT [--ram min] [--cache BYTES|off] [--chunk N]
- * [--want-evictions] [--want-off]: the scenario once (under mpirun -np N: a pipeline),
+ * [--want-evictions] [--want-off] [--disk DIR] [--piece FLOATS] [--resume]:
+ * the scenario once (under mpirun -np N: a pipeline; --disk: with the prompt
+ * cache on disk in DIR; --piece: a layer's state crosses the pipeline in
+ * pieces of FLOATS; --resume: first a conversation resumed in one session,
+ * prompt 0, its steps and the follow-up, printing "resumed a b"),
  * every recorded row and id to OUT, for tests/t_pcpipe.sh to compare with a
  * one-process cold run; prints "cached a b c d e", the weight bytes every
  * stage read, and the entries held and evicted. With the cache it checks the hits as above (--want-evictions, a
@@ -106,6 +110,32 @@ static void scenario(ms_engine *e, rec *out, int64_t *cached) {
     ms_session_close(s[1]);
 }
 
+/* A conversation resumed in one session (--resume, before the scenario):
+ * prompt 0 and its 6 greedy steps, then the follow-up (prompt 4), whose
+ * prefix the session holds itself; recorded into out (the follow-up's rows),
+ * each prompt's restored tokens into cached[2]. */
+static void resume(ms_engine *e, rec *out, int64_t *cached) {
+    ms_model_info info;
+    ms_engine_info(e, &info);
+    const int32_t V = (int32_t)info.n_vocab;
+    ms_session *s;
+    CHECK(ms_session_open(e, &s) == MS_OK, "session: %s", ms_engine_error(e));
+    int32_t ids[N_SYS + 32], gen[N_STEPS] = { 0 };
+    for (int k = 0; k < 2; k++) {
+        const int64_t n = prompt_of(k ? 4 : 0, V, gen, ids);
+        ms_status st = ms_session_feed_prompt(s, ids, n, &cached[k]);
+        CHECK(st == MS_OK, "resume %d: %s", k, ms_session_error(s));
+        if (k) put(out, ms_session_logits(s), (size_t)V);
+        for (int t = 0; t < N_STEPS && st == MS_OK; t++) {
+            gen[t] = ms_argmax(ms_session_logits(s), V);
+            st = ms_session_feed(s, &gen[t], 1, NULL);
+            CHECK(st == MS_OK, "resume %d step %d: %s", k, t, ms_session_error(s));
+            if (st == MS_OK && k) put(out, ms_session_logits(s), (size_t)V);
+        }
+    }
+    ms_session_close(s);
+}
+
 /* The hits a warm scenario must show (the system prompt is N_SYS ids). */
 static void check_hits(const char *tag, const int64_t *c) {
     CHECK(c[1] > 0 && c[1] <= N_SYS, "%s: the second prompt restored %lld", tag, (long long)c[1]);
@@ -121,9 +151,11 @@ static void warn_line(void *user, ms_log_level level, const char *line) {
     fprintf(stderr, "%s\n", line);
 }
 
-static ms_status open_engine(const char *dir, int64_t ram, int64_t cache, int64_t chunk, ms_engine **e) {
+static ms_status open_engine(const char *dir, int64_t ram, int64_t cache, int64_t chunk, const char *disk,
+                             ms_engine **e) {
     ms_engine_params p = ms_engine_default_params();
     p.model_dir = dir;
+    p.prompt_cache_dir = disk;
     p.max_context = 128;
     p.n_seq = 2;
     p.ram_bytes = ram;
@@ -155,7 +187,8 @@ static int dump(int argc, char **argv) {
     if (ms_pipe_boot(&argc, &argv) != 0) return 1;
     if (argc < 4) { fprintf(stderr, "usage: test_pcpipe --dump MODEL_DIR OUT [options]\n"); return 2; }
     int64_t ram = 0, cache = 0, chunk = 0;
-    int want_ev = 0, want_off = 0;
+    int want_ev = 0, want_off = 0, want_resume = 0;
+    const char *disk = NULL;
     for (int i = 4; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(argv[i], "--ram")) ram = !strcmp(v, "min") ? MS_RAM_MIN : atoll(v), i++;
@@ -163,12 +196,19 @@ static int dump(int argc, char **argv) {
         else if (!strcmp(argv[i], "--chunk")) chunk = atoll(v), i++;
         else if (!strcmp(argv[i], "--want-evictions")) want_ev = 1;
         else if (!strcmp(argv[i], "--want-off")) want_off = 1;
+        else if (!strcmp(argv[i], "--disk")) disk = v, i++;
+        else if (!strcmp(argv[i], "--resume")) want_resume = 1;
+        else if (!strcmp(argv[i], "--piece")) ms_pipe_set_state_piece(atoll(v)), i++;
         else { fprintf(stderr, "test_pcpipe: unknown option %s\n", argv[i]); return 2; }
     }
     ms_engine *e;
-    if (open_engine(argv[2], ram, cache, chunk, &e) != MS_OK) return 1;
+    if (open_engine(argv[2], ram, cache, chunk, disk, &e) != MS_OK) return 1;
     rec out = { 0 };
-    int64_t c[N_REQ];
+    int64_t c[N_REQ], rc[2];
+    if (want_resume) {
+        resume(e, &out, rc);
+        printf("resumed %lld %lld\n", (long long)rc[0], (long long)rc[1]);
+    }
     scenario(e, &out, c);
     FILE *f = fopen(argv[3], "wb");
     CHECK(f && fwrite(out.f, sizeof *out.f, out.n, f) == out.n, "write %s", argv[3]);
@@ -177,6 +217,10 @@ static int dump(int argc, char **argv) {
     ms_engine_stats(e, &sn);
     printf("cached %lld %lld %lld %lld %lld\nbytes read %lld (every stage)\n", (long long)c[0], (long long)c[1],
            (long long)c[2], (long long)c[3], (long long)c[4], (long long)(sn.trunk_bytes_read + sn.expert_bytes_read));
+    if (disk)
+        printf("disk hits %lld writes %lld failed %lld refused %lld\n", (long long)sn.prompt_disk_hits,
+               (long long)sn.prompt_disk_writes, (long long)sn.prompt_disk_write_failures,
+               (long long)sn.prompt_disk_rejected);
     if (want_off) {
         /* another stage has no share: no cache at all */
         CHECK(e->pcache == NULL && c[1] + c[2] + c[3] + c[4] == 0, "a cache with a stage of no share");
@@ -203,12 +247,12 @@ static void one_process(const char *name, int64_t ram, int64_t cache) {
     rec w = { 0 }, c = { 0 };
     int64_t cw[N_REQ], cc[N_REQ];
     ms_engine *e;
-    if (open_engine(dir, ram, cache, 8, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
+    if (open_engine(dir, ram, cache, 8, NULL, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
     scenario(e, &w, cw);
     check_hits(dir, cw);
     check_stages(e, cache);
     ms_engine_close(e);
-    if (open_engine(dir, ram, MS_PROMPT_CACHE_OFF, 8, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
+    if (open_engine(dir, ram, MS_PROMPT_CACHE_OFF, 8, NULL, &e) != MS_OK) { CHECK(0, "open %s", dir); return; }
     scenario(e, &c, cc);
     ms_engine_close(e);
     CHECK(w.n > 0 && w.n == c.n && memcmp(w.f, c.f, w.n * sizeof *w.f) == 0, "%s ram %lld: rows differ with the cache",

@@ -328,6 +328,10 @@ extern const int ms_pipe_built;
  * stages do op (model.h, ms_pass_op) on a pass's activations. */
 ms_status ms_pipe_pass(const ms_fwd_ctx *c, ms_pass_op op, const ms_fseg *seg, int nseg, int64_t T, float *run,
                        float *bank, int64_t nb_max, int *nb, ms_err *err);
+/* Tests: a layer's state crosses the pipeline in pieces of `floats` (0: the
+ * default, STATE_PIECE_FLOATS in engine/pipe_msg.h), so small models take the
+ * path of a long context's layers. Stage 0's; a no-op without MPI. */
+void ms_pipe_set_state_piece(int64_t floats);
 /* Weight bytes this process has read so far (the progress of a prompt). */
 int64_t ms_engine_weight_bytes_read(const ms_engine *e);
 

@@ -357,14 +357,12 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
         return st;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
     /* the prompt cache: its share of the budget (plan_budget); in a pipeline
-       every stage holds its layers' part of the entries (prefix_cache.h), in
-       RAM only */
+       every stage holds its layers' part of the entries in RAM
+       (prefix_cache.h); the directory is stage 0's, which gathers and hands
+       out the other stages' parts of an entry (prefix_disk.c) */
     ms_engine_text_ids(e);
     e->pcache = ms_pcache_init(e, e->pcache_bytes);
-    if (e->n_stages > 1 && e->p.prompt_cache_dir && e->stage == 0)
-        ms_log(&e->log, MS_LOG_WARN, "the prompt cache on disk is not kept in a pipeline (the one in RAM is): "
-               "%s is not used", e->p.prompt_cache_dir);
-    if (e->n_stages == 1 && e->p.prompt_cache_dir &&
+    if (e->stage == 0 && e->p.prompt_cache_dir &&
         (st = ms_pdisk_open(e, e->p.prompt_cache_dir, e->p.prompt_cache_disk_bytes, e->p.prompt_cache_fault_write,
                             &e->pdisk, err)) != MS_OK)
         return st;

@@ -7,7 +7,9 @@
  * [start[r], start[r + 1]) and keeps, per session of stage 0, the state of
  * those layers only, and its layers' part of each prompt-cache entry
  * (engine/prefix_cache.h: stage 0 keeps the index and tells it to store,
- * restore or drop a part). Every process opens its own copy of the checkpoint under
+ * restore or drop a part; the entries on disk are stage 0's files, whose
+ * other layers travel as a saved session's do: STATE_GET / STATE_PUT, in
+ * pieces). Every process opens its own copy of the checkpoint under
  * its own budget, so the machines' RAM adds up and each disk reads only its
  * stage's bytes.
  *
@@ -439,25 +441,38 @@ static ms_status stages_drain(ms_engine *e, char *msg, size_t len) {
     return st;
 }
 
+/* Floats of a layer's state per STATE_GET / STATE_PUT message: a layer's
+ * state can pass a message's limit (start_send: an MLA layer's cache at a
+ * long context), so it travels in pieces. */
+static int64_t state_piece = STATE_PIECE_FLOATS;
+
+void ms_pipe_set_state_piece(int64_t floats) { state_piece = floats > 0 ? floats : STATE_PIECE_FLOATS; }
+
 static ms_status stages_layer_state(ms_engine *e, int get, int64_t id, int il, int64_t n_past, float *buf, int64_t n,
                               char *msg, size_t len) {
     ms_err err;
     ms_err_clear(&err);
-    const size_t bytes = (size_t)n * sizeof(float);
+    ms_status st = MS_OK;
     pthread_mutex_lock(&g.mu);
-    hdr *h = (hdr *)room(sizeof *h + (get ? 0 : bytes));
-    memset(h, 0, sizeof *h);
-    h->op = get ? OP_STATE_GET : OP_STATE_PUT;
-    h->a0 = id;
-    h->a1 = il;
-    h->T = n_past;
-    if (!get) memcpy(g.buf + sizeof *h, buf, bytes);
-    size_t nr;
-    ms_status st = round_trip(sizeof *h + (get ? 0 : bytes), h->op, &err, &nr);
-    if (st == MS_OK && nr != sizeof(hdr) + (get ? bytes : 0))
-        st = ms_err_set(&err, MS_E_INTERNAL, "pipeline: layer %d's state came back as %zu bytes, not %zu", il,
-                        nr - sizeof(hdr), get ? bytes : (size_t)0);
-    if (st == MS_OK && get) memcpy(buf, g.buf + sizeof(hdr), bytes);
+    for (int64_t at = 0; at < n && st == MS_OK; at += state_piece) {
+        const int64_t count = n - at < state_piece ? n - at : state_piece;
+        const size_t bytes = (size_t)count * sizeof(float);
+        hdr *h = (hdr *)room(sizeof *h + (get ? 0 : bytes));
+        memset(h, 0, sizeof *h);
+        h->op = get ? OP_STATE_GET : OP_STATE_PUT;
+        h->a0 = id;
+        h->a1 = il;
+        h->T = n_past;
+        h->at = at;
+        h->count = count;
+        if (!get) memcpy(g.buf + sizeof *h, buf + at, bytes);
+        size_t nr;
+        st = round_trip(sizeof *h + (get ? 0 : bytes), h->op, &err, &nr);
+        if (st == MS_OK && nr != sizeof(hdr) + (get ? bytes : 0))
+            st = ms_err_set(&err, MS_E_INTERNAL, "pipeline: layer %d's state came back as %zu bytes, not %zu", il,
+                            nr - sizeof(hdr), get ? bytes : (size_t)0);
+        if (st == MS_OK && get) memcpy(buf + at, g.buf + sizeof(hdr), bytes);
+    }
     pthread_mutex_unlock(&g.mu);
     if (st != MS_OK && msg && len) snprintf(msg, len, "%s", err.msg);
     return st;
@@ -566,8 +581,20 @@ static void stage_forward(ms_engine *e, const stage_sessions *t, size_t *n) {
     move_acts(acts_of(b, nseg), run, bank, T, H, nb_max, ctx.stage_nb, 1);
 }
 
-/* A layer's state: GET appends it to the message, PUT takes it out (the
- * stages that do not hold the layer pass the message on as it is). */
+/* Floats [at, at + count) of a layer's state in its two parts (len[k]
+ * floats at part[k]) to the message's bytes at b (to_msg), or back. */
+static void move_piece(float *const part[2], const int64_t len[2], int64_t at, int64_t count, uint8_t *b, int to_msg) {
+    for (int64_t k = 0, base = 0; k < 2; base += len[k], k++) {
+        const int64_t lo = at > base ? at : base, hi = at + count < base + len[k] ? at + count : base + len[k];
+        if (hi <= lo) continue;             /* an MLA layer has no second part */
+        uint8_t *p = b + (size_t)(lo - at) * sizeof(float);
+        if (to_msg) memcpy(p, part[k] + (lo - base), (size_t)(hi - lo) * sizeof(float));
+        else memcpy(part[k] + (lo - base), p, (size_t)(hi - lo) * sizeof(float));
+    }
+}
+
+/* A piece of a layer's state: GET appends it to the message, PUT takes it
+ * out (the stages that do not hold the layer pass the message on as it is). */
 static void stage_state(ms_engine *e, const stage_sessions *t, size_t *n) {
     hdr *h = (hdr *)g.buf;
     const ms_model *m = &e->model;
@@ -578,18 +605,15 @@ static void stage_state(ms_engine *e, const stage_sessions *t, size_t *n) {
     float *part[2];
     int64_t len[2];
     ms_state_layer(s ? &s->st : NULL, m, il, h->T, part, len);
-    const size_t bytes = (size_t)(len[0] + len[1]) * sizeof(float);
-    if (!s || h->T < 0 || h->T > s->st.max_ctx || *n != sizeof *h + (put ? bytes : 0)) {
+    const int64_t at = h->at, count = h->count;
+    const size_t bytes = count > 0 ? (size_t)count * sizeof(float) : 0;
+    if (!s || h->T < 0 || h->T > s->st.max_ctx || at < 0 || count < 1 || at + count > len[0] + len[1] ||
+        *n != sizeof *h + (put ? bytes : 0)) {
         fail(h, MS_E_INTERNAL, "%s", s ? "a malformed state message" : "an unknown session");
         *n = sizeof *h;
         return;
     }
-    uint8_t *b = room(sizeof *h + bytes) + sizeof(hdr);
-    for (int k = 0; k < 2; b += (size_t)len[k] * sizeof(float), k++) {
-        if (!len[k]) continue;              /* an MLA layer has no second part */
-        if (put) memcpy(part[k], b, (size_t)len[k] * sizeof(float));
-        else memcpy(b, part[k], (size_t)len[k] * sizeof(float));
-    }
+    move_piece(part, len, at, count, room(sizeof *h + bytes) + sizeof(hdr), !put);
     *n = sizeof(hdr) + (put ? 0 : bytes);
 }
 

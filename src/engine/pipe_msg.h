@@ -5,17 +5,15 @@
  *   FORWARD   nseg x {session id, T, n_past, record}, run [T, H], bank [T, nb, H]
  *             (the activations after the previous stage's last layer; each
  *             stage replaces them with its own, and the last one's come back
-<<<<<<< HEAD
- *             to stage 0, which goes on with the final norms and lm_head);
- *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET, PC_STORE,
- *             PC_RESTORE, PC_DROP (the prompt cache's parts)   the header only;
-=======
  *             to stage 0, which goes on with the final norms and lm_head;
  *             a segment with record 1 is recorded for a rollback in every stage);
- *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET   the header only;
->>>>>>> h-mspec
- *   STATE_GET, STATE_PUT   one layer's state of a session (saved sessions):
- *             the stage holding the layer appends it / takes it out;
+ *   OPEN, CLOSE, RESET, COPY, ROLLBACK, SET_PAST, STATS_RESET, PC_STORE,
+ *             PC_RESTORE, PC_DROP (the prompt cache's parts in RAM)   the
+ *             header only;
+ *   STATE_GET, STATE_PUT   a piece [at, at + count) of one layer's state of a
+ *             session at T positions (saved sessions, the prompt cache on
+ *             disk), at most STATE_PIECE_FLOATS floats: the stage holding the
+ *             layer appends it / takes it out;
  *   STATS     int64 [N][STATS_PER_STAGE]: each stage fills its trunk and
  *             expert bytes, its peak RSS and its prompt cache's bytes.
  * At open every stage r > 0 sends stage 0 a READY (status, layers, prompt
@@ -36,12 +34,15 @@ enum { TAG_RING = 11, TAG_READY = 12, TAG_QUIT = 13 };
 enum { OP_FORWARD = 100, OP_STATS = 101, OP_STATE_GET = 102, OP_STATE_PUT = 103 };
 enum { F_PREDICT = 2 };
 enum { STATS_PER_STAGE = 4 };
+/* a piece of a layer's state (64 MiB): far under a message's limit (2 GiB) */
+#define STATE_PIECE_FLOATS ((int64_t)1 << 24)
 
 typedef struct hdr {
     int32_t op, status;         /* status: MS_OK, or the first failure on the way (err) */
     int32_t nseg, nb;           /* FORWARD: segments, snapshots in the bank */
     int32_t flags, pad;
     int64_t T, a0, a1;
+    int64_t at, count;          /* STATE_GET / PUT: the piece of the layer's floats */
     char err[448];
 } hdr;
 

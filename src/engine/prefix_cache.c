@@ -299,6 +299,7 @@ ms_status ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t
     /* RAM first; the disk only for a longer prefix, and its hit is kept in RAM */
     int clobbered = 0;
     const int64_t on_disk = ms_pdisk_restore(e->pdisk, ids, n, hit > own ? hit : own, s, &clobbered);
+    if (on_disk < 0) return s->sticky;  /* a stage failed: s is unsound */
     if (on_disk > 0) {
         e->stats.prompt_cache_hits++;
         e->stats.prompt_tokens_reused += on_disk;

@@ -28,9 +28,8 @@
  *   3. Eviction is GreedyDual-Size: an entry's priority is the clock at its
  *      last use plus the tokens a hit saves per byte it holds on stage 0; the
  *      lowest goes first (on every stage) and sets the clock.
- * Does not: keep a pipeline's entries on disk (prefix_disk.c runs in one
- *   process only: --prompt-cache DIR is warned about and unused in a
- *   pipeline). The same snapshots on disk: engine/prefix_disk.c, declared
+ * Does not: keep entries on disk. The same snapshots on disk, in one process
+ *   and in a pipeline (stage 0's directory): engine/prefix_disk.c, declared
  *   below (ms_pdisk_*).
  */
 #ifndef MS_ENGINE_PREFIX_CACHE_H
@@ -99,12 +98,16 @@ void ms_pdisk_close(ms_pdisk *pd);
 /* Restore into s the longest entry of this model whose ids are a prefix of
  * ids[0, n) and that is longer than `above` (and fits s): its length, 0 when
  * none passed the checks. Entries that fail them are warned about and removed;
- * if one was half read into s, *clobbered = 1 and s is reset. */
+ * if one was half read into s, *clobbered = 1 and s is reset. In a pipeline
+ * the other stages' layers go to them: -1 when one of them failed (s is
+ * unsound: sticky, the reason in its error). */
 int64_t ms_pdisk_restore(ms_pdisk *pd, const int32_t *ids, int64_t n, int64_t above, struct ms_session *s,
                          int *clobbered);
 /* Write s's state at its n_past as an entry (a no-op for an unsound session
- * or without logits; an entry already there is touched). A failure (a full
- * disk) is a warning and leaves no file behind. */
+ * or without logits; an entry already there is touched); in a pipeline the
+ * other stages' layers are fetched from them. A failure (a full disk, a stage
+ * that cannot give its part) is a warning and leaves no file behind; s is
+ * untouched. */
 void ms_pdisk_store(ms_pdisk *pd, const struct ms_session *s);
 
 #endif

@@ -43,9 +43,18 @@
  *      touches the file's mtime) are removed first. (Processes writing to one
  *      directory at the same moment can each count without the other's entry
  *      in flight: the cap can be passed by those until the next write.)
+ * In a pipeline: the directory is stage 0's (only it opens one), and a file
+ *   is the one-process file whatever the split, so pipelines and single
+ *   processes share entries. A layer another stage holds is fetched from it
+ *   to be written (OP_STATE_GET) and sent to it as it is read (OP_STATE_PUT:
+ *   its state, not its position); the other stages' sessions take the
+ *   entry's position (MS_PIPE_SET_PAST) only once every check of invariant 1
+ *   passed, and a refused entry resets the session on every stage. A stage
+ *   that fails: a write is not made (a warning), a restore leaves the session
+ *   unsound (sticky, as the RAM cache's MS_PIPE_PC_RESTORE).
  * Does not: lock (processes sharing a directory race only to a miss: a name
  *   is replaced whole or removed whole), hold anything in RAM but a readdir's
- *   listing and a prompt's ids, run in a pipeline (the cache is off there).
+ *   listing, a prompt's ids and (in a pipeline) one layer's state.
  */
 #include "engine/engine_int.h"
 #include "engine/prefix_cache.h"
@@ -281,24 +290,58 @@ static const char *check_head(const ms_pdisk *pd, const pd_file *f, const pd_hea
     return NULL;
 }
 
+/* Floats of the largest layer's state at n positions: a buffer for the
+ * layers another stage holds (NULL when this process holds every layer). */
+static float *stage_scratch(const ms_pdisk *pd, int64_t n, int *oom) {
+    const ms_model *m = &pd->e->model;
+    *oom = 0;
+    if (m->layer0 == 0 && m->layer1 == m->n_layer) return NULL;
+    const int64_t mla = n * pd->want.mla_pos, kda = pd->want.kda_floats;
+    float *b = malloc((size_t)(mla > kda ? mla : kda) * sizeof(float) + sizeof(float));
+    *oom = b == NULL;
+    return b;
+}
+
+/* Layer il's state at h->n positions from fd into s: a layer another stage
+ * holds goes through scratch to that stage (OP_STATE_PUT; its n_past is set
+ * only once the whole file passed, load). NULL, or what went wrong: the file
+ * (*stage MS_OK) or the stage (*stage its status, the reason in msg). */
+static const char *load_layer(ms_pdisk *pd, int fd, const pd_head *h, int il, ms_session *s, float *scratch,
+                              int64_t *off, XXH3_state_t *x, ms_status *stage, char *msg, size_t len) {
+    float *part[2];
+    int64_t k[2];
+    ms_state_layer(&s->st, &pd->e->model, il, h->n, part, k);
+    const int here = part[0] != NULL;
+    if (!here) { part[0] = scratch; part[1] = scratch + k[0]; }
+    for (int j = 0; j < 2; j++)
+        if (k[j] > 0 && take(fd, part[j], k[j] * (int64_t)sizeof(float), off, x) != 0) return "truncated";
+    if (!here)
+        *stage = ms_engine_pipe_layer_state(pd->e, 0, s->st.pipe_id, il, h->n, scratch, k[0] + k[1], msg, len);
+    return *stage != MS_OK ? "" : NULL;
+}
+
 /* Read entry f (f->n <= s's max_context) into s; ids[0, f->n) are the
  * prompt's: 1 restored, 0 not this prefix (a hash collision: nothing of s
- * changed), -1 refused (warned, removed; s may be half written: the caller
- * resets it). */
-static int load(ms_pdisk *pd, const pd_file *f, const int32_t *ids, ms_session *s) {
-    char why[256];
+ * changed), -1 refused (warned, removed; s may be half written, on every
+ * stage: the caller resets it), -2 another stage failed (*stage: its status,
+ * the reason in s->error; s is half written: unsound). */
+static int load(ms_pdisk *pd, const pd_file *f, const int32_t *ids, ms_session *s, ms_status *stage) {
+    char why[256], msg[512];
     const char *bad = NULL;
+    *stage = MS_OK;
     /* not a symlink; O_NONBLOCK: a FIFO swapped in since the scan does not
        block the open (it fails S_ISREG below; a regular file's reads ignore it) */
     const int fd = openat(pd->dirfd, f->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return 0;                       /* removed since the scan */
     XXH3_state_t *x = XXH3_createState();
     int32_t *fid = malloc((size_t)f->n * sizeof *fid);
+    int oom;
+    float *scratch = stage_scratch(pd, f->n, &oom);
     struct stat sb;
     pd_head h;
     int64_t off = 0;
     int r = -1;
-    if (!x || !fid || fstat(fd, &sb) != 0) { r = 0; goto out; }   /* no memory: a miss */
+    if (!x || !fid || oom || fstat(fd, &sb) != 0) { r = 0; goto out; }   /* no memory: a miss */
     if (!S_ISREG(sb.st_mode)) { bad = "not a regular file"; goto out; }
     XXH3_64bits_reset(x);
     if (take(fd, &h, sizeof h, &off, x) != 0) { bad = "truncated (no header)"; goto out; }
@@ -310,31 +353,33 @@ static int load(ms_pdisk *pd, const pd_file *f, const int32_t *ids, ms_session *
         goto out;
     }
     if (take(fd, s->logits, h.n_vocab * (int64_t)sizeof(float), &off, x) != 0) { bad = "truncated"; goto out; }
-    for (int il = 0; il < pd->e->model.n_layer && !bad; il++) {
-        float *part[2];
-        int64_t k[2];
-        ms_state_layer(&s->st, &pd->e->model, il, h.n, part, k);
-        for (int j = 0; j < 2 && !bad; j++)
-            if (k[j] > 0 && take(fd, part[j], k[j] * (int64_t)sizeof(float), &off, x) != 0) bad = "truncated";
-    }
+    for (int il = 0; il < pd->e->model.n_layer && !bad; il++)
+        bad = load_layer(pd, fd, &h, il, s, scratch, &off, x, stage, msg, sizeof msg);
     uint64_t sum = 0;
     if (!bad && pread(fd, &sum, sizeof sum, off) != (ssize_t)sizeof sum) bad = "truncated (no checksum)";
     if (!bad && sum != XXH3_64bits_digest(x)) bad = "checksum mismatch (damaged)";
-    if (!bad) {
+    /* every check passed: the other stages' sessions take the position */
+    if (!bad) *stage = ms_engine_pipe_op(pd->e, MS_PIPE_SET_PAST, s->st.pipe_id, h.n, msg, sizeof msg);
+    if (*stage != MS_OK) {
+        bad = NULL;
+        r = -2;
+        snprintf(s->error, sizeof s->error, "prompt cache: %.400s", msg);
+    } else if (!bad) {
         memcpy(s->tokens, fid, (size_t)h.n * sizeof *fid);
         futimens(fd, NULL);                     /* its last use (invariant 3) */
         r = 1;
     }
 out:
     if (bad) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "%s; ignored, removed, recomputed", bad);
-        warn(pd, f->name, msg);
+        char text[400];
+        snprintf(text, sizeof text, "%s; ignored, removed, recomputed", bad);
+        warn(pd, f->name, text);
         unlinkat(pd->dirfd, f->name, 0);
         pd->e->stats.prompt_disk_rejected++;
     }
     close(fd);
     free(fid);
+    free(scratch);
     XXH3_freeState(x);
     return r;
 }
@@ -354,13 +399,21 @@ int64_t ms_pdisk_restore(ms_pdisk *pd, const int32_t *ids, int64_t n, int64_t ab
             all[nc++] = all[i];
     if (nc > 1) qsort(all, (size_t)nc, sizeof *all, by_n_desc);
     int64_t got = 0;
-    for (int i = 0; i < nc && got == 0; i++) {
+    ms_status stage = MS_OK;
+    for (int i = 0; i < nc && got == 0 && stage == MS_OK; i++) {
         if (ids_hash(ids, all[i].n) != all[i].hash) continue;
-        const int r = load(pd, &all[i], ids, s);
-        if (r < 0) *clobbered = 1;
+        const int r = load(pd, &all[i], ids, s, &stage);
+        if (r == -1) *clobbered = 1;
         if (r > 0) got = all[i].n;
     }
     free(all);
+    if (stage != MS_OK) {
+        /* a stage failed with its part half written: s is unsound (sticky) */
+        s->sticky = stage;
+        s->has_logits = 0;
+        s->rb.n_rec = 0;
+        return -1;
+    }
     if (got > 0) {
         s->st.n_past = got;
         s->has_logits = 1;
@@ -425,20 +478,31 @@ static int make_room(ms_pdisk *pd, int64_t need) {
     return total + need <= pd->cap_bytes ? 0 : -1;
 }
 
-/* The entry's bytes into o, in the layout of the file's header comment. */
-static void put_entry(pd_out *o, const ms_pdisk *pd, const pd_head *h, const ms_session *s) {
+/* The entry's bytes into o, in the layout of the file's header comment; a
+ * layer another stage holds is fetched from it (OP_STATE_GET) into scratch.
+ * MS_OK, or that stage's status (the reason in msg; o is then incomplete). */
+static ms_status put_entry(pd_out *o, const ms_pdisk *pd, const pd_head *h, const ms_session *s, float *scratch,
+                           char *msg, size_t len) {
     put(o, h, sizeof *h);
     put(o, s->tokens, h->n * (int64_t)sizeof(int32_t));
     put(o, s->logits, h->n_vocab * (int64_t)sizeof(float));
-    for (int il = 0; il < pd->e->model.n_layer; il++) {
+    for (int il = 0; il < pd->e->model.n_layer && !o->err; il++) {
         float *part[2];
         int64_t k[2];
         ms_state_layer(&s->st, &pd->e->model, il, h->n, part, k);
+        if (!part[0]) {
+            const ms_status st =
+                ms_engine_pipe_layer_state(pd->e, 1, s->st.pipe_id, il, h->n, scratch, k[0] + k[1], msg, len);
+            if (st != MS_OK) return st;
+            part[0] = scratch;
+            part[1] = scratch + k[0];
+        }
         for (int j = 0; j < 2; j++)
             if (k[j] > 0) put(o, part[j], k[j] * (int64_t)sizeof(float));
     }
     const uint64_t sum = XXH3_64bits_digest(o->x);
     put(o, &sum, sizeof sum);
+    return MS_OK;
 }
 
 void ms_pdisk_store(ms_pdisk *pd, const ms_session *s) {
@@ -455,22 +519,30 @@ void ms_pdisk_store(ms_pdisk *pd, const ms_session *s) {
     snprintf(tmp, sizeof tmp, PD_TMP "%ld-%lx-%lld" PD_SUFFIX, (long)getpid(), (unsigned long)(uintptr_t)pd,
              (long long)++pd->n_writes);
     pd_out o = { openat(pd->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666), -1, XXH3_createState(), 0 };
+    int oom;
+    float *scratch = stage_scratch(pd, n, &oom);
+    ms_status stage = MS_OK;
+    char why[400] = "";
     if (o.fd < 0) o.err = errno;
-    if (!o.x && !o.err) o.err = ENOMEM;
+    if ((!o.x || oom) && !o.err) o.err = ENOMEM;
     if (pd->n_writes == pd->fault_write) o.left = bytes / 2;
     if (!o.err) {
         XXH3_64bits_reset(o.x);
-        put_entry(&o, pd, &h, s);
+        stage = put_entry(&o, pd, &h, s, scratch, why, sizeof why);
     }
     if (o.fd >= 0 && close(o.fd) != 0 && !o.err) o.err = errno;
-    if (!o.err && renameat(pd->dirfd, tmp, pd->dirfd, name) != 0) o.err = errno;
-    if (o.err) {
+    if (!o.err && stage == MS_OK && renameat(pd->dirfd, tmp, pd->dirfd, name) != 0) o.err = errno;
+    if (o.err || stage != MS_OK) {
         if (o.fd >= 0) unlinkat(pd->dirfd, tmp, 0);      /* nothing partial stays (invariant 2) */
-        snprintf(msg, sizeof msg, "not written: %s (the request goes on without it)", strerror(o.err));
+        /* a stage that could not give its part: the entry is not kept, as in
+           RAM (ms_pcache_store); the session itself is untouched */
+        snprintf(msg, sizeof msg, "not written: %.240s (the request goes on without it)",
+                 o.err ? strerror(o.err) : why);
         warn(pd, name, msg);
         pd->e->stats.prompt_disk_write_failures++;
     } else {
         pd->e->stats.prompt_disk_writes++;
     }
+    free(scratch);
     XXH3_freeState(o.x);
 }
