@@ -372,6 +372,15 @@ ms_status ms_session_feed(ms_session *s, const int32_t *ids, int64_t n, float *a
     return feed(s, ids, n, all_logits, NULL, 0, 1, 1, NULL);
 }
 
+/* Why ss[i] cannot join ss[0..i) in one call (NULL: it can): it must be a
+ * session of ss[0]'s engine, and not one given before. */
+static const char *not_distinct(ms_session *const *ss, int i) {
+    if (!ss[i] || ss[i]->e != ss[0]->e) return "not a session of the first session's engine";
+    for (int j = 0; j < i; j++)
+        if (ss[j] == ss[i]) return "given twice";
+    return NULL;
+}
+
 /* ms_sessions_feed's arguments (the message in ss[0]'s error); *all_one: every
  * n[i] is 1; *total: the tokens. */
 static ms_status batch_check(ms_session *const *ss, int k, const int32_t *const *ids, const int64_t *n,
@@ -381,10 +390,7 @@ static ms_status batch_check(ms_session *const *ss, int k, const int32_t *const 
     *total = 0;
     for (int i = 0; i < k; i++) {
         const ms_session *s = ss[i];
-        const char *why = NULL;
-        if (!s || s->e != s0->e) why = "not a session of the first session's engine";
-        for (int j = 0; !why && j < i; j++)
-            if (ss[j] == s) why = "given twice";
+        const char *why = not_distinct(ss, i);
         if (why) {
             snprintf(s0->error, sizeof s0->error, "feed: session %d: %s", i, why);
             return MS_E_USAGE;
@@ -507,10 +513,9 @@ static ms_status decode_check(ms_session *const *ss, int k, const int32_t *pendi
         ms_session *s = ss[i];
         char msg[300] = "";
         ms_status bad = MS_OK;
-        if (!s || s->e != s0->e) snprintf(msg, sizeof msg, "decode: not a session of the first session's engine");
-        for (int j = 0; !msg[0] && j < i; j++)
-            if (ss[j] == s) snprintf(msg, sizeof msg, "decode: given twice");
-        if (msg[0]) {
+        const char *why = not_distinct(ss, i);
+        if (why) {
+            snprintf(msg, sizeof msg, "decode: %s", why);
             bad = MS_E_USAGE;
         } else if (s->sticky != MS_OK) {
             bad = s->sticky;
