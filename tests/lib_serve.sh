@@ -20,7 +20,7 @@ serve_start() {
     "$BIN" serve "$model" --port 0 --quiet "$@" > "$tmp/srv.$name.log" 2>&1 &
     PIDS="$PIDS $!"
     disown $!
-    for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.$name.log" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -qs 'listening on' "$tmp/srv.$name.log" && break; sleep 0.1; done
     grep -o 'listening on http://[^/]*' "$tmp/srv.$name.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url.$name"
 }
 serve_summary() {

@@ -101,7 +101,7 @@ start() {   # name, flags... -> URL in $tmp/url.name
     local name=$1; shift
     "$BIN" serve $M --port 0 --quiet "$@" > "$tmp/srv$name.log" 2>&1 &
     PIDS="$PIDS $!"
-    for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv$name.log" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -qs 'listening on' "$tmp/srv$name.log" && break; sleep 0.1; done
     grep -o 'listening on http://[^/]*' "$tmp/srv$name.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url.$name"
 }
 start plain; start draft --speculate auto --draft-model $D

@@ -166,7 +166,7 @@ text() {   # URL [host]: the completion's text, asked from the host's namespace 
 serve_hosts() {   # log: serve on h1 (stage 0) and h2; sets mpid and url
     $MPI --host h1,h2 -np 2 "$BIN" serve models/k3-tiny --port 0 --quiet > "$1" 2>&1 &
     mpid=$!
-    for _ in $(seq 300); do grep -q 'listening on' "$1" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -qs 'listening on' "$1" && break; sleep 0.1; done
     url=$(grep -o 'listening on http://[^/]*' "$1" | head -n 1 | sed 's|.*listening on ||')
 }
 gone() {   # pid, seconds: did it end within them?

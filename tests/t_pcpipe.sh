@@ -141,7 +141,7 @@ reply() {   # url, question -> content | cached tokens
 serve_start one $M --prompt-cache-ram 0
 $MPI -np 2 "$BIN" serve $M --port 0 --quiet > "$tmp/srv.pipe.log" 2>&1 &
 mpid=$!
-for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.pipe.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -qs 'listening on' "$tmp/srv.pipe.log" && break; sleep 0.1; done
 u1=$(cat "$tmp/url.one")
 u2=$(grep -o 'listening on http://[^/]*' "$tmp/srv.pipe.log" | head -n 1 | sed 's|.*listening on ||')
 reply "$u2" "Who spake unto Moses?" > "$tmp/s2a"

@@ -182,7 +182,7 @@ grep -q 'own budget: min' "$tmp/pm" && [ "$(grep -cE '^ +[0-3] .* 0 B of ([0-9.]
 serve_start one models/k3-tiny
 $MPI -np 2 "$BIN" serve models/k3-tiny --port 0 --quiet > "$tmp/srv.pipe.log" 2>&1 &
 mpid=$!
-for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.pipe.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -qs 'listening on' "$tmp/srv.pipe.log" && break; sleep 0.1; done
 u1=$(cat "$tmp/url.one")
 u2=$(grep -o 'listening on http://[^/]*' "$tmp/srv.pipe.log" | head -n 1 | sed 's|.*listening on ||')
 body='{"model":"k3-tiny","prompt":"And the LORD spake","max_tokens":12,"temperature":0}'

@@ -221,7 +221,7 @@ kill ${PIDS##* } 2>/dev/null
 "$BIN" serve $M --port 0 --prompt-cache $tmp/pc_srv > "$tmp/srv.d2.log" 2>&1 &
 PIDS="$PIDS $!"
 disown $!
-for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv.d2.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -qs 'listening on' "$tmp/srv.d2.log" && break; sleep 0.1; done
 u2=$(grep -o 'listening on http://[^/]*' "$tmp/srv.d2.log" | head -n 1 | sed 's|.*listening on ||')
 curl -s --max-time 60 "$u2/v1/chat/completions" -H 'Content-Type: application/json' -d @"$tmp/body.d" > "$tmp/d2"
 s1=$(summary "$tmp/d1"); s2=$(summary "$tmp/d2")

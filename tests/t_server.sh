@@ -65,7 +65,7 @@ LOG=$tmp/server.log
 "$BIN" serve "$MODEL" --port 0 --api-key "$KEY" --max-queue $MAX_QUEUE --max-body 1M \
     --max-messages 64 --ctx 65536 --max-tokens 64000 --shutdown-timeout 4 > "$LOG" 2>&1 &
 SPID=$!
-for _ in $(seq 600); do grep -q 'listening on' "$LOG" && break; kill -0 $SPID 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 600); do grep -qs 'listening on' "$LOG" && break; kill -0 $SPID 2>/dev/null || break; sleep 0.1; done
 grep -q 'listening on' "$LOG" || { tail -n 20 "$LOG"; die "the server did not start"; }
 HOSTPORT=$(grep -o 'listening on http://[^/]*' "$LOG" | head -n 1 | sed 's|.*http://||')
 PORT=${HOSTPORT##*:}

@@ -69,7 +69,7 @@ capped() {   # AS_MB -> runs serve under the cap for at most 30 s; sets rc, log 
     timeout 30 prlimit --as=$(($1 << 20)) "$BIN" serve $M --port 0 --quiet --threads 2 --parallel 8 --ctx 65536 \
         > "$tmp/cap.log" 2>&1 &
     local p=$!
-    for _ in $(seq 300); do grep -q 'listening on' "$tmp/cap.log" && break; kill -0 $p 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 300); do grep -qs 'listening on' "$tmp/cap.log" && break; kill -0 $p 2>/dev/null || break; sleep 0.1; done
     if grep -q 'listening on' "$tmp/cap.log"; then
         local u
         u=$(grep -o 'listening on http://[^ ]*/v1' "$tmp/cap.log" | sed 's|listening on ||')

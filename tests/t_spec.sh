@@ -117,7 +117,7 @@ cmp -s "$tmp/eos0.bin" "$tmp/eos8.bin" && ok || bad "EOS: saved sessions differ"
 start() {   # k -> URL in $tmp/url$k
     "$BIN" serve $M --port 0 --speculate "$1" --quiet > "$tmp/srv$1.log" 2>&1 &
     PIDS="$PIDS $!"
-    for _ in $(seq 300); do grep -q 'listening on' "$tmp/srv$1.log" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -qs 'listening on' "$tmp/srv$1.log" && break; sleep 0.1; done
     grep -o 'listening on http://[^/]*' "$tmp/srv$1.log" | head -n 1 | sed 's|.*listening on ||' > "$tmp/url$1"
 }
 start 0; start 4; start auto
@@ -281,7 +281,7 @@ st() { sed -n 's/^  1 session + a second branch.s (.*): \([0-9.]*\) MiB$/\1/p' "
     ok || bad "plan --draft-tree 1: the sessions' line ($(st "$tmp/pt.txt") MiB) holds no more than one session's ($(ss "$tmp/p.txt") MiB)"
 "$BIN" serve $M --port 0 --draft-tree 1 --draft-corpus "$tmp/forkgreedy.txt" --quiet > "$tmp/srvt.log" 2>&1 &
 PIDS="$PIDS $!"
-for _ in $(seq 300); do grep -q 'listening on' "$tmp/srvt.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -qs 'listening on' "$tmp/srvt.log" && break; sleep 0.1; done
 ut=$(grep -o 'listening on http://[^/]*' "$tmp/srvt.log" | head -n 1 | sed 's|.*listening on ||')
 body="{\"model\":\"k3-tiny\",\"prompt\":\"$P1\",\"max_tokens\":48,\"temperature\":0,\"ignore_eos\":true}"
 a=$(field "$tmp/tpgreedy.json" 'repr(d["text"])')
