@@ -300,6 +300,11 @@ static ms_status lay_out_vocab(ms_tok *t, json_t *vocab, json_t *added, const in
     int64_t o = 0;
     t->max_tok_len = 0;
     for (int64_t r = 0; r < n; r++) {
+        if (len[r] < 0) {   /* cannot happen when the count above is right; checked all the same */
+            st = ms_err_set(err, MS_E_MODEL, HF ": vocab id %lld is missing (the ids of model.vocab must be dense)",
+                            (long long)r);
+            goto done;
+        }
         t->off[r] = o;
         memcpy(t->blob + o, tmp + at[r], (size_t)len[r]);
         o += len[r];
