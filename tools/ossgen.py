@@ -39,6 +39,7 @@ Does not: compute the model (ossref.py does), read checkpoints, lay out the byte
   a shard or the index (stwrite.py does, for msgen.py too).
 
 Usage: ossgen.py OUT_DIR --preset oa|ob|20b [--seed N] [--trap NAME] [--check-template]
+       ossgen.py OUT_DIR --preset oa|ob --vocab N  (the preset with N vocabulary ids)
        ossgen.py OUT_DIR --trap NAME          (the trap's fixture on its base preset)
        ossgen.py OUT_DIR --preset 20b [--layers N] [--experts N] [--dry-run]
 """
@@ -447,6 +448,9 @@ def main(argv):
     ap.add_argument("--trap", choices=osslib.TRAPS)
     ap.add_argument("--check-template", action="store_true",
                     help="fail if a released config file differs from the embedded copy")
+    ap.add_argument("--vocab", type=int,
+                    help="oa / ob only: another vocabulary size (e.g. o200k's 201088, so that a "
+                         "full-size tokenizer.json fits the model: tests/t_tokenizer_parity.sh)")
     ap.add_argument("--layers", type=int, help="20b only: fewer layers")
     ap.add_argument("--experts", type=int, help="20b only: fewer experts per layer")
     ap.add_argument("--dry-run", action="store_true",
@@ -467,6 +471,8 @@ def main(argv):
         a.preset = TRAP_FIXTURES[a.trap][0]
     p = dict(KNOBS)
     if a.preset == "20b":
+        if a.vocab:
+            raise SystemExit("ossgen: --vocab is for the tiny presets (20b has the released one)")
         p.update(released_params("20b"))
         if a.layers:
             p["layers"] = a.layers
@@ -477,6 +483,8 @@ def main(argv):
         if a.layers or a.experts:
             raise SystemExit("ossgen: --layers / --experts are for --preset 20b")
         p.update(PRESETS[a.preset])
+        if a.vocab:
+            p["vocab"] = a.vocab
     if a.trap:
         base, adj = TRAP_FIXTURES[a.trap]
         if a.preset != base:

@@ -3,9 +3,10 @@
  *
  * Owns: reading the parts of tokenizer.json that decide encoding - model
  *   (type BPE, vocab, merges), normalizer (must be none), pre_tokenizer (a
- *   Split regex + ByteLevel without its own regex, or a lone ByteLevel with
- *   GPT-2's regex), added_tokens - and translating the Split regex from the
- *   Rust regex dialect to PCRE2's.
+ *   Split regex, Isolated or Removed + invert, + ByteLevel without its own
+ *   regex, or a lone ByteLevel with GPT-2's regex), added_tokens (which the
+ *   vocab may list too, under their own ids) - and translating the Split
+ *   regex from the Rust regex dialect to PCRE2's.
  * Idea: encode as Hugging Face's BPE does, on the tiktoken machinery: the
  *   vocab keys are token bytes in GPT-2's byte-to-unicode alphabet, and two
  *   adjacent parts join only when (left, right) is a listed merge
@@ -154,13 +155,35 @@ static ms_status byte_level(json_t *bl, int *regex, ms_err *err) {
     return MS_OK;
 }
 
+/* Split's behavior and invert, as Hugging Face reads them: Isolated with
+ * invert false keeps the matches and the text between them as pieces;
+ * Removed with invert true keeps the matches and drops the text between them
+ * (the inverted pattern marks that text as the delimiter, and Removed drops
+ * delimiters). *drop_gaps = 1 for the second. Any other combination is
+ * refused. For a pattern that matches at every position (o200k's: every
+ * character is a letter, digit, space or other, and each class starts a
+ * non-empty match) the two are the same; for others, dropping is the file's
+ * meaning. */
+static ms_status split_behavior(json_t *sp, int *drop_gaps, ms_err *err) {
+    json_t *beh = json_object_get(sp, "behavior"), *inv = json_object_get(sp, "invert");
+    const char *b = json_is_string(beh) ? json_string_value(beh) : "";
+    if (strcmp(b, "Isolated") == 0 && !json_is_true(inv)) *drop_gaps = 0;
+    else if (strcmp(b, "Removed") == 0 && json_is_true(inv)) *drop_gaps = 1;
+    else
+        return ms_err_set(err, MS_E_MODEL, HF ": Split: expected behavior Isolated with invert false, or Removed "
+                          "with invert true");
+    return MS_OK;
+}
+
 /* The pre-tokenizer's regex in PCRE2 syntax into pat[MAX_PATTERN]. Accepted:
- * Sequence[Split{Regex, behavior Isolated, invert false}, ByteLevel{use_regex
- * false}] (gpt-oss, Llama 3), or a lone ByteLevel{use_regex true} (GPT-2). */
-static ms_status pre_tokenizer(json_t *root, char *pat, ms_err *err) {
+ * Sequence[Split{Regex, Isolated + invert false or Removed + invert true},
+ * ByteLevel{use_regex false}] (gpt-oss, Llama 3, converted o200k files), or a
+ * lone ByteLevel{use_regex true} (GPT-2). *drop_gaps: see split_behavior. */
+static ms_status pre_tokenizer(json_t *root, char *pat, int *drop_gaps, ms_err *err) {
     json_t *pt = json_object_get(root, "pre_tokenizer");
     int regex = 0;
     ms_status st;
+    *drop_gaps = 0;
     if (json_is_object(pt) && is_type(pt, "ByteLevel")) {
         if ((st = byte_level(pt, &regex, err)) != MS_OK) return st;
         if (!regex) return ms_err_set(err, MS_E_MODEL, HF ": ByteLevel pre-tokenizer without a regex splits nothing");
@@ -172,13 +195,10 @@ static ms_status pre_tokenizer(json_t *root, char *pat, ms_err *err) {
         !is_type(bl, "ByteLevel"))
         return ms_err_set(err, MS_E_MODEL, HF ": expected pre_tokenizer Sequence [Split, ByteLevel] or ByteLevel");
     json_t *re = json_object_get(json_object_get(sp, "pattern"), "Regex");
-    json_t *beh = json_object_get(sp, "behavior");
     if (!json_is_string(re) || strlen(json_string_value(re)) != json_string_length(re) ||
         json_string_length(re) == 0)
         return ms_err_set(err, MS_E_MODEL, HF ": Split: expected a non-empty string pattern.Regex");
-    if (!json_is_string(beh) || strcmp(json_string_value(beh), "Isolated") != 0 ||
-        json_is_true(json_object_get(sp, "invert")))
-        return ms_err_set(err, MS_E_MODEL, HF ": Split: expected behavior Isolated and invert false");
+    if ((st = split_behavior(sp, drop_gaps, err)) != MS_OK) return st;
     if ((st = byte_level(bl, &regex, err)) != MS_OK) return st;
     if (regex) return ms_err_set(err, MS_E_MODEL, HF ": ByteLevel after Split must have use_regex false");
     if (json_string_length(re) >= MAX_PATTERN / 4)
@@ -212,10 +232,38 @@ static ms_status check_model(json_t *root, json_t **model, ms_err *err) {
     return MS_OK;
 }
 
-/* model.vocab -> t->blob / t->off / t->n_ranks: ids must be exactly 0..n-1. */
-static ms_status lay_out_vocab(ms_tok *t, json_t *vocab, const int16_t cp_byte[324], ms_err *err) {
-    const int64_t n = (int64_t)json_object_size(vocab);
-    if (!json_is_object(vocab) || n == 0) return ms_err_set(err, MS_E_MODEL, HF ": expected a non-empty object model.vocab");
+/* Whether vocab entry (key, id) is an added token: an entry of added_tokens
+ * with this id and exactly this content. */
+static int is_added(json_t *added, const char *key, size_t kl, json_int_t id) {
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        json_t *e = json_array_get(added, i), *c = json_object_get(e, "content");
+        if (json_is_integer(json_object_get(e, "id")) && json_integer_value(json_object_get(e, "id")) == id &&
+            json_is_string(c) && json_string_length(c) == kl && memcmp(json_string_value(c), key, kl) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* How many added tokens model.vocab also lists, under their own id. */
+static int64_t added_in_vocab(json_t *vocab, json_t *added) {
+    int64_t k = 0;
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        json_t *e = json_array_get(added, i), *c = json_object_get(e, "content"), *id = json_object_get(e, "id");
+        json_t *v = json_is_string(c) ? json_object_getn(vocab, json_string_value(c), json_string_length(c)) : NULL;
+        k += json_is_integer(v) && json_is_integer(id) && json_integer_value(v) == json_integer_value(id);
+    }
+    return k;
+}
+
+/* model.vocab -> t->blob / t->off / t->n_ranks. The BPE ids must be exactly
+ * 0..n-1; besides them the vocab may list added tokens under their own ids
+ * at n or above (GPT-2's <|endoftext|>, converted o200k files): those are
+ * specials (added_tokens), not BPE tokens, and are skipped here. */
+static ms_status lay_out_vocab(ms_tok *t, json_t *vocab, json_t *added, const int16_t cp_byte[324], ms_err *err) {
+    if (!json_is_object(vocab) || json_object_size(vocab) == 0)
+        return ms_err_set(err, MS_E_MODEL, HF ": expected a non-empty object model.vocab");
+    const int64_t n = (int64_t)json_object_size(vocab) - added_in_vocab(vocab, added);
+    if (n <= 0) return ms_err_set(err, MS_E_MODEL, HF ": model.vocab holds only added tokens");
     if (n > INT32_MAX - 1) return ms_err_set(err, MS_E_MODEL, HF ": %lld vocab entries, too many", (long long)n);
     int64_t total = 0;
     const char *key;
@@ -233,6 +281,7 @@ static ms_status lay_out_vocab(ms_tok *t, json_t *vocab, const int16_t cp_byte[3
     int64_t used = 0;
     json_object_keylen_foreach(vocab, key, kl, v) {
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id >= n && is_added(added, key, kl, id)) continue;
         if (id < 0 || id >= n) {
             st = ms_err_set(err, MS_E_MODEL, HF ": vocab entry '%.40s': id must be an integer in [0, %lld) "
                             "(the ids of model.vocab must be dense)", key, (long long)n);
@@ -252,6 +301,11 @@ static ms_status lay_out_vocab(ms_tok *t, json_t *vocab, const int16_t cp_byte[3
     int64_t o = 0;
     t->max_tok_len = 0;
     for (int64_t r = 0; r < n; r++) {
+        if (len[r] < 0) {   /* cannot happen when the count above is right; checked all the same */
+            st = ms_err_set(err, MS_E_MODEL, HF ": vocab id %lld is missing (the ids of model.vocab must be dense)",
+                            (long long)r);
+            goto done;
+        }
         t->off[r] = o;
         memcpy(t->blob + o, tmp + at[r], (size_t)len[r]);
         o += len[r];
@@ -373,8 +427,8 @@ static ms_status load(ms_tok *t, json_t *root, ms_err *err) {
     char *pat = malloc(MAX_PATTERN);
     if (!pat) return ms_err_set(err, MS_E_NOMEM, HF ": out of memory");
     ms_status st = check_model(root, &model, err);
-    if (st == MS_OK) st = pre_tokenizer(root, pat, err);
-    if (st == MS_OK) st = lay_out_vocab(t, json_object_get(model, "vocab"), cp_byte, err);
+    if (st == MS_OK) st = pre_tokenizer(root, pat, &t->drop_gaps, err);
+    if (st == MS_OK) st = lay_out_vocab(t, json_object_get(model, "vocab"), json_object_get(root, "added_tokens"), cp_byte, err);
     if (st == MS_OK) st = tok_build_table(t, HF, NULL, err);
     if (st == MS_OK) st = check_merges(t, json_object_get(model, "merges"), cp_byte, err);
     /* Hugging Face's default is false: BPE from bytes even when the piece is a token */

@@ -52,6 +52,9 @@ struct ms_tok {
                              input is one regex subject (tokenizer.json) */
     int whole_piece;      /* 1: a piece that is a token is that token (tiktoken;
                              tokenizer.json's ignore_merges) */
+    int drop_gaps;        /* 1: text the pre-tokenizer does not match is dropped,
+                             invalid UTF-8 bytes excepted (tokenizer.json Split
+                             Removed + invert); 0: one piece per byte */
     int by_merges;        /* 1: only listed merges join two parts (tokenizer.json);
                              0: any two parts whose bytes are a token (tiktoken) */
     struct merge_slot *merges;  /* by_merges: open addressing on (left, right) ids */

@@ -15,10 +15,14 @@
  *   linked list + binary heap (O(n log n)) for long ones.
  * Invariants:
  *   1. those of tok_int.h (dense ranks, every single byte has one), so every
- *      byte string is encodable and decode(encode(b)) == b.
- *   2. bytes that no regex alternative matches (only invalid UTF-8, which the
- *      PCRE2_MATCH_INVALID_UTF mode treats as a barrier) become one piece per
- *      byte, i.e. one single-byte token per invalid byte.
+ *      byte string is encodable and decode(encode(b)) == b (with drop_gaps:
+ *      for every b the pattern leaves no valid character of unmatched).
+ *   2. bytes that no regex alternative matches (for K3's and o200k's patterns
+ *      only invalid UTF-8, which the PCRE2_MATCH_INVALID_UTF mode treats as a
+ *      barrier) become one piece per byte, i.e. one single-byte token per
+ *      invalid byte; with t->drop_gaps (a tokenizer.json Split with behavior
+ *      Removed, invert true) an unmatched valid character yields nothing, as
+ *      in Hugging Face, and an invalid byte still one token.
  * Does not: produce special tokens from text, normalise text, or touch the
  *   environment. The loaded object is read-only; encode allocates its own
  *   match data and scratch per call.
@@ -237,6 +241,8 @@ static ms_status encode_piece(enc *e, const uint8_t *p, int64_t n) {
     return MS_OK;
 }
 
+static int utf8_next(const uint8_t *p, int64_t n, uint32_t *cp);
+
 /* Encode one window-chunk: it is its own regex subject (so a lookahead at its
  * end sees the end of the subject, as in the reference's separate calls). */
 static ms_status encode_chunk(enc *e, const uint8_t *c, int64_t n) {
@@ -265,9 +271,15 @@ static ms_status encode_chunk(enc *e, const uint8_t *c, int64_t n) {
             me = (int64_t)ov[1];
             if (me <= ms) me = ms + 1;   /* the pattern has no empty match; never loop */
         }
-        /* unmatched bytes (invalid UTF-8): one piece per byte */
-        for (; pos < ms; pos++)
+        /* unmatched bytes: an invalid UTF-8 byte is one piece; a valid
+         * character is one piece per byte too, or dropped (drop_gaps) */
+        while (pos < ms) {
+            uint32_t cp;
+            int l = e->t->drop_gaps ? utf8_next(c + pos, ms - pos, &cp) : 0;
+            if (l > 0) { pos += l; continue; }
             if ((st = encode_piece(e, c + pos, 1))) return st;
+            pos++;
+        }
         if (ms < n) {
             if ((st = encode_piece(e, c + ms, me - ms))) return st;
             pos = me;

