@@ -18,7 +18,7 @@ hz=$(getconf CLK_TCK)
 stopped=0
 while kill -0 $pid 2>/dev/null; do
     sleep 5
-    read -r -a f < /proc/$pid/stat 2>/dev/null || break
+    { read -r -a f < /proc/$pid/stat; } 2>/dev/null || break
     # fields 14 and 15 (utime, stime); field 2 (comm) holds no spaces for a binary path
     if [ $(( (${f[13]} + ${f[14]}) / hz )) -ge "$limit" ] && [ $stopped -eq 0 ]; then
         echo "cpu_limit: $limit CPU-seconds used, stopping" >&2
