@@ -52,16 +52,8 @@ def start(bin_, model, extra):
         sys.stderr.write(line)
         m = re.search(r"listening on (http://[^ ]+)/v1", line)
         if m:
-            return p, Base(m.group(1), os.path.basename(os.path.normpath(model)))
+            return p, m.group(1)
     sys.exit("prompt_share: the server ended before listening")
-
-
-class Base(str):
-    """The server's address; .model: the model name it answers to."""
-    def __new__(cls, url, model):
-        b = str.__new__(cls, url)
-        b.model = model
-        return b
 
 
 def get(url):
@@ -91,8 +83,8 @@ def disk_bytes_after(base, jobs):
     sys.exit("prompt_share: /metrics did not count the request")
 
 
-def chat(base, messages):
-    body = json.dumps({"model": base.model, "messages": messages, "max_tokens": 1, "temperature": 0}).encode()
+def chat(base, model, messages):
+    body = json.dumps({"model": model, "messages": messages, "max_tokens": 1, "temperature": 0}).encode()
     req = urllib.request.Request(base + "/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     (b0, j0), t0 = counters(base), time.time()
@@ -119,17 +111,18 @@ def main():
         "\nAnswer questions about the text above briefly and exactly."
     other = "Then" + system[system.index(" "):]
     proc, base = start(a.bin, a.model, a.serve_args)
+    name = os.path.basename(os.path.normpath(a.model))     # the model name the server answers to
     rows = []
     try:
         sysm = {"role": "system", "content": system}
-        rows.append(("1. system prompt + Q1, cold", chat(base, [sysm, {"role": "user", "content": QUESTIONS[0]}])))
-        rows.append(("2. the same system prompt + Q2", chat(base, [sysm, {"role": "user", "content": QUESTIONS[1]}])))
+        rows.append(("1. system prompt + Q1, cold", chat(base, name, [sysm, {"role": "user", "content": QUESTIONS[0]}])))
+        rows.append(("2. the same system prompt + Q2", chat(base, name, [sysm, {"role": "user", "content": QUESTIONS[1]}])))
         rows.append(("3. request 2 with the system prompt's first word changed (cold)",
-                     chat(base, [{"role": "system", "content": other}, {"role": "user", "content": QUESTIONS[1]}])))
+                     chat(base, name, [{"role": "system", "content": other}, {"role": "user", "content": QUESTIONS[1]}])))
         conv, turns = [sysm], []
         for k in range(10):
             conv.append({"role": "user", "content": "Turn %d. %s" % (k + 1, QUESTIONS[k % 3])})
-            turns.append(chat(base, conv))
+            turns.append(chat(base, name, conv))
             conv.append({"role": "assistant", "content": "Answer %d: the text is about a journey." % (k + 1)})
     finally:
         proc.terminate()

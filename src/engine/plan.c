@@ -380,8 +380,7 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
     const int64_t session = ms_session_bytes(&m, max_context, max_draft, chunk, n_seq + draft_tree);
     const int64_t store_ram = ms_store_budget(ram_bytes, session + dw + dr, overhead);
     ms_plan plan;
-    st = store_plan(&m, store_ram, 0, 0, &plan, &err);
-    if (ram_bytes == MS_RAM_MIN) st = floor_plan(&m, &plan, &err);
+    st = ram_bytes == MS_RAM_MIN ? floor_plan(&m, &plan, &err) : store_plan(&m, store_ram, 0, 0, &plan, &err);
     char a[32], b[32], c[32], d[32], nseq_label[64];
     if (draft_tree) snprintf(nseq_label, sizeof nseq_label, "%d session%s + a second branch's", n_seq, n_seq > 1 ? "s" : "");
     else snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
