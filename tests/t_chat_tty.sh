@@ -91,7 +91,8 @@ wait_for a '^>>> ' $((n + 1)) || bad "the block got no answer"
 type_line a 'first \'; type_line a "second"
 wait_for a '^>>> ' $((n + 2)) || bad "the continued line got no answer"
 type_line a "/save $tmp/m.bin"
-wait_for a "saved the conversation" || bad "/save after multi-line input"
+# (the message names the file: this session already said "saved the conversation" for empty.bin)
+wait_for a "saved the conversation ([0-9]* tokens) to $tmp/m.bin" || bad "/save after multi-line input"
 has_text "$tmp/m.bin" $'line one\nline two' && has_text "$tmp/m.bin" $'first \nsecond' && ok || \
     bad "multi-line messages not sent as one message with newlines: $(ids "$tmp/m.bin")"
 tm send-keys -t a C-d
@@ -154,7 +155,7 @@ start d --max-tokens 20
 type_line d "hello there"
 wait_for d '^>>> ' 2 || bad "no answer"
 type_line d "/save $tmp/d1.bin"
-wait_for d "saved the conversation" || bad "/save"
+wait_for d "saved the conversation ([0-9]* tokens) to $tmp/d1.bin" || bad "/save"
 type_line d "/exit"
 wait_for d "^EXITED 0" || bad "/exit"
 start e --max-tokens 20
@@ -163,7 +164,7 @@ wait_for e "loaded the conversation ([0-9]* tokens) from $tmp/d1.bin" && ok || b
 type_line e "more please"
 wait_for e '^>>> ' 3 || bad "no answer after /load"
 type_line e "/save $tmp/e2.bin"
-wait_for e "saved the conversation" || bad "/save after /load"
+wait_for e "saved the conversation ([0-9]* tokens) to $tmp/e2.bin" || bad "/save after /load"
 printf 'hello there\nmore please\n/save %s\n' "$tmp/one.bin" | "$BIN" chat "$dir" $M --max-tokens 20 >/dev/null 2>&1
 cmp -s "$tmp/e2.bin" "$tmp/one.bin" && ok || bad "/save + /load in a new process: the continuation differs"
 printf 'more please\n' | "$BIN" chat "$dir" $M --max-tokens 20 --load-session "$tmp/d1.bin" \
