@@ -91,7 +91,7 @@ wait_for a '^>>> ' $((n + 1)) || bad "the block got no answer"
 type_line a 'first \'; type_line a "second"
 wait_for a '^>>> ' $((n + 2)) || bad "the continued line got no answer"
 type_line a "/save $tmp/m.bin"
-# (the message names the file: this session already said "saved the conversation" for empty.bin)
+# (match the message that names the file: chat a already printed "saved the conversation" for empty.bin)
 wait_for a "saved the conversation ([0-9]* tokens) to $tmp/m.bin" || bad "/save after multi-line input"
 has_text "$tmp/m.bin" $'line one\nline two' && has_text "$tmp/m.bin" $'first \nsecond' && ok || \
     bad "multi-line messages not sent as one message with newlines: $(ids "$tmp/m.bin")"
