@@ -9,8 +9,10 @@
 #                               golden/        the correct reference
 #                               golden_wrong/  the reference with that one rule wrong
 #                               margin.json    max |wrong - correct| logit, the max |logit|
-#   OUTDIR/oss_a, oss_b       tiny gpt-oss models (tools/ossgen.py presets oa, ob) + golden/
-#                               (tools/ossref.py), in the Hugging Face release layout
+#   OUTDIR/oss_a, oss_b, oss_c
+#                             tiny gpt-oss models (tools/ossgen.py presets oa, ob, oc) +
+#                               golden/ (tools/ossref.py), in the Hugging Face release
+#                               layout; oss_c's routers are small beside its attention
 #   OUTDIR/trap_oss_NAME      one fixture per trap of spec/gpt-oss.md (osslib.TRAPS), laid
 #                               out as trap_NAME
 #   OUTDIR/draft_a, draft_a0  draft models for a (--draft-model; presets e, e0): a's
@@ -21,8 +23,8 @@
 # Idea: idempotent and cheap. Nothing is done when STAMP matches; otherwise everything is
 #   rebuilt in OUTDIR.tmp (two jobs at a time) and swapped in only when all of it worked,
 #   so a failed run never leaves a half-current OUTDIR behind.
-# Checks while building: msref --check on a, b, c, d and d_odd, ossref --check on oss_a and
-#   oss_b (greedy == teacher-forced argmax, deterministic, incremental == from scratch),
+# Checks while building: msref --check on a, b, c, d and d_odd, ossref --check on oss_a,
+#   oss_b and oss_c (greedy == teacher-forced argmax, deterministic, incremental == from scratch),
 #   every top-2 logit gap >= MIN_ARGMAX_GAP, and every trap's wrong logits differ from the
 #   correct ones by more than MIN_TRAP_MARGIN. Exits non-zero on any failure.
 set -u
@@ -126,6 +128,7 @@ spawn draft_a0 $PY tools/msgen.py "$TMP/draft_a0" --preset e0; NAMES="$NAMES dra
 for t in $TRAPS; do spawn "trap_$t" job_trap "$t"; NAMES="$NAMES trap_$t"; done
 spawn oss_a job_oss_model oss_a oa; NAMES="$NAMES oss_a"
 spawn oss_b job_oss_model oss_b ob; NAMES="$NAMES oss_b"
+spawn oss_c job_oss_model oss_c oc; NAMES="$NAMES oss_c"
 for t in $OSS_TRAPS; do spawn "trap_oss_$t" job_oss_trap "$t"; NAMES="$NAMES trap_oss_$t"; done
 wait
 

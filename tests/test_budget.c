@@ -1,7 +1,8 @@
 /* tests/test_budget.c - the same logits bits at every RAM budget, I/O backend
  * and cache policy, and faults that never produce a silent wrong token.
  *
- * For tiny models a and c (K3) and oss_b (gpt-oss) of $MS_TESTDATA (keep_last: a and c):
+ * For tiny models a and c (K3) and oss_b (gpt-oss) of $MS_TESTDATA (keep_last: a and c;
+ * floor_guesses: oss_c):
  *   - the budget ladder: the trunk and expert shares from the floor (nothing
  *     pinned, the minimum ring, the minimum expert cache) through part of the
  *     trunk pinned, all of it pinned with a tiny expert cache, to everything
@@ -23,7 +24,11 @@
  *     cures it) and the loop must have re-read something (verify_retries >
  *     0), both with the corrupt window at the start of the request and at the
  *     offset of an expert's first scale tensor inside its region (there it
- *     flips `...experts.N.w1.weight_scale` bytes of expert reads).
+ *     flips `...experts.N.w1.weight_scale` bytes of expert reads);
+ *   - the expert predictor at the floor (floor_guesses): where the routers
+ *     are small regions, which every plan pins (oss_c), it guesses at the end
+ *     of every layer, before the next layer's attention is read, with the
+ *     resident run's bits.
  */
 #include "moestream.h"
 
@@ -45,6 +50,7 @@ typedef struct shape {
     int64_t trunk_all;          /* every trunk region pinned */
     int64_t expert_slot, expert_all;
     int64_t k;
+    int64_t n_layer;
 } shape;
 
 static int model_shape(const char *dir, shape *sh) {
@@ -80,6 +86,7 @@ static int model_shape(const char *dir, shape *sh) {
     sh->expert_slot = slot;
     sh->expert_all = ms_plan_alloc_bytes(slot * n_exp);
     sh->k = cfg.num_experts_per_token;
+    sh->n_layer = cfg.num_hidden_layers;
     ms_model_free(&m);
     return 0;
 }
@@ -623,6 +630,45 @@ static void keep_last(const char *dir, const char *name, int slots) {
     rmdir(tmp);
 }
 
+/* The expert predictor at the floor: the trunk streamed through the fewest
+ * ring slots without read-ahead, k expert slots, one token at a time. A
+ * gpt-oss layer's FFN norm and router are one region; where that region is
+ * at most 1/32 of the largest trunk region, every plan pins it (store/plan.h,
+ * "small regions"), and the predictor, which runs a router only when it is
+ * in memory, guesses the next layer's k experts at the end of every layer of
+ * every token, before that layer's attention weights are read (streamed, a
+ * router is in memory then only when the ring happened to keep it: oss_a
+ * guesses on some tokens only). Logits bits equal the resident run's,
+ * predictor on and off. */
+static void floor_guesses(const char *dir, const char *name) {
+    shape sh;
+    if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
+    int64_t V = 0;
+    ms_status st;
+    char msg[1024];
+    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
+    float *ref = run(dir, &base, IDS, N_IDS, &V, &st, msg, sizeof msg, NULL);
+    CHECK(ref != NULL, "%s: resident run: %s", name, msg);
+    if (!ref) return;
+    ms_stats sp[2];
+    for (int pr = 1; pr <= 2; pr++) {
+        run_cfg rc = { sh.ring_floor, sh.expert_slot * sh.k, "uring", "lru", 1, 0, 0, pr, NULL, 0, 0, 0 };
+        int64_t V2 = 0;
+        float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &sp[pr - 1]);
+        CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
+              "%s: floor, predictor %s: %s", name, pr == 1 ? "on" : "off", lg ? "different bits" : msg);
+        free(lg);
+    }
+    const int64_t every = N_IDS * (sh.n_layer - 1) * sh.k;
+    CHECK(sp[0].trunk_bytes_read > 0 && sp[0].guess_issued == every && sp[1].guess_issued == 0,
+          "%s: floor: %lld trunk bytes read, %lld guesses with the predictor (want %lld: every layer of every "
+          "token), %lld without", name, (long long)sp[0].trunk_bytes_read, (long long)sp[0].guess_issued,
+          (long long)every, (long long)sp[1].guess_issued);
+    printf("%s: floor: %lld guesses (%lld right), same bits\n", name, (long long)sp[0].guess_issued,
+           (long long)sp[0].guess_hits);
+    free(ref);
+}
+
 int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_budget"); }
@@ -636,5 +682,7 @@ int main(void) {
         if (i < 2) keep_last(path, models[i], 40);
         auto_chunk(path, models[i]);
     }
+    snprintf(path, sizeof path, "%s/oss_c", td);
+    floor_guesses(path, "oss_c");
     return CHECK_DONE("test_budget");
 }

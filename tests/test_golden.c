@@ -2,8 +2,9 @@
  *
  * For each tiny model in $MS_TESTDATA (a, b, c, d: differently shaped, d with
  * odd expert, head and width counts and F32 data at unaligned offsets; d_odd:
- * d's tensors with BF16 data at odd offsets; oss_a, oss_b: gpt-oss against
- * tools/ossref.py, windows of 4 and 7 keys; see tests/make_testdata.sh):
+ * d's tensors with BF16 data at odd offsets; oss_a, oss_b, oss_c: gpt-oss
+ * against tools/ossref.py, windows of 4, 7 and 4 keys, oss_c with 32 heads of
+ * 64 over a hidden size of 64; see tests/make_testdata.sh):
  *   - teacher forcing over tf_ids: argmax at every position equals the
  *     reference's, logits within TOL of the reference's float64 logits;
  *   - the same feed one token at a time gives the same logits BITS as one
@@ -310,8 +311,8 @@ int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { fprintf(stderr, "MS_TESTDATA not set\n"); CHECK(0, "MS_TESTDATA"); return CHECK_DONE("test_golden"); }
     char path[4096];
-    const char *models[] = { "a", "b", "c", "d", "d_odd", "oss_a", "oss_b" };
-    for (int i = 0; i < 7; i++) {
+    const char *models[] = { "a", "b", "c", "d", "d_odd", "oss_a", "oss_b", "oss_c" };
+    for (int i = 0; i < 8; i++) {
         snprintf(path, sizeof path, "%s/%s", td, models[i]);
         check_model(path, models[i]);
     }

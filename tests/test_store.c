@@ -471,6 +471,28 @@ static void test_plan_hand(void) {
     char table[2048];
     int len = ms_plan_format(&p, table, sizeof table);
     CHECK(len > 0 && strstr(table, "on disk") && strstr(table, "trunk pinned"), "table:\n%s", table);
+
+    /* small TRUNK regions (at most 1/32 of the largest) are pinned in every
+     * plan, the floor included; one a byte larger streams */
+    ms_plan_region r3[6] = { { MS_REGION_TRUNK, 64 * MIB, 0 }, { MS_REGION_TRUNK, 2 * MIB, 0 },
+                             { MS_REGION_TRUNK, 64 * MIB, 0 }, { MS_REGION_TRUNK, 2 * MIB + 1, 0 },
+                             { MS_REGION_EXPERT, 4 * MIB, 0 }, { MS_REGION_EXPERT, 4 * MIB, 0 } };
+    ms_plan_input in3 = { r3, 6, 0, 0, 0, 1, 2, 0 };
+    ms_err_clear(&err);
+    CHECK(ms_plan_compute(&in3, &p, res, &err) == MS_OK, "%s", err.msg);
+    in3.ram_bytes = p.floor_bytes;
+    ms_err_clear(&err);
+    CHECK(ms_plan_compute(&in3, &p, res, &err) == MS_OK, "small regions floor: %s", err.msg);
+    CHECK(p.n_trunk == 4 && p.n_trunk_pinned == 1 && p.trunk_pinned_region_bytes == 2 * MIB && p.n_ring == 2 &&
+              p.ring_slot_bytes == 64 * MIB && p.streamed_region_bytes == 130 * MIB + 1,
+          "small regions floor: pinned %d (%lld B) of %d, ring %d x %lld, streamed %lld", p.n_trunk_pinned,
+          (long long)p.trunk_pinned_region_bytes, p.n_trunk, p.n_ring, (long long)p.ring_slot_bytes,
+          (long long)p.streamed_region_bytes);
+    CHECK(res[1] && !res[0] && !res[2] && !res[3], "small regions floor: residency %d %d %d %d", res[0], res[1],
+          res[2], res[3]);
+    CHECK(p.total_bytes == ms_plan_alloc_bytes(2 * MIB) + ms_plan_alloc_bytes(128 * MIB) +
+                               ms_plan_alloc_bytes(4 * MIB) + ms_plan_alloc_bytes(MS_PLAN_DEFAULT_BOUNCE),
+          "small regions floor: total %lld", (long long)p.total_bytes);
 }
 
 /* --------------------------------------------------------------- budgets */

@@ -77,6 +77,12 @@ PRESETS = {
     "ob": dict(layers=4, hidden=128, heads=6, kv_heads=3, head_dim=32, experts=12, topk=4,
                inter=96, vocab=347, window=7, shards=3, limit=5.0, orig_ctx=2048,
                seed=7226),
+    # Attention far larger than a router (32 heads of 64 over H = 64): each layer's
+    # router region is under 1/32 of its attention region, as in the release (1/290 in
+    # the 20b, 1/72 in the 120b), so every plan pins the routers (store/plan.h, "small
+    # regions") and the floor's predictor can run (test_budget floor_guesses).
+    "oc": dict(layers=3, hidden=64, heads=32, kv_heads=4, head_dim=64, experts=6, topk=2,
+               inter=64, vocab=320, window=4, shards=1, limit=7.0, seed=7331),
 }
 
 KNOBS = dict(q_gain=1.0, w1_std=0.5, w2_std=None, sink_mean=0.5, sink_std=1.0, b2_std=0.5,

@@ -131,7 +131,8 @@ void ms_xio_dense_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t T) 
  * they replace the first guesses: ms_store_predict cancels the first guesses
  * they leave out that are still queued. What they save: docs/perf/history.md,
  * "second guesses" and "second guesses replace the first".
- * Only when N's attention and FFN weights are in memory; own scratch (f->h,
+ * Only when the weights it reads are in memory (K3: N's attention and FFN
+ * regions; gpt-oss: N's FFN region, which holds the norm); own scratch (f->h,
  * f->x are rewritten at N's start anyway). Changes no result. */
 void ms_xio_layer_end(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t T) {
     const ms_config *cf = &c->m->cfg;
@@ -141,7 +142,8 @@ void ms_xio_layer_end(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t T) {
     if (!N || cf->num_experts_per_token <= 0 || (nb <= 0 && !oss)) return;
     const int64_t H = cf->hidden_size;
     const float eps = (float)cf->rms_norm_eps;
-    const uint8_t *ab = ms_store_peek(c->store, N->attn_region);
+    /* the norm's weights: in N's attention region (K3), with its router (gpt-oss) */
+    const uint8_t *ab = ms_store_peek(c->store, oss ? N->ffn_region : N->attn_region);
     if (!ab) return;
     if (oss) memcpy(f->h, f->run, (size_t)H * sizeof(float));
     else ms_res_read_token(f, 0, nb, H, ms_fwd_vec(ab, &N->mlp_res_norm, f->vec0),

@@ -20,16 +20,22 @@
  * n_ring x slot product below INT64_MAX without per-step checks. */
 #define PLAN_MAX_BYTES ((int64_t)1 << 50)
 #define PLAN_MAX_RING 1024
+/* A TRUNK region of at most 1/PLAN_SMALL_DIV of the largest one is pinned in
+ * every plan (plan.h, "small regions"). */
+#define PLAN_SMALL_DIV 32
 
 typedef struct plan_ctx {
     const ms_plan_input *in;
-    int *order;             /* TRUNK region ids, size descending */
-    int64_t *prefix;        /* prefix[k] = bytes of the k largest TRUNK regions */
-    int n_trunk, ring;
+    int *order;             /* the other TRUNK region ids, size descending */
+    int64_t *prefix;        /* prefix[k] = bytes of the k largest of them */
+    int n_trunk, ring;      /* n_trunk: TRUNK regions that are not small */
+    int n_small;            /* small TRUNK regions, always pinned */
+    int64_t small_sum;
     int64_t global_sum, sparse_sum;
     int n_sparse, n_global;
     int n_expert;
     int64_t slot;
+    int64_t trunk_max;      /* the largest TRUNK region */
     int64_t bounce;
 } plan_ctx;
 
@@ -57,8 +63,11 @@ static int64_t ring_slot(const plan_ctx *c, int k) {
     return k < c->n_trunk ? c->in->regions[c->order[k]].bytes : 0;
 }
 
+/* Bytes of the pinned TRUNK regions: the small ones and the k largest. */
+static int64_t pinned_sum(const plan_ctx *c, int k) { return c->small_sum + c->prefix[k]; }
+
 static int64_t trunk_cost(const plan_ctx *c, int k) {
-    return ms_plan_alloc_bytes(c->prefix[k]) + ms_plan_alloc_bytes(ring_n(c, k) * ring_slot(c, k));
+    return ms_plan_alloc_bytes(pinned_sum(c, k)) + ms_plan_alloc_bytes(ring_n(c, k) * ring_slot(c, k));
 }
 
 static int64_t expert_cost(const plan_ctx *c, int e) {
@@ -76,9 +85,9 @@ static int64_t total(const plan_ctx *c, int k, int e, int sparse_res) {
 }
 
 static void fill(const plan_ctx *c, int k, int e, int sp, ms_plan *p) {
-    p->n_trunk_pinned = k;
-    p->trunk_pinned_region_bytes = c->prefix[k];
-    p->trunk_bytes = ms_plan_alloc_bytes(c->prefix[k]);
+    p->n_trunk_pinned = c->n_small + k;
+    p->trunk_pinned_region_bytes = pinned_sum(c, k);
+    p->trunk_bytes = ms_plan_alloc_bytes(pinned_sum(c, k));
     p->streamed_region_bytes = c->prefix[c->n_trunk] - c->prefix[k];
     p->n_ring = ring_n(c, k);
     p->ring_slot_bytes = ring_slot(c, k);
@@ -127,6 +136,11 @@ static int cmp_desc(const void *a, const void *b, void *u) {
     int x = *(const int *)a, y = *(const int *)b;
     if (r[x].bytes != r[y].bytes) return r[x].bytes > r[y].bytes ? -1 : 1;
     return x < y ? -1 : x > y;
+}
+
+/* A TRUNK region of at most 1/PLAN_SMALL_DIV of the largest (c->trunk_max). */
+static int is_small(const plan_ctx *c, const ms_plan_region *r) {
+    return r->cls == MS_REGION_TRUNK && r->bytes <= c->trunk_max / PLAN_SMALL_DIV;
 }
 
 static ms_status compute(plan_ctx *c, ms_plan *out, uint8_t *resident, ms_err *err) {
@@ -212,6 +226,8 @@ static ms_status compute(plan_ctx *c, ms_plan *out, uint8_t *resident, ms_err *e
                           r->cls == MS_REGION_EXPERT ? (uint8_t)out->experts_resident : 0;
         }
         for (int i = 0; i < k; i++) resident[c->order[i]] = 1;
+        for (int i = 0; i < in->n_regions; i++)
+            if (is_small(c, &in->regions[i])) resident[i] = 1;
     }
     return MS_OK;
 }
@@ -244,7 +260,9 @@ ms_status ms_plan_compute(const ms_plan_input *in, ms_plan *out, uint8_t *reside
             if (r->sparse) { c.n_sparse++; c.sparse_sum += r->bytes; }
             else { c.n_global++; c.global_sum += r->bytes; }
             break;
-        case MS_REGION_TRUNK: c.n_trunk++; break;
+        case MS_REGION_TRUNK:
+            if (r->bytes > c.trunk_max) c.trunk_max = r->bytes;
+            break;
         case MS_REGION_EXPERT:
             c.n_expert++;
             if (r->bytes > c.slot) c.slot = r->bytes;
@@ -253,11 +271,17 @@ ms_status ms_plan_compute(const ms_plan_input *in, ms_plan *out, uint8_t *reside
             return ms_err_set(err, MS_E_USAGE, "plan: region %d has unknown class %d", i, r->cls);
         }
     }
+    for (int i = 0; i < in->n_regions; i++) {
+        const ms_plan_region *r = &in->regions[i];
+        if (r->cls != MS_REGION_TRUNK) continue;
+        if (is_small(&c, r)) { c.n_small++; c.small_sum += r->bytes; }
+        else c.n_trunk++;
+    }
     out->n_global_pinned = c.n_global;
     out->n_sparse = c.n_sparse;
     out->global_bytes = ms_plan_alloc_bytes(c.global_sum);
     out->sparse_region_bytes = c.sparse_sum;
-    out->n_trunk = c.n_trunk;
+    out->n_trunk = c.n_trunk + c.n_small;
     out->n_expert_regions = c.n_expert;
     out->expert_slot_bytes = c.slot;
     c.order = malloc(((size_t)c.n_trunk + 1) * sizeof *c.order);
@@ -268,11 +292,11 @@ ms_status ms_plan_compute(const ms_plan_input *in, ms_plan *out, uint8_t *reside
     }
     int n = 0;
     for (int i = 0; i < in->n_regions; i++)
-        if (in->regions[i].cls == MS_REGION_TRUNK) c.order[n++] = i;
+        if (in->regions[i].cls == MS_REGION_TRUNK && !is_small(&c, &in->regions[i])) c.order[n++] = i;
     qsort_r(c.order, (size_t)n, sizeof *c.order, cmp_desc, (void *)in->regions);
     c.prefix[0] = 0;
     for (int i = 0; i < n; i++) c.prefix[i + 1] = c.prefix[i] + in->regions[c.order[i]].bytes;
-    out->trunk_region_bytes = c.prefix[n];
+    out->trunk_region_bytes = c.small_sum + c.prefix[n];
     ms_status st = compute(&c, out, resident, err);
     free(c.order);
     free(c.prefix);

@@ -9,7 +9,8 @@
  *   rounded the way base/bufalloc.h rounds it (ms_plan_alloc_bytes):
  *
  *     global  pinned GLOBAL regions (final norms ...), always resident
- *     trunk   pinned TRUNK regions: the k largest (greedy by size)
+ *     trunk   pinned TRUNK regions: the small ones, then the k largest
+ *             (greedy by size)
  *     ring    n_ring x the largest STREAMED trunk region (>= 2 slots)
  *     experts n_slots x the largest EXPERT region (one arena of equal slots)
  *     sparse  GLOBAL regions marked sparse (read only by parts, e.g. the
@@ -23,6 +24,13 @@
  *   which is not monotonic in k. The planner evaluates every k and takes the
  *   largest k (most bytes saved per pass) that fits with the expert floor;
  *   the smallest total over all k is the floor reported on refusal.
+ *   Small regions: a TRUNK region of at most 1/32 of the largest one (a
+ *   gpt-oss layer's FFN norm and router: 0.18 MB in the 20b, 0.74 MB in the
+ *   120b, beside 53 MB attention regions) is pinned in every plan. Streamed,
+ *   it would hold a ring slot sized for the largest region while in use, and
+ *   the expert predictor, which runs a router only when it is in memory,
+ *   could not guess at the floor (docs/perf/history.md, "small trunk regions
+ *   pinned"). n of them cost at most n/32 of a ring slot.
  *   Split (auto): trunk first, then experts get what is left (capped at one
  *   slot per expert region: then every expert is resident).
  * Invariants (of a successful plan):

@@ -230,8 +230,6 @@ ms_status ms_oss_attention_part(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, in
     for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->run + t * H, in_n, H, eps);
     attention(c, f, seg, nseg, L, base, T);
     for (int64_t i = 0; i < T * H; i++) f->run[i] = f->run[i] + f->a[i];
-    const float *pn = ms_fwd_vec(base, &L->post_attn_norm, f->vec2);
-    for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->run + t * H, pn, H, eps);
     ms_store_release(c->store, L->attn_region);
     return MS_OK;
 }

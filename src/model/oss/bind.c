@@ -4,8 +4,11 @@
  * Owns: the names, dtypes and shapes of gpt-oss's tensors, and how they
  *   group into regions.
  * Main idea: as for K3 (bind.c, whose machinery this uses): per layer one
- *   TRUNK region for the attention part (norms, q/k/v/o with biases, sinks)
- *   and one for the router, then one EXPERT region per routed expert. The
+ *   TRUNK region for the attention part (its norm, q/k/v/o with biases,
+ *   sinks) and one for the FFN's norm and router, then one EXPERT region per
+ *   routed expert. The FFN's norm goes with the router: the expert predictor
+ *   (expert_io.c) then needs only that small region, which every plan pins
+ *   (store/plan.h, "small regions"), to guess a layer's experts. The
  *   release fuses a layer's experts into six tensors (gate_up and down:
  *   blocks, scales, bias) whose first dimension is the expert, so expert e is
  *   the slice [e] of each: an expert region of six ranges, read and counted
@@ -26,7 +29,7 @@
 #define WANTV(wt, n) \
     if (!ms_bind_want(bd, g, (wt), NULL, name, DT_BF16 | DT_F32, D1(n), 1, err)) return err->status
 
-/* Norms, GQA projections with biases, sinks. */
+/* The input norm, GQA projections with biases, sinks. */
 static ms_status bind_attention(binder *bd, group *g, ms_layer *L, int il, ms_err *err) {
     const ms_config *c = &bd->m->cfg;
     const int64_t H = c->hidden_size, q = c->num_attention_heads * c->head_dim;
@@ -42,13 +45,14 @@ static ms_status bind_attention(binder *bd, group *g, ms_layer *L, int il, ms_er
     NAME("self_attn.o_proj.weight", il);          WANT(&L->o_proj, DT_BF16, D2(H, q));
     NAME("self_attn.o_proj.bias", il);            WANTV(&L->o_bias, H);
     NAME("self_attn.sinks", il);                  WANTV(&L->sinks, c->num_attention_heads);
-    NAME("post_attention_layernorm.weight", il);  WANTV(&L->post_attn_norm, H);
     return MS_OK;
 }
 
+/* The FFN's input norm, the router with its bias. */
 static ms_status bind_router(binder *bd, group *g, ms_layer *L, int il, ms_err *err) {
     const ms_config *c = &bd->m->cfg;
     char name[256];
+    NAME("post_attention_layernorm.weight", il);  WANTV(&L->post_attn_norm, c->hidden_size);
     NAME("mlp.router.weight", il);                WANT(&L->router, DT_BF16, D2(c->num_experts, c->hidden_size));
     NAME("mlp.router.bias", il);                  WANTV(&L->router_bias, c->num_experts);
     return MS_OK;

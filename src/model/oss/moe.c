@@ -85,6 +85,8 @@ ms_status ms_oss_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const 
                              ms_err *err) {
     const ms_config *cf = &c->m->cfg;
     const int64_t H = cf->hidden_size, k = cf->num_experts_per_token;
+    const float *pn = ms_fwd_vec(base, &L->post_attn_norm, f->vec2);
+    for (int64_t t = 0; t < T; t++) ms_rmsnorm(f->x + t * H, f->run + t * H, pn, H, (float)cf->rms_norm_eps);
     route(c, f, L, base, T);
     ms_xio x;
     ms_xio_layer_begin(c, f, L, T, keep, &x);
