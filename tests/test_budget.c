@@ -376,16 +376,25 @@ static void score_ladder(const char *dir, const char *name, const float *ref, in
     free(last);
 }
 
+/* The everything-resident run's teacher-forced logits [N_IDS, V], which
+ * every other run must equal bit for bit; NULL (a failed check) if it fails. */
+static float *resident_logits(const char *dir, const char *name, int64_t *V, ms_stats *rs) {
+    ms_status st;
+    char msg[1024];
+    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
+    float *ref = run(dir, &base, IDS, N_IDS, V, &st, msg, sizeof msg, rs);
+    CHECK(ref != NULL, "%s: resident run: %s", name, msg);
+    return ref;
+}
+
 static void ladder(const char *dir, const char *name) {
     shape sh;
     if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
     int64_t V = 0;
     ms_status st;
     char msg[1024];
-    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
     ms_stats rs;
-    float *ref = run(dir, &base, IDS, N_IDS, &V, &st, msg, sizeof msg, &rs);
-    CHECK(ref != NULL, "%s: resident run: %s", name, msg);
+    float *ref = resident_logits(dir, name, &V, &rs);
     if (!ref) return;
     CHECK(rs.trunk_bytes_read == 0 && rs.expert_bytes_read == 0,
           "%s: everything resident but %lld + %lld bytes read while decoding", name,
@@ -646,9 +655,7 @@ static void floor_guesses(const char *dir, const char *name) {
     int64_t V = 0;
     ms_status st;
     char msg[1024];
-    run_cfg base = { 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
-    float *ref = run(dir, &base, IDS, N_IDS, &V, &st, msg, sizeof msg, NULL);
-    CHECK(ref != NULL, "%s: resident run: %s", name, msg);
+    float *ref = resident_logits(dir, name, &V, NULL);
     if (!ref) return;
     ms_stats sp[2];
     for (int pr = 1; pr <= 2; pr++) {
