@@ -261,6 +261,7 @@ ms_status ms_plan_compute(const ms_plan_input *in, ms_plan *out, uint8_t *reside
             else { c.n_global++; c.global_sum += r->bytes; }
             break;
         case MS_REGION_TRUNK:
+            c.n_trunk++;
             if (r->bytes > c.trunk_max) c.trunk_max = r->bytes;
             break;
         case MS_REGION_EXPERT:
@@ -271,17 +272,11 @@ ms_status ms_plan_compute(const ms_plan_input *in, ms_plan *out, uint8_t *reside
             return ms_err_set(err, MS_E_USAGE, "plan: region %d has unknown class %d", i, r->cls);
         }
     }
-    for (int i = 0; i < in->n_regions; i++) {
-        const ms_plan_region *r = &in->regions[i];
-        if (r->cls != MS_REGION_TRUNK) continue;
-        if (is_small(&c, r)) { c.n_small++; c.small_sum += r->bytes; }
-        else c.n_trunk++;
-    }
     out->n_global_pinned = c.n_global;
     out->n_sparse = c.n_sparse;
     out->global_bytes = ms_plan_alloc_bytes(c.global_sum);
     out->sparse_region_bytes = c.sparse_sum;
-    out->n_trunk = c.n_trunk + c.n_small;
+    out->n_trunk = c.n_trunk;
     out->n_expert_regions = c.n_expert;
     out->expert_slot_bytes = c.slot;
     c.order = malloc(((size_t)c.n_trunk + 1) * sizeof *c.order);
@@ -291,8 +286,13 @@ ms_status ms_plan_compute(const ms_plan_input *in, ms_plan *out, uint8_t *reside
         return ms_err_set(err, MS_E_NOMEM, "plan: out of memory");
     }
     int n = 0;
-    for (int i = 0; i < in->n_regions; i++)
-        if (in->regions[i].cls == MS_REGION_TRUNK && !is_small(&c, &in->regions[i])) c.order[n++] = i;
+    for (int i = 0; i < in->n_regions; i++) {
+        const ms_plan_region *r = &in->regions[i];
+        if (r->cls != MS_REGION_TRUNK) continue;
+        if (is_small(&c, r)) { c.n_small++; c.small_sum += r->bytes; }
+        else c.order[n++] = i;
+    }
+    c.n_trunk = n;      /* from here on: the TRUNK regions that are not small */
     qsort_r(c.order, (size_t)n, sizeof *c.order, cmp_desc, (void *)in->regions);
     c.prefix[0] = 0;
     for (int i = 0; i < n; i++) c.prefix[i + 1] = c.prefix[i] + in->regions[c.order[i]].bytes;

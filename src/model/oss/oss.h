@@ -15,14 +15,15 @@
 /* RoPE inv_freq [head_dim / 2] in double (attn.c's header defines it). */
 void ms_oss_rope_freqs(const ms_config *c, double *inv_freq);
 
-/* The first half of layer L: f->x = RMSNorm(run); run += attention(f->x);
- * f->x = RMSNorm(run; post-attention norm), the MoE's input. Each segment's
- * keys and values go into its state's cache. */
+/* The first half of layer L: f->x = RMSNorm(run); run += attention(f->x).
+ * Each segment's keys and values go into its state's cache. */
 ms_status ms_oss_attention_part(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const ms_layer *L,
                                 int64_t T, ms_err *err);
 
-/* The MoE of layer L (router weights at base): f->x [T, H] in, f->ffn
- * [T, H] out. keep: as ms_moe_forward. Fails only when an expert read fails. */
+/* The MoE of layer L (its FFN region at base: the post-attention norm and the
+ * router): f->x = RMSNorm(run; post-attention norm), the MoE's input, then
+ * f->ffn [T, H] out. keep: as ms_moe_forward. Fails only when an expert read
+ * fails. */
 ms_status ms_oss_moe_forward(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, const uint8_t *base, int64_t T, int keep,
                              ms_err *err);
 
