@@ -99,7 +99,8 @@ typedef struct ms_engine_params {
     /* speculative decoding (ms_session_decode, ms_sessions_decode): > 0 lets every session verify up to
        max_draft drafted tokens per pass (at most 31); the memory this takes per
        session (~ n_kda_layers x (KDA state + (max_draft + 1) x (4P + nh) floats) +
-       (max_draft + 1) logits rows) is counted in the plan. 0 = no speculation. */
+       (max_draft + 1) logits rows, and max_draft positions more in a sliding layer's
+       ring of keys) is counted in the plan. 0 = no speculation. */
     int max_draft;
     /* with max_draft > 0: 1 = every pass drafts the length that maximises the expected
        emitted tokens per byte (this run's measured bytes per pass and per fed token; at a

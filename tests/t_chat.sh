@@ -50,7 +50,7 @@ dec=$(grep -o 'decode [0-9]* tokens' "$tmp/err.txt" | grep -o '[0-9]*')
 $PY - "$tmp/s.bin" "$tmp/ids.txt" <<'PYEOF' || bad "cannot read the saved session"
 import struct, sys
 b = open(sys.argv[1], "rb").read()
-assert b[:8] == b"MSSESS02"
+assert b[:8] == b"MSSESS03"
 n_past = struct.unpack_from("<q", b, 16)[0]
 ids = struct.unpack_from("<%di" % n_past, b, 96)
 open(sys.argv[2], "w").write("%d\n%s\n" % (n_past, ",".join(map(str, ids))))

@@ -54,7 +54,7 @@ ids() {
     $PY - "$1" <<'PYEOF'
 import struct, sys
 b = open(sys.argv[1], "rb").read()
-assert b[:8] == b"MSSESS02", b[:8]
+assert b[:8] == b"MSSESS03", b[:8]
 n = struct.unpack_from("<q", b, 16)[0]          # ids start at 96 (engine/session_io.c)
 print(",".join(map(str, struct.unpack_from("<%di" % n, b, 96))))
 PYEOF

@@ -12,7 +12,9 @@
 #      (the shard's last 4 KiB); A itself loads it;
 #   2. a session of format 01, and one with n_past = 2^62, exit 2; one
 #      holding an id outside the vocabulary (checksum recomputed) exits 2
-#      naming the id;
+#      naming the id; one of format 02 (magic rewritten) loads for A (no
+#      sliding layer: the same layout) and goes on with the ids the 03 file
+#      gives, and is refused (exit 2, "format 02") for gpt-oss's oss_a;
 #   3. an edit of rms_norm_eps in config.json, or of one token of
 #      tiktoken.model, after `verify --write`: verify exits 4 naming the file,
 #      run exits 2 naming it;
@@ -72,6 +74,8 @@ b = bytearray(open(sys.argv[1], "rb").read())
 d = sys.argv[2]
 old = bytearray(b); old[:8] = b"MSSESS01"
 open(d + "/old.sess", "wb").write(old)
+v2 = bytearray(b); v2[:8] = b"MSSESS02"
+open(d + "/v2.sess", "wb").write(v2)
 big = bytearray(b); struct.pack_into("<q", big, 16, 1 << 62)
 open(d + "/big.sess", "wb").write(big)
 n_past, n_vocab = struct.unpack_from("<qq", b, 16)
@@ -87,6 +91,21 @@ for k in old big oov; do
     case $k in old) want='format 01';; big) want='4611686018427387904 positions';; oov) want='outside the vocabulary';; esac
     [ $rc -eq 2 ] && grep -q "$want" "$tmp/err" && ok || bad "session $k: exit $rc, $(cat "$tmp/err")"
 done
+"$BIN" run "$A" --load-session "$tmp/a.sess" --gen 4 >"$tmp/v3.out" 2>"$tmp/err" || bad "format 03 on A: $(cat "$tmp/err")"
+"$BIN" run "$A" --load-session "$tmp/v2.sess" --gen 4 >"$tmp/v2.out" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && [ -s "$tmp/v2.out" ] && cmp -s "$tmp/v2.out" "$tmp/v3.out" && ok ||
+    bad "format 02 on A (no sliding layer): exit $rc, $(cat "$tmp/err"; diff "$tmp/v2.out" "$tmp/v3.out")"
+if [ -d "$TD/oss_a" ]; then
+    "$BIN" run "$TD/oss_a" $IDS --save-session "$tmp/o.sess" >/dev/null 2>"$tmp/err" || bad "save on oss_a: $(cat "$tmp/err")"
+    $PY -c "
+import sys
+b = bytearray(open(sys.argv[1], 'rb').read()); b[:8] = b'MSSESS02'
+open(sys.argv[1], 'wb').write(b)" "$tmp/o.sess"
+    "$BIN" run "$TD/oss_a" --load-session "$tmp/o.sess" --gen 2 --quiet >/dev/null 2>"$tmp/err"; rc=$?
+    [ $rc -eq 2 ] && grep -q "format 02" "$tmp/err" && ok || bad "format 02 on oss_a: exit $rc, $(cat "$tmp/err")"
+else
+    bad "$TD/oss_a missing"
+fi
 
 # 3. metadata files: config.json and tiktoken.model
 D=$tmp/D; copy "$D"

@@ -6,7 +6,8 @@
 #   1. plan on the released configs (tests/data/format/gpt-oss-{120b,20b}) at 4G,
 #      8G, 16G and 64G: exit 0, slots of 12.7 MiB (one expert's six slices, 12.62
 #      MiB, each at its page offset), no trunk ring (the whole always-read part
-#      pinned from 4G up), the session's keys and values;
+#      pinned from 4G up), the session's keys and values (a sliding layer's ring:
+#      the window of 128 and the default 8 a rollback may go back);
 #   2. run --ids at every budget (everything, 96M, min), --threads 1 and 2, --chunk
 #      1 and 32, --kernels ref: the reference's greedy ids, and the first logits
 #      bits equal to the resident run's;
@@ -53,7 +54,7 @@ for cfg in 120b 20b; do
     for r in 4G 8G 16G 64G; do
         if "$BIN" plan tests/data/format/gpt-oss-$cfg-config.json --ram $r > "$tmp/plan" 2>&1 &&
            grep -q "slots of 12.7 MiB" "$tmp/plan" && grep -Eq "^  trunk ring +0 " "$tmp/plan" &&
-           grep -q "keys and values at 4096 positions" "$tmp/plan"; then ok
+           grep -q "keys and values at 4096 positions, 136 in a sliding layer" "$tmp/plan"; then ok
         else bad "plan $cfg --ram $r: $(head -c 1500 "$tmp/plan")"; fi
     done
 done

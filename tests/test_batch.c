@@ -294,7 +294,7 @@ static void usage(const char *dir, const char *name) {
     if (ms_config_load(path, &cfg, &err) == MS_OK && ms_model_bind(&m, &cfg, NULL, NULL, &err) == MS_OK) {
         const int64_t s1 = ms_session_bytes(&m, 256, 0, 32, 1), s2 = ms_session_bytes(&m, 256, 0, 32, 2);
         const int64_t s5 = ms_session_bytes(&m, 256, 0, 32, 5);
-        const int64_t one = ms_state_bytes(&m, 256) + cfg.vocab_size * 4 + 256 * 4;
+        const int64_t one = ms_state_bytes(&m, 256, 0) + cfg.vocab_size * 4 + 256 * 4;
         CHECK(s2 - s1 == one && s5 - s1 == 4 * one && s1 == one + ms_fwd_bytes(&m, 32, 256),
               "%s: session bytes %lld / %lld / %lld, one state %lld", name, (long long)s1, (long long)s2,
               (long long)s5, (long long)one);

@@ -13,7 +13,13 @@
  *   - the dry-run binding (what `plan` uses) lays the released checkpoint
  *     out as the spec's sizes say: one expert 13,236,480 bytes (six slices),
  *     E x layers expert regions, and every byte of the checkpoint in some
- *     region (65,248,815,744 for the 120b, 13,761,264,768 for the 20b).
+ *     region (65,248,815,744 for the 120b, 13,761,264,768 for the 20b);
+ *   - the session state (model.h, ms_state): a full layer keeps every
+ *     position, a sliding one a ring of window + max_back slots (none below
+ *     that context); ms_state_layer hands out the last window - 1 positions
+ *     of a sliding layer in position order, in two parts where they wrap;
+ *     ms_state_rewind moves back at most max_back + 1 positions in a ring,
+ *     any distance without one.
  * Needs: run from the repo root.
  */
 #include "check.h"
@@ -70,6 +76,55 @@ static void released(int which) {
     /* every byte in a region; a region may add a few bytes of alignment per range */
     CHECK(all >= want && all - want < (int64_t)m.n_plan_regions * 6 * 4096, "regions hold %lld bytes, checkpoint %lld",
           (long long)all, (long long)want);
+    const int64_t pos = 2 * 8 * 64 * 4;         /* bytes a layer keeps per position */
+    CHECK(ms_state_bytes(&m, 4096, 0) == pos * (L / 2) * (4096 + 128) &&
+          ms_state_bytes(&m, 4096, 31) == pos * (L / 2) * (4096 + 159) && ms_state_bytes(&m, 100, 31) == pos * L * 100,
+          "state bytes %lld / %lld / %lld", (long long)ms_state_bytes(&m, 4096, 0), (long long)ms_state_bytes(&m, 4096, 31),
+          (long long)ms_state_bytes(&m, 100, 31));
+    ms_model_free(&m);
+}
+
+/* The ring of a sliding layer, on the 20b's config (window 128). */
+static void ring(void) {
+    ms_config c;
+    ms_err e;
+    ms_err_clear(&e);
+    ms_model m;
+    if (ms_config_load(CONFIG[1], &c, &e) != MS_OK || ms_model_bind(&m, &c, NULL, NULL, &e) != MS_OK) {
+        CHECK(0, "20b config: %s", e.msg);
+        return;
+    }
+    const int64_t pw = c.pos_floats;
+    ms_state st, lin;
+    CHECK(ms_state_init(&st, &m, 512, 3, &e) == MS_OK && ms_state_init(&lin, &m, 100, 3, &e) == MS_OK, "%s", e.msg);
+    CHECK(st.ring == 131 && lin.ring == 100 && ms_state_slots(&st, &m.layers[0]) == 131 &&
+          ms_state_slots(&st, &m.layers[1]) == 512, "ring %lld, linear %lld", (long long)st.ring, (long long)lin.ring);
+    float *part[2];
+    int64_t n[2], k[2];
+    /* n = 200: the sliding layer's positions 73..199 are slots 73..130 then 0..68 */
+    ms_state_layer(&st, &m, 0, 200, part, n);
+    CHECK(part[0] == st.pos_cache[0] + 73 * pw && n[0] == 58 * pw && part[1] == st.pos_cache[0] && n[1] == 69 * pw,
+          "wrapped parts: %lld + %lld floats", (long long)n[0], (long long)n[1]);
+    ms_state_layer(NULL, &m, 0, 200, part, k);
+    CHECK(part[0] == NULL && k[0] + k[1] == 127 * pw, "sizes without a state: %lld", (long long)(k[0] + k[1]));
+    /* n = 140: positions 13..139, slots 13..130 then 0..8 */
+    ms_state_layer(&st, &m, 0, 140, part, n);
+    CHECK(part[0] == st.pos_cache[0] + 13 * pw && n[0] == 118 * pw && n[1] == 9 * pw, "parts at 140");
+    /* n = 128: positions 1..127, one run; fewer than window - 1: all of them */
+    ms_state_layer(&st, &m, 0, 128, part, n);
+    CHECK(part[0] == st.pos_cache[0] + pw && n[0] == 127 * pw && n[1] == 0, "parts at 128");
+    ms_state_layer(&st, &m, 0, 127, part, n);
+    CHECK(part[0] == st.pos_cache[0] && n[0] == 127 * pw && n[1] == 0, "parts at 127");
+    ms_state_layer(&st, &m, 1, 200, part, n);
+    CHECK(part[0] == st.pos_cache[1] && n[0] == 200 * pw && n[1] == 0, "a full layer: every position");
+    CHECK(ms_state_floats(&m, 0, 2, 200) == 327 * pw, "floats of two layers at 200");
+    st.n_past = 200;
+    CHECK(ms_state_rewind(&st, 196, &m) == 1 && st.n_past == 196, "back 4 (max_back + 1)");
+    CHECK(ms_state_rewind(&st, 191, &m) == 0 && st.n_past == 196, "back 5: refused, unchanged");
+    lin.n_past = 100;
+    CHECK(ms_state_rewind(&lin, 0, &m) == 1 && lin.n_past == 0, "no ring: any distance");
+    ms_state_free(&st, &m);
+    ms_state_free(&lin, &m);
     ms_model_free(&m);
 }
 
@@ -132,5 +187,6 @@ int main(void) {
     released(0);
     released(1);
     refusals();
+    ring();
     return CHECK_DONE("test_oss");
 }

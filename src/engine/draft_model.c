@@ -132,6 +132,7 @@ ms_status ms_dm_open(ms_engine *e, ms_err *err) {
     char msg[512];
     ms_status st = ms_engine_open_alone(&dp, e->pool, &e->dm, msg, sizeof msg);   /* the model's threads */
     if (st != MS_OK) return ms_err_set(err, st, "--draft-model %s: %s", e->p.draft_model, msg);
+    e->dm->state_back = e->p.max_draft;    /* its sessions go back to marks (go_back) */
     const uint64_t mine = vocab_digest(e), its = vocab_digest(e->dm);
     if (mine != its || e->dm->cfg.vocab_size != e->cfg.vocab_size) {
         char a[24], b[24];
@@ -187,12 +188,11 @@ static void go_back(ms_dm_sess *d, const ms_engine *e, int64_t pos) {
     ms_session *ds = d->ds;
     int64_t j = d->n_marks - 1;
     while (j >= 0 && d->mpos[j] > pos) j--;
-    if (ds->sticky != MS_OK || j < 0) {
+    if (ds->sticky != MS_OK || j < 0 || !ms_state_rewind(&ds->st, d->mpos[j], &e->dm->model)) {
         ms_session_reset(ds);
         d->n_marks = 0;
         return;
     }
-    ds->st.n_past = d->mpos[j];
     mark_io(&ds->st, &e->dm->model, d->marks + j * e->dm_mark_floats, 0);
     ds->has_logits = 0;
     ds->rb.n_rec = 0;

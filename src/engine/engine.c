@@ -147,7 +147,7 @@ ms_status ms_session_open(ms_engine *e, ms_session **out) {
     if (!s) return MS_E_NOMEM;
     s->e = e;
     ms_status st;
-    if ((st = ms_state_init(&s->st, &e->model, e->p.max_context, &err)) != MS_OK) goto fail;
+    if ((st = ms_state_init(&s->st, &e->model, e->p.max_context, e->state_back, &err)) != MS_OK) goto fail;
     s->logits = malloc((size_t)e->cfg.vocab_size * sizeof(float));
     s->tokens = malloc((size_t)e->p.max_context * sizeof(int32_t));
     if (!s->logits || !s->tokens) { st = ms_err_set(&err, MS_E_NOMEM, "out of memory"); goto fail; }

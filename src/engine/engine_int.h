@@ -167,6 +167,8 @@ struct ms_engine {
                                    without speculation */
     struct ms_engine *dm;       /* the draft model's engine (engine/draft_model.c); NULL: none */
     int64_t dm_mark_floats;     /* floats of one mark of its state (ms_dm_mark_floats) */
+    int64_t state_back;         /* how far its sessions' positions may move back: p.max_draft,
+                                   a draft model's engine the main engine's (ms_state_init) */
     struct ms_session *tree_b;  /* draft_tree: the session a pass's second branch is verified
                                    in (engine/draft_tree.c); NULL: chains only */
     char error[512];

@@ -100,6 +100,7 @@ static ms_status resolve_params(ms_engine *e, const ms_engine_params *p, ms_err 
         e->p.draft_auto = e->p.max_draft > 0;
     }
     e->p.prefill_chunk = ms_resolve_chunk(p->prefill_chunk, e->p.max_draft, err->msg, sizeof err->msg);
+    e->state_back = e->p.max_draft;
     if (e->p.prefill_chunk < 0) {
         err->status = MS_E_USAGE;
         return MS_E_USAGE;

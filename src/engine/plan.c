@@ -40,7 +40,7 @@ int64_t ms_session_bytes(const ms_model *m, int64_t max_ctx, int64_t max_draft, 
     if (max_draft > 0)
         spec = ms_rollback_bytes(m, max_draft + 1) +
                (max_draft + 1) * (c->vocab_size * (int64_t)sizeof(float) + (int64_t)sizeof(int32_t));
-    const int64_t one = ms_state_bytes(m, max_ctx) + c->vocab_size * (int64_t)sizeof(float) +
+    const int64_t one = ms_state_bytes(m, max_ctx, max_draft) + c->vocab_size * (int64_t)sizeof(float) +
                         max_ctx * (int64_t)sizeof(int32_t) + spec;
     /* a pipeline stage (a part of the model) also holds the messages of a pass:
        the one received or sent, and on stage 0 the groups in flight */
@@ -145,9 +145,11 @@ ms_status ms_draft_model_bytes(const char *dir, int64_t max_ctx, int max_draft, 
     }
     const int64_t seq = n_seq > 1 ? n_seq : 1;
     *weights = plan.total_bytes;
-    /* its sessions (no speculation of its own: marks instead) and their marks and
+    /* its sessions (no speculation of its own: marks instead, which move back up to
+       max_draft positions, kept by a sliding layer's ring) and their marks and
        catch-up ids; its forward scratch (chunks of 32); its name table */
     *rest = ms_session_bytes(&m, max_ctx, 0, MS_DEFAULT_CHUNK, n_seq) +
+            seq * (ms_state_bytes(&m, max_ctx, max_draft) - ms_state_bytes(&m, max_ctx, 0)) +
             seq * ((int64_t)max_draft * ms_dm_mark_floats(&m) * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t)) +
             ms_overhead_estimate(&m) - MS_BASE_OVERHEAD;
     ms_model_free(&m);
@@ -381,7 +383,8 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
     const int64_t store_ram = ms_store_budget(ram_bytes, session + dw + dr, overhead);
     ms_plan plan;
     st = ram_bytes == MS_RAM_MIN ? floor_plan(&m, &plan, &err) : store_plan(&m, store_ram, 0, 0, &plan, &err);
-    char a[32], b[32], c[32], d[32], nseq_label[64];
+    char a[32], b[32], c[32], d[32], nseq_label[64], what[96];
+    ms_state_what(&m, max_context, max_draft, what, sizeof what);
     if (draft_tree) snprintf(nseq_label, sizeof nseq_label, "%d session%s + a second branch's", n_seq, n_seq > 1 ? "s" : "");
     else snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
     human(session, a, sizeof a);
@@ -391,15 +394,14 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
     at += (size_t)snprintf(out + at, n > at ? n - at : 0,
                            "model: %s: %lld layers, hidden %lld, %lld experts x %lld layers, vocab %lld\n"
                            "budget: %s\n"
-                           "  %s (%s at %lld positions, scratch for %lld-token chunks%s): %s\n"
+                           "  %s (%s, scratch for %lld-token chunks%s): %s\n"
                            "  process overhead + slack: %s\n",
                            cfg_path, (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size,
                            (long long)cfg.num_experts, (long long)(cfg.num_hidden_layers - cfg.first_k_dense_replace),
                            (long long)cfg.vocab_size,
                            ram_bytes > 0 ? c : ram_bytes == MS_RAM_MIN ? "min (the smallest plan)" : "none (everything resident)",
                            n_seq > 1 || draft_tree ? nseq_label : "session",
-                           cfg.family == MS_FAMILY_GPT_OSS ? "keys and values" : "KDA state, latent MLA cache",
-                           (long long)max_context, (long long)chunk,
+                           what, (long long)chunk,
                            prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
     at += draft_line(draft_model, dw, dr, NULL, out, at, n);
     if (st == MS_OK || st == MS_E_BUDGET) {

@@ -40,19 +40,6 @@ struct ms_pcache {
     pc_entry *head;
 };
 
-/* Floats of layers [l0, l1)'s state at n positions (any layer: ms_state_layer
- * sizes it from the config, held here or not). */
-static int64_t state_floats(const ms_model *m, int l0, int l1, int64_t n) {
-    int64_t all = 0;
-    for (int il = l0; il < l1; il++) {
-        float *part[2];
-        int64_t k[2];
-        ms_state_layer(NULL, m, il, n, part, k);
-        all += k[0] + k[1];
-    }
-    return all;
-}
-
 /* The bytes stage r's part of an entry of n positions takes: the entry
  * record, stage 0's ids and logits row, and the state of stage r's layers.
  * Every stage computes its own charge with it (over the layers its model
@@ -62,7 +49,7 @@ static int64_t part_bytes(const ms_pcache *pc, int r, int64_t n) {
     const int own = r == e->stage;
     const int l0 = own ? e->model.layer0 : e->stage_start[r], l1 = own ? e->model.layer1 : e->stage_start[r + 1];
     const int64_t head = r == 0 ? n * (int64_t)sizeof(int32_t) + pc->n_vocab * (int64_t)sizeof(float) : 0;
-    return (int64_t)sizeof(pc_entry) + head + state_floats(&e->model, l0, l1, n) * (int64_t)sizeof(float);
+    return (int64_t)sizeof(pc_entry) + head + ms_state_floats(&e->model, l0, l1, n) * (int64_t)sizeof(float);
 }
 
 ms_pcache *ms_pcache_init(ms_engine *e, int64_t cap_bytes) {

@@ -12,7 +12,8 @@
  *     <model hash, 16 hex>-<XXH3-64 of ids[0, n), 16 hex>-<n>.mspc
  *
  *   offset  field (host byte order: little-endian on every supported CPU)
- *   0       magic "MSPCACH1" (format 1)
+ *   0       magic "MSPCACH2" (format 2; format 1 kept every position of a
+ *           sliding layer, and is stale like any other version)
  *   8       u64 model hash (config + tensor table), u64 weights' sums digest,
  *           u64 weights' sampled fingerprint (ms_weights_identity)
  *   32      i64 n, n_vocab, n_layer, n_kda, kda_floats (S + conv of one KDA
@@ -71,7 +72,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define PD_MAGIC "MSPCACH1"
+#define PD_MAGIC "MSPCACH2"
 #define PD_SUFFIX ".mspc"
 #define PD_TMP ".tmp-"
 
@@ -130,7 +131,7 @@ static int64_t file_bytes(const pd_head *h) {
 static pd_head entry_head(const ms_pdisk *pd, int64_t n) {
     pd_head h = pd->want;
     h.n = n;
-    h.state_floats = h.n_kda * h.kda_floats + h.n_mla * h.mla_pos * n;
+    h.state_floats = ms_state_floats(&pd->e->model, 0, pd->e->model.n_layer, n);
     return h;
 }
 

@@ -2,10 +2,10 @@
  *
  * A saved session resumes with a bit-identical continuation: it holds every
  * piece of per-sequence state (ids fed, KDA state S and conv history per KDA
- * layer, the latent MLA cache up to n_past per MLA layer, the last logits).
+ * layer, the cache per position of every other layer, the last logits).
  *
  *   offset  field (little-endian)
- *   0       magic "MSSESS02"
+ *   0       magic "MSSESS03"
  *   8       u64 model hash (config + tensor table, see open.c)
  *   16      i64 n_past, n_vocab, kda_S_floats, kda_conv_floats, n_kda,
  *           mla_pos_floats, n_mla, has_logits            (8 x 8 bytes)
@@ -13,12 +13,17 @@
  *           weights' sampled fingerprint (ms_weights_identity)
  *   96      payload: i32 ids[n_past]; f32 logits[n_vocab] (if has_logits);
  *           per KDA layer f32 S[kda_S_floats], conv[kda_conv_floats];
- *           per MLA layer f32 cache[n_past * mla_pos_floats]
+ *           per position-cache layer (K3's MLA, gpt-oss's) f32 cache of the
+ *           positions a later query sees, in position order: [0, n_past),
+ *           a sliding layer the last sliding_window - 1 (ms_state_layer)
  *   end     u64 FNV-1a of the payload
  *
  * Written to PATH.tmp then renamed, so a crash never leaves a torn file.
+ * Format 02 kept every position of a sliding layer; it is read for a model
+ * without one (the layouts are the same), and re-saved as 03.
  * Refused at load (MS_E_USAGE, exit 2, nothing of the session changed): a
- * file of format 01 (no identity of the weights), another model, other
+ * file of format 01 (no identity of the weights), one of format 02 for a
+ * model with sliding layers, another model, other
  * weights (docs/SECURITY.md, "Identity of the weights"; the message names
  * both identities), other state dimensions, more positions than the
  * session's max_context, a bad checksum, and ids outside the vocabulary.
@@ -30,7 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char MAGIC[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '2' };
+static const char MAGIC[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '3' };
+static const char MAGIC_02[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '2' };
 static const char MAGIC_01[8] = { 'M', 'S', 'S', 'E', 'S', 'S', '0', '1' };
 
 typedef struct dims {
@@ -157,11 +163,15 @@ static ms_status load_header(ms_session *s, FILE *f, const char *path, dims *d) 
     char magic[8], m[400];
     uint64_t hash, head[2];
     const dims want = session_dims(s);
-    if (fread(magic, 1, 8, f) != 8 || (memcmp(magic, MAGIC, 8) != 0 && memcmp(magic, MAGIC_01, 8) != 0))
+    if (fread(magic, 1, 8, f) != 8 ||
+        (memcmp(magic, MAGIC, 8) != 0 && memcmp(magic, MAGIC_02, 8) != 0 && memcmp(magic, MAGIC_01, 8) != 0))
         return fail(s, MS_E_USAGE, "%s: %s", path, "not a moestream session file");
     if (memcmp(magic, MAGIC_01, 8) == 0)
         return fail(s, MS_E_USAGE, "%s: %s", path, "a session file of format 01, which does not record the identity of"
                     " its weights: it cannot be checked against these weights, so it is not loaded (save it again)");
+    if (memcmp(magic, MAGIC_02, 8) == 0 && ms_state_has_ring(&s->e->model))
+        return fail(s, MS_E_USAGE, "%s: %s", path, "a session file of format 02, which keeps every position of the"
+                    " sliding-window layers (format 03 keeps their window): not loaded, feed its text again");
     if (fread(&hash, 8, 1, f) != 1 || fread(d, sizeof *d, 1, f) != 1 || fread(head, 8, 2, f) != 2)
         return fail(s, MS_E_USAGE, "%s: %s", path, "truncated header");
     if (hash != s->e->model_hash)

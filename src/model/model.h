@@ -125,29 +125,56 @@ void ms_model_free(ms_model *m);
  * bytes (ms_store_read_part). MS_E_MODEL naming the tensor otherwise. */
 ms_status ms_model_validate(const ms_model *m, ms_store *store, ms_err *err);
 
-/* ---- per-session state ---- */
+/* ---- per-session state ----
+ * A layer with a cache per position keeps position p in slot p mod its slot
+ * count: max_ctx slots (one per position), or, for a sliding layer (gpt-oss),
+ * a ring of `ring` = window + max_back slots. A query at p sees keys
+ * p - window < j <= p, so the ring holds every key a query needs while a
+ * forward writes at most max_back + 1 positions before attending (model/oss/
+ * attn.c writes a chunk's keys in blocks of that many), and a rollback moves
+ * back at most max_back + 1 positions (ms_state_rewind). */
 typedef struct ms_state {
     int64_t n_past;
     int64_t pipe_id;            /* names the state to the other stages of a pipeline */
     int64_t max_ctx;
+    int64_t ring;               /* slots of a sliding layer's cache (max_ctx: no ring) */
     float **kda_S;              /* [n_kda][heads * dk * dv] */
     float **kda_conv;           /* [n_kda][3 * C * (K-1)]  q,k,v histories, oldest first */
-    float **pos_cache;          /* [n_pos_layers][max_ctx * cfg.pos_floats] */
+    float **pos_cache;          /* [n_pos_layers][slots * cfg.pos_floats] */
 } ms_state;
 
-ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, ms_err *err);
+/* max_back: the farthest, in positions, a rollback or a draft model's mark
+ * goes back (the engine's max_draft). */
+ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, int64_t max_back, ms_err *err);
 /* Bytes ms_state_init allocates (for m's part of the model). */
-int64_t ms_state_bytes(const ms_model *m, int64_t max_ctx);
-/* Layer il's state as sessions on disk keep it: part[0] (a KDA layer's S, an
- * MLA layer's cache for positions [0, n_past)) and part[1] (a KDA layer's
- * conv history; none for MLA), n[] floats each. The pointers are NULL when
- * the layer is not in m's part (another pipeline stage holds it) or st is
- * NULL; the sizes are always given. */
+int64_t ms_state_bytes(const ms_model *m, int64_t max_ctx, int64_t max_back);
+/* Slots of layer L's cache in st (L has a cache per position). */
+int64_t ms_state_slots(const ms_state *st, const ms_layer *L);
+/* Layer il's state at n_past positions as sessions on disk and the prompt
+ * cache keep it: a KDA layer's S (part[0]) and conv history (part[1]); a
+ * layer with a cache per position, the cache of the positions a later query
+ * can see, in position order: [0, n_past), or for a sliding layer the last
+ * window - 1 of them, which may wrap around its ring (part[0] then part[1]).
+ * n[] floats each. The pointers are NULL when the layer is not in m's part
+ * (another pipeline stage holds it) or st is NULL; the sizes are always given
+ * (their sum does not depend on st). */
 void ms_state_layer(const ms_state *st, const ms_model *m, int il, int64_t n_past, float *part[2], int64_t n[2]);
+/* 1 when some layer of m slides (its state at n keeps only a window). */
+int ms_state_has_ring(const ms_model *m);
+/* What a session's state holds, for `plan`: "keys and values at 4096
+ * positions, 159 in a sliding layer". */
+void ms_state_what(const ms_model *m, int64_t max_ctx, int64_t max_back, char *out, size_t n);
+/* Floats of layers [l0, l1)'s state at n positions (ms_state_layer's sizes). */
+int64_t ms_state_floats(const ms_model *m, int l0, int l1, int64_t n);
 void ms_state_free(ms_state *st, const ms_model *m);
 void ms_state_reset(ms_state *st, const ms_model *m);
-/* dst = src (positions [0, src->n_past); dst->max_ctx >= src->n_past). */
+/* dst = src (the positions [0, src->n_past) hold; dst->max_ctx >= src->n_past,
+ * the same ring). */
 void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m);
+/* Move st's positions back to n <= n_past (KDA layers do not move: ms_state_
+ * rollback): 0, st unchanged, when a sliding layer's ring no longer holds
+ * the keys position n needs (n_past - n > ring - window + 1). */
+int ms_state_rewind(ms_state *st, int64_t n, const ms_model *m);
 
 /* ---- rollback inside the last forward (speculative decoding) ----
  * The MLA cache rolls back by moving n_past (later positions are overwritten).

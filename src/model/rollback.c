@@ -124,6 +124,8 @@ void ms_state_rollback(ms_state *st, ms_rollback *rb, const ms_model *m, ms_pool
             ms_pool_for(pool, c->kda_num_heads, 1, replay_heads, &j);
         }
     }
-    st->n_past = rb->n_past0 + n_keep;     /* MLA positions past it are overwritten later */
+    /* positions past it are overwritten later; a ring keeps max_back + 1 behind */
+    const int moved = ms_state_rewind(st, rb->n_past0 + n_keep, m);
+    MS_ASSERT(moved);
     rb->n_rec = 0;
 }

@@ -5,7 +5,8 @@
  *
  * Owns: the keys and values of each position in the layer's cache
  *   (cfg.pos_floats = [k: kv heads x head_dim | v: kv heads x head_dim],
- *   keys rotated), and attention over them.
+ *   keys rotated; position p in slot p mod the cache's slots, a sliding
+ *   layer's a ring: model.h, ms_state), and attention over them.
  * Definitions (fp32 where not said; the files are compiled without
  *   contraction):
  *   - RoPE: inv_freq[i] (i < head_dim/2) in double as Hugging Face's YaRN
@@ -82,8 +83,16 @@ typedef struct attn_job {
     ms_fwd *f;
     const float *cache, *sinks;
     int64_t t0, T, p0;          /* the segment's tokens [t0, t0 + T) of the pass, at positions p0.. */
+    int64_t slots;              /* position p's keys and values are in slot p mod slots */
     int sliding;
 } attn_job;
+
+/* n keys (or values) in position order at b, b + pw, ...: a cache's keys are
+ * one run, or two where they wrap around a sliding layer's ring */
+typedef struct key_run {
+    const float *b;
+    int64_t n;
+} key_run;
 
 /* sc[s] = (float)(scale * sum over i in order of q[i] k_s[i]) in double, for
  * the n keys at kb, kb + pw, ...: the definition above, key by key. Four keys
@@ -115,25 +124,28 @@ static void scores(const double *q, const float *kb, int64_t pw, int64_t n, int6
     }
 }
 
-/* out[i] = (float)(sum over keys s in order of (double)p[s] v_s[i]) for the n
- * values at vb, vb + pw, ...: eight elements at a time, each in its own
- * register across all the keys (an array in memory made every addition a
- * load and a store), each element's sum still in key order. */
-static void weighted_values(const float *p, const float *vb, int64_t pw, int64_t n, int64_t hd, float *out) {
+/* out[i] = (float)(sum over keys s in order of (double)p[s] v_s[i]) for the
+ * values of the two runs, the first's then the second's: eight elements at a
+ * time, each in its own register across all the keys (an array in memory made
+ * every addition a load and a store), each element's sum still in key order. */
+static void weighted_values(const float *p, const key_run run[2], int64_t pw, int64_t hd, float *out) {
     int64_t i0 = 0;
     for (; i0 + 8 <= hd; i0 += 8) {
         double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-        for (int64_t s = 0; s < n; s++) {
-            const double ps = (double)p[s];
-            const float *v = vb + s * pw + i0;
-            a0 += ps * (double)v[0];
-            a1 += ps * (double)v[1];
-            a2 += ps * (double)v[2];
-            a3 += ps * (double)v[3];
-            a4 += ps * (double)v[4];
-            a5 += ps * (double)v[5];
-            a6 += ps * (double)v[6];
-            a7 += ps * (double)v[7];
+        for (int r = 0; r < 2; r++) {
+            const float *pr = r ? p + run[0].n : p;
+            for (int64_t s = 0; s < run[r].n; s++) {
+                const double ps = (double)pr[s];
+                const float *v = run[r].b + s * pw + i0;
+                a0 += ps * (double)v[0];
+                a1 += ps * (double)v[1];
+                a2 += ps * (double)v[2];
+                a3 += ps * (double)v[3];
+                a4 += ps * (double)v[4];
+                a5 += ps * (double)v[5];
+                a6 += ps * (double)v[6];
+                a7 += ps * (double)v[7];
+            }
         }
         out[i0 + 0] = (float)a0;
         out[i0 + 1] = (float)a1;
@@ -146,7 +158,10 @@ static void weighted_values(const float *p, const float *vb, int64_t pw, int64_t
     }
     for (; i0 < hd; i0++) {
         double a = 0;
-        for (int64_t s = 0; s < n; s++) a += (double)p[s] * (double)vb[s * pw + i0];
+        for (int r = 0; r < 2; r++) {
+            const float *pr = r ? p + run[0].n : p;
+            for (int64_t s = 0; s < run[r].n; s++) a += (double)pr[s] * (double)run[r].b[s * pw + i0];
+        }
         out[i0] = (float)a;
     }
 }
@@ -165,11 +180,14 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1) {
         for (int64_t t = j->t0; t < j->t0 + j->T; t++) {
             const int64_t p = j->p0 + (t - j->t0);
             const int64_t k0 = j->sliding && p + 1 > c->sliding_window ? p + 1 - c->sliding_window : 0;
-            const int64_t n = p + 1 - k0;
+            const int64_t n = p + 1 - k0, s0 = k0 % j->slots, n0 = n < j->slots - s0 ? n : j->slots - s0;
+            const key_run keys[2] = { { j->cache + s0 * pw + g * hd, n0 }, { j->cache + g * hd, n - n0 } };
+            const key_run vals[2] = { { keys[0].b + kvh * hd, n0 }, { keys[1].b + kvh * hd, n - n0 } };
             const float *q = f->q + (t * nh + h) * hd;
             double qd[MS_OSS_MAX_HEAD_DIM];
             for (int64_t i = 0; i < hd; i++) qd[i] = (double)q[i];
-            scores(qd, j->cache + k0 * pw + g * hd, pw, n, hd, scale, sc);
+            scores(qd, keys[0].b, pw, keys[0].n, hd, scale, sc);
+            scores(qd, keys[1].b, pw, keys[1].n, hd, scale, sc + n0);
             float mx = j->sinks[h];
             for (int64_t s = 0; s < n; s++)
                 if (sc[s] > mx) mx = sc[s];
@@ -180,13 +198,14 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1) {
             }
             sum += (double)ms_expf(j->sinks[h] - mx);
             for (int64_t s = 0; s < n; s++) sc[s] = (float)((double)sc[s] / sum);
-            weighted_values(sc, j->cache + k0 * pw + kvh * hd + g * hd, pw, n, hd, f->mo + (t * nh + h) * hd);
+            weighted_values(sc, vals, pw, hd, f->mo + (t * nh + h) * hd);
         }
     }
 }
 
 /* f->x [T, H] (normed) in, f->a [T, H] out; each segment's keys and values
- * into its own cache first. */
+ * into its own cache before its queries attend, in blocks a sliding layer's
+ * ring holds beside the window - 1 keys before them (model.h, ms_state). */
 static void attention(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, const ms_layer *L,
                       const uint8_t *base, int64_t T) {
     const ms_config *cf = &c->m->cfg;
@@ -205,15 +224,21 @@ static void attention(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, co
     for (int is = 0, t0 = 0; is < nseg; t0 += (int)seg[is].T, is++) {
         const ms_state *st = seg[is].st;
         float *cache = st->pos_cache[L->pos_index];
-        for (int64_t t = t0; t < t0 + seg[is].T; t++) {
-            rope_table(cf, inv_freq, st->n_past + t - t0, cs);
-            for (int64_t h = 0; h < nh; h++) rotate(f->q + (t * nh + h) * hd, cs, half);
-            float *ce = cache + (st->n_past + t - t0) * pw;
-            memcpy(ce, f->ckv + t * pw, (size_t)pw * sizeof(float));
-            for (int64_t g = 0; g < cf->num_key_value_heads; g++) rotate(ce + g * hd, cs, half);
+        const int64_t slots = ms_state_slots(st, L), end = t0 + seg[is].T;
+        const int64_t block = slots < st->max_ctx ? slots - cf->sliding_window + 1 : seg[is].T;
+        MS_ASSERT(block >= 1);
+        for (int64_t b0 = t0; b0 < end; b0 += block) {
+            const int64_t b1 = b0 + block < end ? b0 + block : end, p0 = st->n_past + b0 - t0;
+            for (int64_t t = b0; t < b1; t++) {
+                rope_table(cf, inv_freq, p0 + t - b0, cs);
+                for (int64_t h = 0; h < nh; h++) rotate(f->q + (t * nh + h) * hd, cs, half);
+                float *ce = cache + ((p0 + t - b0) % slots) * pw;
+                memcpy(ce, f->ckv + t * pw, (size_t)pw * sizeof(float));
+                for (int64_t g = 0; g < cf->num_key_value_heads; g++) rotate(ce + g * hd, cs, half);
+            }
+            attn_job j = { cf, f, cache, sinks, b0, b1 - b0, p0, slots, L->is_sliding };
+            ms_pool_for(c->pool, nh, 1, attn_heads, &j);
         }
-        attn_job j = { cf, f, cache, sinks, t0, seg[is].T, st->n_past, L->is_sliding };
-        ms_pool_for(c->pool, nh, 1, attn_heads, &j);
     }
     ms_mm_bf16(c, f->a, H, base, &L->o_proj, f->mo, nh * hd, T);
     add_bias(f->a, H, ms_fwd_vec(base, &L->o_bias, f->vec0), H, T);
