@@ -65,8 +65,12 @@ if [ "${MS_SANITIZER:-0}" = 1 ] || nm "$BIN" 2>/dev/null | grep -qE ' (__asan_in
     echo "t_slow: the address-space cap part is skipped: $BIN is a sanitizer build"
     finish
 fi
+# One malloc arena: glibc reserves 64 MiB of address space for each arena a thread
+# creates under contention, which threads do or not as they are scheduled. Once, on a
+# loaded machine, the 128 MiB cap was reached at open (the draft index) instead of at
+# the sessions (not reproduced in 12 runs since); one arena takes the schedule out.
 capped() {   # AS_MB -> runs serve under the cap for at most 30 s; sets rc, log in $tmp/cap.log
-    timeout 30 prlimit --as=$(($1 << 20)) "$BIN" serve $M --port 0 --quiet --threads 2 --parallel 8 --ctx 65536 \
+    MALLOC_ARENA_MAX=1 timeout 30 prlimit --as=$(($1 << 20)) "$BIN" serve $M --port 0 --quiet --threads 2 --parallel 8 --ctx 65536 \
         > "$tmp/cap.log" 2>&1 &
     local p=$!
     for _ in $(seq 300); do grep -qs 'listening on' "$tmp/cap.log" && break; kill -0 $p 2>/dev/null || break; sleep 0.1; done
