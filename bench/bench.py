@@ -338,6 +338,13 @@ def plan(model, ram):
     return p
 
 
+def floor_row(rows):
+    """The smallest rung whose trunk streams: the floor. (Not "no trunk region pinned": the
+    planner pins a region of at most 1/32 of the largest in every plan, store/plan.h.)"""
+    streams = [r for r in rows if r["plan"].get("n_trunk_streamed", 0) > 0]
+    return streams[0] if streams else None
+
+
 def derive_ladder():
     """Budgets (strings for --ram) from the floor to fully resident."""
     if CFG["budgets"]:
@@ -660,9 +667,10 @@ def derive(results):
     lay = results["layout"]
     n_moe, topk = lay["n_moe_layers"], lay["experts_per_token"]
     touched = None
-    floor_rows = [r for r in rows if r["plan"].get("n_trunk_pinned", 1) == 0]
-    if floor_rows:
-        touched = floor_rows[0]["trunk_bytes_per_token"] + n_moe * topk * lay["expert_region_bytes"]
+    fr = floor_row(rows)
+    if fr:
+        touched = (fr["trunk_bytes_per_token"] + fr["plan"].get("trunk_pinned_bytes", 0) +
+                   n_moe * topk * lay["expert_region_bytes"])
     results["touched_bytes_per_token"] = touched
     if comp and touched:
         results["compute_gbps"] = touched / comp / GB
@@ -719,9 +727,8 @@ def projection(results):
     if not os.path.exists(K3_CONFIG) or not rows or not comp_gbps:
         return None
     comp_floor = results.get("compute_floor_s")
-    streams = [r for r in rows if r["plan"].get("n_trunk_pinned", 1) == 0]
     pinned = [r for r in rows if r["plan"].get("n_trunk_streamed", 1) == 0 and r["expert_bytes_per_token"] > 0]
-    ov_stream = overlap_of(streams[0] if streams else None, comp_floor)
+    ov_stream = overlap_of(floor_row(rows), comp_floor)
     ov_pinned = overlap_of(pinned[0] if pinned else None, comp_floor)
     full = plan(K3_CONFIG, "0")
     k3_trunk_total = full.get("trunk_total_bytes", 0)
