@@ -797,16 +797,18 @@ static void test_kda_update(void) {
     free(S0); free(Sw); free(Sg);
 }
 
-/* mla_scores / mla_mix of every table against the reference, bit for bit, at
+/* att_scores / att_mix of every table against the reference, bit for bit, at
  * head counts around the groups of 8, position counts around the vector width,
  * cache widths with and without a column tail (the released 576 = 512 + 64 among
- * them) and padded row strides. One case makes every product -0 (q < 0 and
+ * them), scores over the whole row and over a prefix of it, and padded row
+ * strides. One case makes every product -0 (q < 0 and
  * p < 0 against a cache of +0), where a sum seeded with its first term instead
  * of +0.0 would end at -0. */
-static void test_mla_attention(void) {
+static void test_attention(void) {
     static const int64_t shapes[][4] = {   /* nq, n, pw, width */
         { 1, 1, 48, 32 }, { 4, 9, 48, 32 }, { 8, 8, 576, 512 }, { 12, 37, 576, 512 },
         { 16, 300, 576, 512 }, { 3, 17, 70, 50 }, { 9, 15, 24, 20 }, { 8, 64, 1100, 1030 },
+        { 8, 130, 1024, 64 },   /* gpt-oss: a KV group's 8 heads, head_dim 64 of a 2 x 8 x 64 row */
     };
     enum { LDX = 7 };   /* extra floats per row of S, P and O */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -818,11 +820,14 @@ static void test_mla_attention(void) {
         float *Ow = malloc((size_t)(nq * ldo) * sizeof *Ow), *Og = malloc((size_t)(nq * ldo) * sizeof *Og);
         CHECK(Q && C && Sw && Sg && Ow && Og, "alloc");
         if (!Q || !C || !Sw || !Sg || !Ow || !Og) return;
-        for (int zero = 0; zero < 2; zero++) {
+        for (int v = 0; v < 4; v++) {
+            /* scores over the whole row (K3's MLA) and over its first `width` columns (gpt-oss) */
+            const int zero = v & 1;
+            const int64_t sw = v & 2 ? width : pw;
             for (int64_t i = 0; i < nq * ldq; i++) Q[i] = zero ? -0.5 - fabs((double)rng_unit()) : (double)rng_unit();
             for (int64_t i = 0; i < n * pw; i++) C[i] = zero ? 0.0f : rng_unit() * 3.0f;
             poison(Sw, nq * lds);
-            ms_mla_scores(Sw, lds, Q, ldq, nq, C, pw, n, 0.0625);
+            ms_att_scores(Sw, lds, Q, ldq, nq, C, pw, sw, n, 0.0625);
             if (zero) {
                 int64_t plus0 = 0;
                 for (int64_t h = 0; h < nq; h++) for (int64_t s = 0; s < n; s++) plus0 += f2u(Sw[h * lds + s]) == 0u;
@@ -832,7 +837,7 @@ static void test_mla_attention(void) {
             /* the scores are also the mix's weights: in the zero case make them negative */
             if (zero) for (int64_t h = 0; h < nq; h++) for (int64_t s = 0; s < n; s++) Sw[h * lds + s] = -0.25f;
             poison(Ow, nq * ldo);
-            ms_mla_mix(Ow, ldo, Sw, lds, nq, C, pw, width, n);
+            ms_att_mix(Ow, ldo, Sw, lds, nq, C, pw, width, n);
             if (zero) {
                 int64_t plus0 = 0;
                 for (int64_t h = 0; h < nq; h++) for (int64_t i = 0; i < width; i++) plus0 += f2u(Ow[h * ldo + i]) == 0u;
@@ -842,16 +847,17 @@ static void test_mla_attention(void) {
             for (int t = 0; t < N_TAB; t++) {
                 if (!tables[t]) continue;
                 poison(Sg, nq * lds);
-                tables[t]->mla_scores(Sg, lds, Q, ldq, nq, C, pw, n, 0.0625);
+                tables[t]->att_scores(Sg, lds, Q, ldq, nq, C, pw, sw, n, 0.0625);
                 int64_t bs = 0, bo = 0;
                 for (int64_t h = 0; h < nq; h++)
                     for (int64_t s = 0; s < lds; s++)   /* the zero case against +0, before the weights */
                         bs += f2u(Sg[h * lds + s]) != (zero && s < n ? 0u : f2u(Sw[h * lds + s]));
                 poison(Og, nq * ldo);
-                tables[t]->mla_mix(Og, ldo, Sw, lds, nq, C, pw, width, n);
+                tables[t]->att_mix(Og, ldo, Sw, lds, nq, C, pw, width, n);
                 for (int64_t i = 0; i < nq * ldo; i++) bo += f2u(Og[i]) != f2u(Ow[i]);
-                CHECK(bs == 0 && bo == 0, "%s mla nq %lld n %lld pw %lld width %lld (%s): %lld scores, %lld outputs differ",
-                      table_names[t], (long long)nq, (long long)n, (long long)pw, (long long)width,
+                CHECK(bs == 0 && bo == 0,
+                      "%s attention nq %lld n %lld pw %lld width %lld, scores over %lld (%s): %lld scores, %lld outputs differ",
+                      table_names[t], (long long)nq, (long long)n, (long long)pw, (long long)width, (long long)sw,
                       zero ? "-0 terms" : "random", (long long)bs, (long long)bo);
             }
         }
@@ -980,7 +986,7 @@ int main(void) {
     test_situ_glu();
     test_vmath_tables();
     test_kda_update();
-    test_mla_attention();
+    test_attention();
     test_norms();
     test_math_accuracy();
     return CHECK_DONE("test_kernels");

@@ -91,10 +91,10 @@ typedef struct ms_kern {
     /* DEFINITION   the bits of ms_kda_update (below) */
     void (*kda_update)(float *S, const float *alpha, const float *k, const float *v, float beta,
                        const float *q, float qscale, float *o, int64_t dk, int64_t dv);
-    /* DEFINITION   the bits of ms_mla_scores and ms_mla_mix (below) */
-    void (*mla_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
-                       const float *C, int64_t pw, int64_t n, double scale);
-    void (*mla_mix)(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
+    /* DEFINITION   the bits of ms_att_scores and ms_att_mix (below) */
+    void (*att_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
+                       const float *C, int64_t pw, int64_t width, int64_t n, double scale);
+    void (*att_mix)(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
                     const float *C, int64_t pw, int64_t width, int64_t n);
 } ms_kern;
 
@@ -138,19 +138,22 @@ void ms_situ_glu(float *out, const float *g, const float *u, int64_t n, float b1
  *            sees the same operations in the same order either way. */
 void ms_kda_update(float *S, const float *alpha, const float *k, const float *v, float beta,
                    const float *q, float qscale, float *o, int64_t dk, int64_t dv);
-/* MLA attention of nq heads over n cached positions (spec 4.4, absorbed form).
- * Every product of two floats is exact in double, so each sum below rounds only
- * in its adds, which run in the stated order (a fused multiply-add gives the
- * same bits as the multiply and the add).
+/* Attention of nq heads over n cached positions: K3's MLA (spec 4.4, absorbed
+ * form: every head against the whole latent row, width = pw) and gpt-oss's GQA
+ * (the heads of one KV group against its keys, then its values: width =
+ * head_dim columns of each row). Q holds floats widened to double, so every
+ * product of two floats is exact in double and each sum below rounds only in
+ * its adds, which run in the stated order (a fused multiply-add gives the same
+ * bits as the multiply and the add).
  * SHAPES     C [n, pw] (row stride pw); Q [nq, ldq] doubles; S [nq, lds];
  *            P [nq, ldp]; O [nq, ldo]; width <= pw
- * ms_mla_scores: S[h][s] = (float)(acc * scale), acc = +0.0, then for j = 0..pw-1:
+ * ms_att_scores: S[h][s] = (float)(acc * scale), acc = +0.0, then for j = 0..width-1:
  *            acc = acc + Q[h][j] * (double)C[s][j]
- * ms_mla_mix:    O[h][i] = (float)acc for i < width, acc = +0.0, then for s = 0..n-1:
+ * ms_att_mix:    O[h][i] = (float)acc for i < width, acc = +0.0, then for s = 0..n-1:
  *            acc = acc + (double)P[h][s] * (double)C[s][i] */
-void ms_mla_scores(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
-                   const float *C, int64_t pw, int64_t n, double scale);
-void ms_mla_mix(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
+void ms_att_scores(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
+                   const float *C, int64_t pw, int64_t width, int64_t n, double scale);
+void ms_att_mix(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
                 const float *C, int64_t pw, int64_t width, int64_t n);
 /* In-place softmax: m = max; e[i] = ms_expf(x[i]-m); sum in double in order;
  * x[i] = (float)(e[i] / sum). */

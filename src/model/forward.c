@@ -223,6 +223,8 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
         f->q = TF(T * nh * c->head_dim);
         f->ckv = TF(T * c->pos_floats);
         f->mo = TF(T * nh * c->head_dim);
+        f->oqd = take(a, nh * c->head_dim, sizeof(double));
+        f->owin = TF(c->num_key_value_heads * c->sliding_window * c->head_dim);
     }
     f->fg = TF(T * wide); f->fu = TF(T * wide);
     if (E > 0) {
@@ -295,13 +297,14 @@ void ms_fwd_free(ms_fwd *f) {
     float *fl[] = { f->run, f->h, f->x, f->a, f->ffn, f->y, f->bank, f->vec0, f->vec1, f->vec2,
                     f->tmp, f->sc, f->kq, f->kk, f->kv, f->kg, f->kf, f->ky, f->kfa, f->kb,
                     f->cq, f->q, f->ckv, f->mg, f->mo, f->att, f->fg, f->fu, f->rl, f->selw,
-                    f->z, f->zr, f->ey, f->zg, f->eo, f->prl };
+                    f->z, f->zr, f->ey, f->zg, f->eo, f->prl, f->owin };
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) free(fl[i]);
     free(f->sel); free(f->etok); free(f->eslot); free(f->ecount); free(f->eregion);
     free(f->psel); free(f->pregion); free(f->estate); free(f->eorder);
     free(f->tsel); free(f->tregion); free(f->tkeep); free(f->emark);
     free(f->lt); free(f->sl); free(f->sx);
     free((void *)f->eptr);
+    free(f->oqd);
     free(f);
 }
 

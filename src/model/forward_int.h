@@ -37,6 +37,11 @@ struct ms_fwd {
     float *cq, *q, *ckv, *mg, *mo;
     float *att;                 /* per head: q [pw doubles] + ol [kvr] + scores [max_ctx] */
     int64_t att_stride;
+    /* gpt-oss: per KV group, its heads' queries as doubles [group * head_dim], and
+       the values of a window that wraps around a sliding layer's ring, in one run
+       [sliding_window * head_dim] */
+    double *oqd;
+    float *owin;
     /* FFN */
     float *fg, *fu;             /* [T, max(I, S, Im)] */
     float *rl;                  /* router logits [T, E] */

@@ -9,7 +9,7 @@
  * and W_UV applied after attention. Heads are split across the pool in
  * groups that share each read of the cache.
  * Invariants: every score and mix is a dot product in index order in double
- * (kernels.h, ms_mla_scores / ms_mla_mix), so a token's numbers do not depend
+ * (kernels.h, ms_att_scores / ms_att_mix), so a token's numbers do not depend
  * on T or on the split across threads (docs/DETERMINISM.md).
  * Does not: read weights from the store (the layer loop hands it the region).
  */
@@ -75,11 +75,11 @@ static void mla_heads(void *ctx, int64_t h0, int64_t h1) {
             for (int64_t r = 0; r < dr; r++) qd[kvr + r] = (double)q[dn + r];
         }
         /* every head's scores: one dot product per position over [c_kv | k_rope],
-         * its terms in order (kernels.h, ms_mla_scores) */
-        j->k->mla_scores(sc0, lda, qd0, lda / 2, nq, j->cache, pw, n_pos, scale);
+         * its terms in order (kernels.h, ms_att_scores) */
+        j->k->att_scores(sc0, lda, qd0, lda / 2, nq, j->cache, pw, pw, n_pos, scale);
         for (int64_t h = 0; h < nq; h++) ms_softmax_inplace(sc0 + h * lda, n_pos);
         /* ol[i] = sum over positions ascending of p[s] * c_kv[s][i], in double */
-        j->k->mla_mix(ol0, lda, sc0, lda, nq, j->cache, pw, kvr, n_pos);
+        j->k->att_mix(ol0, lda, sc0, lda, nq, j->cache, pw, kvr, n_pos);
         for (int64_t h = h0; h < h1; h++) {
             float *ol = ol0 + (h - h0) * lda;
             const uint16_t *wv = kvb + h * kvw * kvr + dn * kvr;   /* v rows [dvh, kvr] */

@@ -120,6 +120,6 @@ const ms_kern ms_kern_ref = {
     .siluf_n = ms_siluf_n,
     .situ_glu = ms_situ_glu,
     .kda_update = ms_kda_update,
-    .mla_scores = ms_mla_scores,
-    .mla_mix = ms_mla_mix,
+    .att_scores = ms_att_scores,
+    .att_mix = ms_att_mix,
 };

@@ -2,7 +2,7 @@
  *
  * Owns: RMSNorm, L2 normalisation, SiTU-GLU, the KDA state update, the MLA
  *   scores and value mix, and softmax (kernels.h); the reference forms of the
- *   tables' situ_glu, kda_update, mla_scores and mla_mix.
+ *   tables' situ_glu, kda_update, att_scores and att_mix.
  * Idea: these are cheap next to the matrix products, so there is one plain-C
  *   version used by every kernel table; reductions accumulate in DOUBLE in
  *   increasing index order and transcendental functions come from
@@ -74,20 +74,20 @@ void ms_kda_update(float *S, const float *alpha, const float *k, const float *v,
 }
 
 /* See kernels.h: one dot product per (head, position), its terms in order. */
-void ms_mla_scores(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
-                   const float *C, int64_t pw, int64_t n, double scale) {
+void ms_att_scores(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
+                   const float *C, int64_t pw, int64_t width, int64_t n, double scale) {
     for (int64_t h = 0; h < nq; h++)
         for (int64_t s = 0; s < n; s++) {
             const double *q = Q + h * ldq;
             const float *c = C + s * pw;
             double acc = 0.0;
-            for (int64_t j = 0; j < pw; j++) acc = acc + q[j] * (double)c[j];
+            for (int64_t j = 0; j < width; j++) acc = acc + q[j] * (double)c[j];
             S[h * lds + s] = (float)(acc * scale);
         }
 }
 
 /* See kernels.h: one sum over the positions per (head, column). */
-void ms_mla_mix(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
+void ms_att_mix(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
                 const float *C, int64_t pw, int64_t width, int64_t n) {
     for (int64_t h = 0; h < nq; h++)
         for (int64_t i = 0; i < width; i++) {

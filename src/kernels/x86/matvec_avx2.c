@@ -398,6 +398,6 @@ const ms_kern ms_kern_avx2 = {
     .siluf_n = avx2_siluf_n,
     .situ_glu = avx2_situ_glu,
     .kda_update = avx2_kda_update,
-    .mla_scores = avx2_mla_scores,
-    .mla_mix = avx2_mla_mix,
+    .att_scores = avx2_att_scores,
+    .att_mix = avx2_att_mix,
 };

@@ -544,8 +544,8 @@ static int64_t avx512l2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packe
     .matvec_f32 = avx512_matvec_f32,                                              \
     .expf_n = avx512_expf_n, .sigmoidf_n = avx512_sigmoidf_n,                     \
     .siluf_n = avx512_siluf_n, .situ_glu = avx512_situ_glu,                       \
-    .kda_update = avx512_kda_update, .mla_scores = avx512_mla_scores,             \
-    .mla_mix = avx512_mla_mix
+    .kda_update = avx512_kda_update, .att_scores = avx512_att_scores,             \
+    .att_mix = avx512_att_mix
 
 const ms_kern ms_kern_avx512 = {
     .name = "avx512",

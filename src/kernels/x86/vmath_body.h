@@ -2,8 +2,8 @@
  * on VM_W lanes, the KDA state update and the MLA attention sums (same bits as
  * the scalar ones).
  *
- * Owns: expf_n, sigmoidf_n, siluf_n, situ_glu, kda_update, mla_scores and
- *   mla_mix of one ISA table. Included by kernels/x86/vmath_avx2.c and vmath_avx512.c, each
+ * Owns: expf_n, sigmoidf_n, siluf_n, situ_glu, kda_update, att_scores and
+ *   att_mix of one ISA table. Included by kernels/x86/vmath_avx2.c and vmath_avx512.c, each
  *   defining VM(name) (the table's name for each function) and VM_W (lanes:
  *   8 for AVX-512, one zmm of doubles; 4 for AVX2, one ymm) first; compiled
  *   only with that file's ISA flags.
@@ -247,14 +247,14 @@ static void VM(kda_update)(float *S, const float *alpha, const float *k, const f
     vm_kda_pass(S, k, d, qa, o, dk, dv, 1);                  /* write, o */
 }
 
-/* ---- MLA scores and value mix (kernels.h, ms_mla_scores / ms_mla_mix) ----
+/* ---- attention scores and value mix (kernels.h, ms_att_scores / ms_att_mix) ----
  * Each product of two floats is exact in double, so a sum's bits depend only
  * on the order of its adds, which is kept: one lane is one (head, position)
  * sum in scores and one (head, column) sum in the mix, and its terms are added
  * in the reference's order. Heads go 8 at a time, so each row of the cache
  * read serves 8 heads (the reference reads the whole cache once per head).
  * Scores: a block of VM_W positions is copied transposed, as doubles, into T
- * [pw][VM_W] once for all heads; lane p of a head's accumulator is position
+ * [width][VM_W] once for all heads; lane p of a head's accumulator is position
  * s0 + p. Mix: 2 * VM_W columns per pair of accumulators; positions in blocks
  * of VM_MLA_PB whose probabilities are widened once per block, the sums parked
  * in acc between blocks. A group of fewer than 8 heads runs against zero rows
@@ -265,10 +265,10 @@ static const double vm_zero_row[VM_MLA_MAXW];
 
 #define VM_HEADS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
-static void VM(mla_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
-                           const float *C, int64_t pw, int64_t n, double scale) {
-    if (pw > VM_MLA_MAXW) {
-        ms_mla_scores(S, lds, Q, ldq, nq, C, pw, n, scale);
+static void VM(att_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
+                           const float *C, int64_t pw, int64_t width, int64_t n, double scale) {
+    if (width > VM_MLA_MAXW) {
+        ms_att_scores(S, lds, Q, ldq, nq, C, pw, width, n, scale);
         return;
     }
     double T[VM_MLA_MAXW * VM_W];
@@ -276,14 +276,14 @@ static void VM(mla_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, 
     for (; s0 + VM_W <= n; s0 += VM_W) {
         for (int p = 0; p < VM_W; p++) {
             const float *c = C + (s0 + p) * pw;
-            for (int64_t j = 0; j < pw; j++) T[j * VM_W + p] = (double)c[j];
+            for (int64_t j = 0; j < width; j++) T[j * VM_W + p] = (double)c[j];
         }
         for (int64_t h0 = 0; h0 < nq; h0 += 8) {
 #define VM_Q(k) const double *q##k = h0 + k < nq ? Q + (h0 + k) * ldq : vm_zero_row; \
                 vm_d8 a##k = vm_splat(0.0);
             VM_HEADS8(VM_Q)
 #undef VM_Q
-            for (int64_t j = 0; j < pw; j++) {
+            for (int64_t j = 0; j < width; j++) {
                 vm_d8 x;
                 memcpy(&x, T + j * VM_W, sizeof x);
 #define VM_ACC(k) a##k = a##k + vm_splat(q##k[j]) * x;
@@ -295,14 +295,14 @@ static void VM(mla_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, 
 #undef VM_OUT
         }
     }
-    if (s0 < n) ms_mla_scores(S + s0, lds, Q, ldq, nq, C + s0 * pw, pw, n - s0, scale);
+    if (s0 < n) ms_att_scores(S + s0, lds, Q, ldq, nq, C + s0 * pw, pw, width, n - s0, scale);
 }
 
-static void VM(mla_mix)(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
+static void VM(att_mix)(float *O, int64_t ldo, const float *P, int64_t ldp, int64_t nq,
                         const float *C, int64_t pw, int64_t width, int64_t n) {
     const int64_t wv = width - width % (2 * VM_W);     /* columns in whole pairs of vectors */
     if (width > VM_MLA_MAXW) {
-        ms_mla_mix(O, ldo, P, ldp, nq, C, pw, width, n);
+        ms_att_mix(O, ldo, P, ldp, nq, C, pw, width, n);
         return;
     }
     double acc[8][VM_MLA_MAXW], pd[8][VM_MLA_PB];
@@ -334,6 +334,6 @@ static void VM(mla_mix)(float *O, int64_t ldo, const float *P, int64_t ldp, int6
         for (int k = 0; k < 8 && h0 + k < nq; k++)
             for (int64_t i = 0; i < wv; i++) O[(h0 + k) * ldo + i] = (float)acc[k][i];
     }
-    if (wv < width) ms_mla_mix(O + wv, ldo, P, ldp, nq, C + wv, pw, width - wv, n);
+    if (wv < width) ms_att_mix(O + wv, ldo, P, ldp, nq, C + wv, pw, width - wv, n);
 }
 #undef VM_HEADS8

@@ -17,7 +17,7 @@
  *     0.1 ln(factor) + 1, cos/sin in double (libm). A pair (x_i, x_{i+d/2})
  *     becomes (x_i cos_i - x_{i+d/2} sin_i, x_{i+d/2} cos_i + x_i sin_i).
  *   - score of key j: (float)(acc / sqrt(head_dim)), acc the double sum in
- *     index order of q[i] k_j[i] (as ms_mla_scores).
+ *     index order of q[i] k_j[i] (as ms_att_scores).
  *   - softmax with the head's sink S: m = max(S, scores); e_j = ms_expf(s_j -
  *     m), e_S = ms_expf(S - m); sum in double, keys in order then the sink;
  *     p_j = (float)(e_j / sum). The sink takes its share and is dropped.
@@ -80,6 +80,7 @@ static void add_bias(float *y, int64_t ldy, const float *b, int64_t n, int64_t T
 
 typedef struct attn_job {
     const ms_config *c;
+    const ms_kern *k;
     ms_fwd *f;
     const float *cache, *sinks;
     int64_t t0, T, p0;          /* the segment's tokens [t0, t0 + T) of the pass, at positions p0.. */
@@ -87,118 +88,61 @@ typedef struct attn_job {
     int sliding;
 } attn_job;
 
-/* n keys (or values) in position order at b, b + pw, ...: a cache's keys are
- * one run, or two where they wrap around a sliding layer's ring */
-typedef struct key_run {
-    const float *b;
-    int64_t n;
-} key_run;
-
-/* sc[s] = (float)(scale * sum over i in order of q[i] k_s[i]) in double, for
- * the n keys at kb, kb + pw, ...: the definition above, key by key. Four keys
- * at a time, each sum in its own register: the dot product of one key is a
- * chain of head_dim dependent additions, and four chains overlap in the core;
- * each key's sum keeps its order, so the bits are those of one key at a time. */
-static void scores(const double *q, const float *kb, int64_t pw, int64_t n, int64_t hd, double scale, float *sc) {
-    int64_t s = 0;
-    for (; s + 4 <= n; s += 4) {
-        const float *k0 = kb + s * pw, *k1 = k0 + pw, *k2 = k1 + pw, *k3 = k2 + pw;
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (int64_t i = 0; i < hd; i++) {
-            const double qi = q[i];
-            a0 += qi * (double)k0[i];
-            a1 += qi * (double)k1[i];
-            a2 += qi * (double)k2[i];
-            a3 += qi * (double)k3[i];
-        }
-        sc[s + 0] = (float)(a0 * scale);
-        sc[s + 1] = (float)(a1 * scale);
-        sc[s + 2] = (float)(a2 * scale);
-        sc[s + 3] = (float)(a3 * scale);
-    }
-    for (; s < n; s++) {
-        const float *k = kb + s * pw;
-        double acc = 0.0;
-        for (int64_t i = 0; i < hd; i++) acc += q[i] * (double)k[i];
-        sc[s] = (float)(acc * scale);
-    }
+/* sc[s] = the softmax of the n scores with the sink: max m of the sink and
+ * the scores, e_s = ms_expf(sc[s] - m) (the table's expf_n: the same bits),
+ * the sum in double in key order then the sink's term, sc[s] = (float)(e_s /
+ * sum). */
+static void softmax_sink(const ms_kern *k, float *sc, int64_t n, float sink) {
+    float mx = sink;
+    for (int64_t s = 0; s < n; s++)
+        if (sc[s] > mx) mx = sc[s];
+    for (int64_t s = 0; s < n; s++) sc[s] = sc[s] - mx;
+    k->expf_n(sc, sc, n);
+    double sum = 0.0;
+    for (int64_t s = 0; s < n; s++) sum += (double)sc[s];
+    sum += (double)ms_expf(sink - mx);
+    for (int64_t s = 0; s < n; s++) sc[s] = (float)((double)sc[s] / sum);
 }
 
-/* out[i] = (float)(sum over keys s in order of (double)p[s] v_s[i]) for the
- * values of the two runs, the first's then the second's: eight elements at a
- * time, each in its own register across all the keys (an array in memory made
- * every addition a load and a store), each element's sum still in key order. */
-static void weighted_values(const float *p, const key_run run[2], int64_t pw, int64_t hd, float *out) {
-    int64_t i0 = 0;
-    for (; i0 + 8 <= hd; i0 += 8) {
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-        for (int r = 0; r < 2; r++) {
-            const float *pr = r ? p + run[0].n : p;
-            for (int64_t s = 0; s < run[r].n; s++) {
-                const double ps = (double)pr[s];
-                const float *v = run[r].b + s * pw + i0;
-                a0 += ps * (double)v[0];
-                a1 += ps * (double)v[1];
-                a2 += ps * (double)v[2];
-                a3 += ps * (double)v[3];
-                a4 += ps * (double)v[4];
-                a5 += ps * (double)v[5];
-                a6 += ps * (double)v[6];
-                a7 += ps * (double)v[7];
-            }
-        }
-        out[i0 + 0] = (float)a0;
-        out[i0 + 1] = (float)a1;
-        out[i0 + 2] = (float)a2;
-        out[i0 + 3] = (float)a3;
-        out[i0 + 4] = (float)a4;
-        out[i0 + 5] = (float)a5;
-        out[i0 + 6] = (float)a6;
-        out[i0 + 7] = (float)a7;
-    }
-    for (; i0 < hd; i0++) {
-        double a = 0;
-        for (int r = 0; r < 2; r++) {
-            const float *pr = r ? p + run[0].n : p;
-            for (int64_t s = 0; s < run[r].n; s++) a += (double)pr[s] * (double)run[r].b[s * pw + i0];
-        }
-        out[i0] = (float)a;
-    }
-}
-
-/* Heads [h0, h1) of every token of the segment. */
-static void attn_heads(void *ctx, int64_t h0, int64_t h1) {
+/* KV groups [g0, g1) of every token of the block: a group's heads together
+ * through the kernel table's attention (kernels.h, ms_att_scores / ms_att_mix:
+ * the definitions above, each key and value read once for all the heads). */
+static void attn_groups(void *ctx, int64_t g0, int64_t g1) {
     const attn_job *j = ctx;
     const ms_config *c = j->c;
+    const ms_kern *k = j->k;
     ms_fwd *f = j->f;
     const int64_t nh = c->num_attention_heads, hd = c->head_dim, kvh = c->num_key_value_heads;
-    const int64_t pw = c->pos_floats, group = nh / kvh;
+    const int64_t pw = c->pos_floats, group = nh / kvh, ld = f->att_stride;
     const double scale = 1.0 / sqrt((double)hd);
-    for (int64_t h = h0; h < h1; h++) {
-        float *sc = f->att + h * f->att_stride;
-        const int64_t g = h / group;
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t h0 = g * group;
+        const float *kb = j->cache + g * hd, *vb = kb + kvh * hd;
+        float *sc = f->att + h0 * ld;
+        double *qd = f->oqd + h0 * hd;
         for (int64_t t = j->t0; t < j->t0 + j->T; t++) {
             const int64_t p = j->p0 + (t - j->t0);
             const int64_t k0 = j->sliding && p + 1 > c->sliding_window ? p + 1 - c->sliding_window : 0;
+            /* keys k0..p: slots s0.. then, where they wrap around a ring, 0.. */
             const int64_t n = p + 1 - k0, s0 = k0 % j->slots, n0 = n < j->slots - s0 ? n : j->slots - s0;
-            const key_run keys[2] = { { j->cache + s0 * pw + g * hd, n0 }, { j->cache + g * hd, n - n0 } };
-            const key_run vals[2] = { { keys[0].b + kvh * hd, n0 }, { keys[1].b + kvh * hd, n - n0 } };
-            const float *q = f->q + (t * nh + h) * hd;
-            double qd[MS_OSS_MAX_HEAD_DIM];
-            for (int64_t i = 0; i < hd; i++) qd[i] = (double)q[i];
-            scores(qd, keys[0].b, pw, keys[0].n, hd, scale, sc);
-            scores(qd, keys[1].b, pw, keys[1].n, hd, scale, sc + n0);
-            float mx = j->sinks[h];
-            for (int64_t s = 0; s < n; s++)
-                if (sc[s] > mx) mx = sc[s];
-            double sum = 0.0;
-            for (int64_t s = 0; s < n; s++) {
-                sc[s] = ms_expf(sc[s] - mx);
-                sum += (double)sc[s];
+            const float *q = f->q + (t * nh + h0) * hd;
+            for (int64_t i = 0; i < group * hd; i++) qd[i] = (double)q[i];
+            k->att_scores(sc, ld, qd, hd, group, kb + s0 * pw, pw, hd, n0, scale);
+            if (n0 < n) k->att_scores(sc + n0, ld, qd, hd, group, kb, pw, hd, n - n0, scale);
+            for (int64_t h = 0; h < group; h++) softmax_sink(k, sc + h * ld, n, j->sinks[h0 + h]);
+            /* the mix is one sum over the window in position order: a wrapped
+               window's values go into one run first */
+            const float *vw = vb + s0 * pw;
+            int64_t vstride = pw;
+            if (n0 < n) {
+                MS_ASSERT(n <= c->sliding_window);
+                float *w = f->owin + g * c->sliding_window * hd;
+                for (int64_t s = 0; s < n; s++)
+                    memcpy(w + s * hd, vb + (s < n0 ? s0 + s : s - n0) * pw, (size_t)hd * sizeof(float));
+                vw = w;
+                vstride = hd;
             }
-            sum += (double)ms_expf(j->sinks[h] - mx);
-            for (int64_t s = 0; s < n; s++) sc[s] = (float)((double)sc[s] / sum);
-            weighted_values(sc, vals, pw, hd, f->mo + (t * nh + h) * hd);
+            k->att_mix(f->mo + (t * nh + h0) * hd, hd, sc, ld, group, vw, vstride, hd, n);
         }
     }
 }
@@ -236,8 +180,8 @@ static void attention(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, co
                 memcpy(ce, f->ckv + t * pw, (size_t)pw * sizeof(float));
                 for (int64_t g = 0; g < cf->num_key_value_heads; g++) rotate(ce + g * hd, cs, half);
             }
-            attn_job j = { cf, f, cache, sinks, b0, b1 - b0, p0, slots, L->is_sliding };
-            ms_pool_for(c->pool, nh, 1, attn_heads, &j);
+            attn_job j = { cf, c->m->kern, f, cache, sinks, b0, b1 - b0, p0, slots, L->is_sliding };
+            ms_pool_for(c->pool, cf->num_key_value_heads, 1, attn_groups, &j);
         }
     }
     ms_mm_bf16(c, f->a, H, base, &L->o_proj, f->mo, nh * hd, T);
