@@ -150,6 +150,10 @@ ms_status ms_state_init(ms_state *st, const ms_model *m, int64_t max_ctx, int64_
 int64_t ms_state_bytes(const ms_model *m, int64_t max_ctx, int64_t max_back);
 /* Slots of layer L's cache in st (L has a cache per position). */
 int64_t ms_state_slots(const ms_state *st, const ms_layer *L);
+/* How many positions a forward may write before its queries attend, and a
+ * rewind may move back, with every key a query needs still in the ring:
+ * ring - window + 1 (max_back + 1); INT64_MAX without a ring. */
+int64_t ms_state_span(const ms_state *st, const ms_model *m);
 /* Layer il's state at n_past positions as sessions on disk and the prompt
  * cache keep it: a KDA layer's S (part[0]) and conv history (part[1]); a
  * layer with a cache per position, the cache of the positions a later query
@@ -173,7 +177,7 @@ void ms_state_reset(ms_state *st, const ms_model *m);
 void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m);
 /* Move st's positions back to n <= n_past (KDA layers do not move: ms_state_
  * rollback): 0, st unchanged, when a sliding layer's ring no longer holds
- * the keys position n needs (n_past - n > ring - window + 1). */
+ * the keys position n needs (n_past - n > ms_state_span). */
 int ms_state_rewind(ms_state *st, int64_t n, const ms_model *m);
 
 /* ---- rollback inside the last forward (speculative decoding) ----

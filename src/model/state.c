@@ -27,6 +27,10 @@ static int64_t slots_of(const ms_layer *L, int64_t max_ctx, int64_t ring) { retu
 
 int64_t ms_state_slots(const ms_state *st, const ms_layer *L) { return slots_of(L, st->max_ctx, st->ring); }
 
+int64_t ms_state_span(const ms_state *st, const ms_model *m) {
+    return st->ring < st->max_ctx ? st->ring - m->cfg.sliding_window + 1 : INT64_MAX;
+}
+
 int64_t ms_state_bytes(const ms_model *m, int64_t max_ctx, int64_t max_back) {
     const ms_config *c = &m->cfg;
     const int64_t ring = ring_slots(c, max_ctx, max_back);
@@ -142,7 +146,7 @@ void ms_state_copy(ms_state *dst, const ms_state *src, const ms_model *m) {
 
 int ms_state_rewind(ms_state *st, int64_t n, const ms_model *m) {
     MS_ASSERT(n >= 0 && n <= st->n_past);
-    if (st->ring < st->max_ctx && st->n_past - n > st->ring - m->cfg.sliding_window + 1) return 0;
+    if (st->n_past - n > ms_state_span(st, m)) return 0;
     st->n_past = n;
     return 1;
 }

@@ -169,7 +169,8 @@ static void attention(ms_fwd_ctx *c, ms_fwd *f, const ms_fseg *seg, int nseg, co
         const ms_state *st = seg[is].st;
         float *cache = st->pos_cache[L->pos_index];
         const int64_t slots = ms_state_slots(st, L), end = t0 + seg[is].T;
-        const int64_t block = slots < st->max_ctx ? slots - cf->sliding_window + 1 : seg[is].T;
+        const int64_t span = L->is_sliding ? ms_state_span(st, c->m) : INT64_MAX;
+        const int64_t block = span < seg[is].T ? span : seg[is].T;
         MS_ASSERT(block >= 1);
         for (int64_t b0 = t0; b0 < end; b0 += block) {
             const int64_t b1 = b0 + block < end ? b0 + block : end, p0 = st->n_past + b0 - t0;
