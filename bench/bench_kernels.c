@@ -12,6 +12,8 @@
  *   in the last-level cache); "cold" rotates over copies larger than the LLC,
  *   as the engine does when it streams layer after layer. "in-cache" runs a
  *   small L2-resident matrix in thread CPU time: the compute ceiling.
+ *   "attention" times att_scores / att_mix per (head, position) at gpt-oss's
+ *   and K3's shapes, also in thread CPU time.
  * Build and run: `make bench-kernels` (bench/bench.mk; not part of `make`).
  * Does not: assert anything; numbers go to docs/PERFORMANCE.md by hand.
  */
@@ -142,6 +144,39 @@ static void bench_in_cache(const ms_kern *k) {
     }
 }
 
+/* The attention kernels in L2/L3, thread CPU time: ns per (head, position)
+ * of att_scores and of att_mix at two shapes - gpt-oss (one KV group: 8 query
+ * heads, head_dim 64, a row of 1024 floats per position: every group's keys
+ * and values; 1024 positions) and K3's MLA (96 heads, the 576-float latent
+ * row, the mix over its first 512; 1024 positions). */
+static void bench_attention(const ms_kern *k) {
+    static const struct { const char *name; int64_t nq, pw, width, wmix, n; } sh[2] = {
+        { "gpt-oss", 8, 1024, 64, 64, 1024 }, { "k3-mla", 96, 576, 576, 512, 1024 } };
+    for (int i = 0; i < 2; i++) {
+        const int64_t nq = sh[i].nq, pw = sh[i].pw, n = sh[i].n, w = sh[i].width;
+        float *C = xmalloc((size_t)(n * pw) * 4), *S = xmalloc((size_t)(nq * n) * 4);
+        float *O = xmalloc((size_t)(nq * pw) * 4);
+        double *Q = xmalloc((size_t)(nq * w) * 8);
+        for (int64_t j = 0; j < n * pw; j++) C[j] = (float)((j * 2654435761u >> 16) % 2001) * 1e-3f - 1.0f;
+        for (int64_t j = 0; j < nq * w; j++) Q[j] = (double)((j * 40503u) % 1999) * 1e-3 - 1.0;
+        for (int64_t j = 0; j < nq * n; j++) S[j] = 1.0f / (float)n;
+        int reps = k == &ms_kern_ref ? 1 : 20;
+        struct timespec a, b;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        for (int r = 0; r < reps; r++) k->att_scores(S, n, Q, w, nq, C, pw, w, n, 0.125);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        double ts = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        for (int r = 0; r < reps; r++) k->att_mix(O, pw, S, n, nq, C, pw, sh[i].wmix, n);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        double tm = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        printf("attention %-9s %-7s %3lld heads x %lld positions: scores %6.2f ns, mix %6.2f ns per (head, position)\n",
+               k->name, sh[i].name, (long long)nq, (long long)n, ts / reps / (double)(nq * n) * 1e9,
+               tm / reps / (double)(nq * n) * 1e9);
+        free(C); free(S); free(O); free(Q);
+    }
+}
+
 int main(void) {
     for (int nt = 1; nt <= 2; nt++) {
         ms_err err;
@@ -153,6 +188,8 @@ int main(void) {
                                    ms_kernels_select("avx512"), ms_kernels_select("avx512-l2") };
     for (int t = 0; t < N_TAB; t++)
         if (tabs[t]) bench_in_cache(tabs[t]);
+    for (int t = 0; t < N_TAB; t++)
+        if (tabs[t]) bench_attention(tabs[t]);
     /* read / memcpy bandwidth on 1 GiB (larger than any LLC here) */
     size_t big = (size_t)1 << 30;
     uint64_t *buf = xmalloc(big), *dst = xmalloc(big);

@@ -21,7 +21,8 @@
  *   bits(t) - bits(1.5*2^52) is the integer k the scalar code gets from
  *   (int64_t)kd (exact for |k| < 2^51).
  *   Tails (n % VM_W) call the scalar functions themselves.
- * Invariants: -ffp-contract=off (Makefile), so no multiply-add is fused;
+ * Invariants: -ffp-contract=off (Makefile), so no multiply-add is fused
+ *   unless written (vm_fma, only where the product is exact);
  *   out may alias the inputs (each block is loaded before it is stored).
  */
 #if !defined(VM) || !defined(VM_W)
@@ -254,8 +255,12 @@ static void VM(kda_update)(float *S, const float *alpha, const float *k, const f
  * in the reference's order. Heads go 8 at a time, so each row of the cache
  * read serves 8 heads (the reference reads the whole cache once per head).
  * Scores: a block of VM_W positions is copied transposed, as doubles, into T
- * [width][VM_W] once for all heads; lane p of a head's accumulator is position
- * s0 + p. Mix: 2 * VM_W columns per pair of accumulators; positions in blocks
+ * [width][VM_W] once for all heads (VM_W x VM_W blocks widened and transposed
+ * in registers; the block after is prefetched, since gpt-oss's rows are a page
+ * apart); lane p of a head's accumulator is position s0 + p. Each term is
+ * added by a fused multiply-add: the product is exact, so it rounds as the
+ * add alone would (half the instructions). Mix: 2 * VM_W columns per pair of
+ * accumulators (fused the same way); positions in blocks
  * of VM_MLA_PB whose probabilities are widened once per block, the sums parked
  * in acc between blocks. A group of fewer than 8 heads runs against zero rows
  * whose results are dropped. Widths above VM_MLA_MAXW and the position /
@@ -265,18 +270,72 @@ static const double vm_zero_row[VM_MLA_MAXW];
 
 #define VM_HEADS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
+/* a * b + c rounded once: the attention sums' products are exact in double,
+ * so this is the bits of the multiply and then the add (and one instruction) */
+VM_INLINE vm_d8 vm_fma(vm_d8 a, vm_d8 b, vm_d8 c) {
+#if VM_W == 8
+    return (vm_d8)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#else
+    return (vm_d8)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#endif
+}
+
+/* r[p][i] -> r[i][p] for a VM_W x VM_W block of doubles (log2 VM_W stages of
+ * two-input shuffles; lane p of the result i is element i of row p) */
+VM_INLINE void vm_transpose(vm_d8 *r) {
+#if VM_W == 8
+    const __m512i lo2 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi2 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    __m512d t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_pd((__m512d)r[i], (__m512d)r[i + 1]);       /* 0 8 2 10 4 12 6 14 */
+        t[i + 1] = _mm512_unpackhi_pd((__m512d)r[i], (__m512d)r[i + 1]);   /* 1 9 3 11 5 13 7 15 */
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4)
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++) {
+            u[i + k] = _mm512_permutex2var_pd(t[i + k], lo2, t[i + k + 2]);
+            u[i + k + 2] = _mm512_permutex2var_pd(t[i + k], hi2, t[i + k + 2]);
+        }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        r[k] = (vm_d8)_mm512_shuffle_f64x2(u[k], u[k + 4], 0x44);          /* 0 1 2 3 8 9 10 11 */
+        r[k + 4] = (vm_d8)_mm512_shuffle_f64x2(u[k], u[k + 4], 0xee);      /* 4 5 6 7 12 13 14 15 */
+    }
+#else
+    const __m256d t0 = _mm256_unpacklo_pd((__m256d)r[0], (__m256d)r[1]), t1 = _mm256_unpackhi_pd((__m256d)r[0], (__m256d)r[1]);
+    const __m256d t2 = _mm256_unpacklo_pd((__m256d)r[2], (__m256d)r[3]), t3 = _mm256_unpackhi_pd((__m256d)r[2], (__m256d)r[3]);
+    r[0] = (vm_d8)_mm256_permute2f128_pd(t0, t2, 0x20);
+    r[2] = (vm_d8)_mm256_permute2f128_pd(t0, t2, 0x31);
+    r[1] = (vm_d8)_mm256_permute2f128_pd(t1, t3, 0x20);
+    r[3] = (vm_d8)_mm256_permute2f128_pd(t1, t3, 0x31);
+#endif
+}
+
 static void VM(att_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, int64_t nq,
                            const float *C, int64_t pw, int64_t width, int64_t n, double scale) {
     if (width > VM_MLA_MAXW) {
         ms_att_scores(S, lds, Q, ldq, nq, C, pw, width, n, scale);
         return;
     }
-    double T[VM_MLA_MAXW * VM_W];
+    double T[VM_MLA_MAXW * VM_W] __attribute__((aligned(64)));
+    const int64_t wv = width - width % VM_W;    /* columns transposed a block at a time */
     int64_t s0 = 0;
     for (; s0 + VM_W <= n; s0 += VM_W) {
+        if (s0 + 2 * VM_W <= n)     /* the next block's rows: a row per page where pw is large */
+            for (int p = 0; p < VM_W; p++)
+                for (int64_t j = 0; j < width; j += 16) __builtin_prefetch(C + (s0 + VM_W + p) * pw + j);
+        for (int64_t j0 = 0; j0 < wv; j0 += VM_W) {
+            vm_d8 r[VM_W];
+#pragma GCC unroll 8
+            for (int p = 0; p < VM_W; p++) r[p] = vm_wide(vm_load(C + (s0 + p) * pw + j0));
+            vm_transpose(r);
+            memcpy(T + j0 * VM_W, r, sizeof r);
+        }
         for (int p = 0; p < VM_W; p++) {
             const float *c = C + (s0 + p) * pw;
-            for (int64_t j = 0; j < width; j++) T[j * VM_W + p] = (double)c[j];
+            for (int64_t j = wv; j < width; j++) T[j * VM_W + p] = (double)c[j];
         }
         for (int64_t h0 = 0; h0 < nq; h0 += 8) {
 #define VM_Q(k) const double *q##k = h0 + k < nq ? Q + (h0 + k) * ldq : vm_zero_row; \
@@ -286,7 +345,7 @@ static void VM(att_scores)(float *S, int64_t lds, const double *Q, int64_t ldq, 
             for (int64_t j = 0; j < width; j++) {
                 vm_d8 x;
                 memcpy(&x, T + j * VM_W, sizeof x);
-#define VM_ACC(k) a##k = a##k + vm_splat(q##k[j]) * x;
+#define VM_ACC(k) a##k = vm_fma(vm_splat(q##k[j]), x, a##k);
                 VM_HEADS8(VM_ACC)
 #undef VM_ACC
             }
@@ -322,7 +381,7 @@ static void VM(att_mix)(float *O, int64_t ldo, const float *P, int64_t ldp, int6
                 for (int64_t s = 0; s < nb; s++) {
                     const float *c = C + (sb + s) * pw + i0;
                     const vm_d8 cl = vm_wide(vm_load(c)), ch = vm_wide(vm_load(c + VM_W));
-#define VM_ACC(k) { const vm_d8 p = vm_splat(pd[k][s]); a##k##l = a##k##l + p * cl; a##k##h = a##k##h + p * ch; }
+#define VM_ACC(k) { const vm_d8 p = vm_splat(pd[k][s]); a##k##l = vm_fma(p, cl, a##k##l); a##k##h = vm_fma(p, ch, a##k##h); }
                     VM_HEADS8(VM_ACC)
 #undef VM_ACC
                 }
