@@ -15,6 +15,8 @@
 #                       [--speculate K|auto] [--draft-model DIR]
 #                       sequences decoded together: s/step, tokens/s, bytes/token, tokens/pass per P
 #   make bench-hash     XXH3 throughput on hot and cold 1 MiB blocks (bench/hashbench.c)
+#   make bench-sample   one token's pick (ms_sampler_next) at gpt-oss's vocabulary, greedy and
+#                       sampled (bench/samplebench.c)
 #   make bench-mx-bound the core's ceiling for MXFP4 under the T16 tree: FMAs alone,
 #                       + the decode's index work, + its lookups, weights in L1; then the
 #                       decode from DRAM in the row-major and a linear layout (bench/mx_bound.c)
@@ -29,11 +31,11 @@
 
 BENCH_PROGS := $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench/bench_kernels \
                $(BUILD)/bench/membw $(BUILD)/bench/batchbench $(BUILD)/bench/mx_bound \
-               $(BUILD)/bench/hashbench
+               $(BUILD)/bench/hashbench $(BUILD)/bench/samplebench
 BENCH_PY    := /usr/bin/python3 bench/bench.py
 
 .PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash bench-kernel-ab \
-        bench-mx-bound
+        bench-mx-bound bench-sample
 
 bench-progs: $(BENCH_PROGS)
 
@@ -63,6 +65,13 @@ $(BUILD)/bench/hashbench: bench/hashbench.c
 
 bench-hash: $(BUILD)/bench/hashbench
 	$(BUILD)/bench/hashbench
+
+$(BUILD)/bench/samplebench: bench/samplebench.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+bench-sample: $(BUILD)/bench/samplebench
+	$(BUILD)/bench/samplebench
 
 $(BUILD)/bench/mx_bound: bench/mx_bound.c
 	@mkdir -p $(dir $@)

@@ -1,12 +1,15 @@
 /* tests/test_sample.c - the samplers: greedy, top-k, top-p, min-p, repetition,
- * frequency and presence penalties, logit bias, seeds, and that sampling
- * follows the softmax distribution. */
+ * frequency and presence penalties, logit bias, seeds, that sampling
+ * follows the softmax distribution, and that every draw is the one the
+ * sampler's definition gives (a comparison sort and ms_expf, below). */
 #include "moestream.h"
 
 #include "check.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static ms_sampler *mk(float temp, int top_k, float top_p, float min_p, float rep, uint64_t seed, int64_t V) {
     ms_sample_params p = ms_sample_default_params();
@@ -16,6 +19,107 @@ static ms_sampler *mk(float temp, int top_k, float top_p, float min_p, float rep
     ms_sampler *s = ms_sampler_open(&p, V, msg, sizeof msg);
     CHECK(s != NULL, "open: %s", msg);
     return s;
+}
+
+/* ---- the definition (sample/sample.h), written out plainly ----
+ * Candidates: every id whose logit is neither NaN nor -inf, ordered by qsort
+ * on (logit desc, id asc); top-k; p_i = ms_expf((l_i - l_0) / T) in double,
+ * summed in that order, divided by the sum; top-p; min-p; one splitmix64
+ * draw over what is left. The sampler must give the same id on every draw. */
+typedef struct rcand { float logit; int32_t id; double p; } rcand;
+
+static int rcmp(const void *a, const void *b) {
+    const rcand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static uint64_t rsplitmix(uint64_t *st) {
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int32_t ref_pick(const float *lg, int64_t V, float T, int top_k, float top_p, float min_p, uint64_t *rng,
+                        rcand *c) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i++)
+        if (!isnan(lg[i]) && lg[i] != -INFINITY) { c[n].logit = lg[i]; c[n].id = (int32_t)i; n++; }
+    if (n == 0) return 0;
+    qsort(c, (size_t)n, sizeof *c, rcmp);
+    if (top_k > 0 && top_k < n) n = top_k;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) { c[i].p = (double)ms_expf((c[i].logit - c[0].logit) / T); sum += c[i].p; }
+    for (int64_t i = 0; i < n; i++) c[i].p /= sum;
+    if (top_p < 1.0f) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < n; i++) { acc += c[i].p; if (acc >= (double)top_p) { n = i + 1; break; } }
+    }
+    if (min_p > 0.0f) {
+        int64_t keep = 1;
+        while (keep < n && c[keep].p >= (double)min_p * c[0].p) keep++;
+        n = keep;
+    }
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) total += c[i].p;
+    const double u = (double)(rsplitmix(rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; i++) { acc += c[i].p; if (u < acc) return c[i].id; }
+    return c[n - 1].id;
+}
+
+/* Logits with many exact ties (a few distinct values), -0 beside +0, NaN and
+ * -inf holes, and a wide spread; then the sampler against ref_pick for many
+ * draws under several settings, at a small vocabulary and at gpt-oss's. */
+static void test_against_definition(void) {
+    static const int64_t vocabs[2] = { 3001, 201088 };
+    static const struct { float T; int top_k; float top_p, min_p; } set[] = {
+        { 1.0f, 0, 1.0f, 0.0f }, { 0.7f, 0, 0.9f, 0.0f }, { 1.3f, 40, 1.0f, 0.0f },
+        { 0.8f, 0, 1.0f, 0.05f }, { 2.0f, 1000, 0.95f, 0.01f },
+    };
+    for (int iv = 0; iv < 2; iv++) {
+        const int64_t V = vocabs[iv];
+        float *lg = malloc((size_t)V * sizeof *lg);
+        rcand *c = malloc((size_t)V * sizeof *c);
+        CHECK(lg && c, "alloc");
+        if (!lg || !c) return;
+        uint64_t g = 99;
+        for (int64_t i = 0; i < V; i++) {
+            const uint64_t r = rsplitmix(&g);
+            switch (r % 16) {
+            case 0: lg[i] = 0.0f; break;
+            case 1: lg[i] = -0.0f; break;
+            case 2: lg[i] = i % 97 == 0 ? NAN : -INFINITY; break;
+            case 3: lg[i] = 4.0f; break;                        /* a tie at the top */
+            default: lg[i] = (float)((int)(r >> 40) % 61 - 40) * 0.25f;   /* 61 values: ties */
+            }
+        }
+        for (size_t k = 0; k < sizeof set / sizeof set[0]; k++) {
+            ms_sample_params p = ms_sample_default_params();
+            p.temperature = set[k].T; p.top_k = set[k].top_k; p.top_p = set[k].top_p; p.min_p = set[k].min_p;
+            p.seed = 1234 + k;
+            char msg[128];
+            ms_sampler *s = ms_sampler_open(&p, V, msg, sizeof msg);
+            CHECK(s != NULL, "open: %s", msg);
+            if (!s) continue;
+            uint64_t rng = p.seed;
+            const int draws = V > 10000 ? 12 : 600;
+            int differ = 0, first = -1;
+            for (int d = 0; d < draws; d++) {
+                const int32_t a = ms_sampler_next(s, lg, NULL, 0);
+                const int32_t b = ref_pick(lg, V, p.temperature, p.top_k, p.top_p, p.min_p, &rng, c);
+                if (a != b && first < 0) first = d;
+                differ += a != b;
+            }
+            CHECK(differ == 0, "V %lld, T %.1f top_k %d top_p %.2f min_p %.2f: %d of %d draws differ from the"
+                  " definition (first at draw %d)", (long long)V, set[k].T, set[k].top_k, set[k].top_p,
+                  set[k].min_p, differ, draws, first);
+            ms_sampler_close(s);
+        }
+        free(lg);
+        free(c);
+    }
 }
 
 int main(void) {
@@ -134,5 +238,6 @@ int main(void) {
     CHECK(ms_sampler_open(&bad, 10, msg, sizeof msg) == NULL, "top_p 0 refused");
     bad = ms_sample_default_params(); bad.temperature = -1.0f;
     CHECK(ms_sampler_open(&bad, 10, msg, sizeof msg) == NULL, "negative temperature refused");
+    test_against_definition();
     return CHECK_DONE("test_sample");
 }

@@ -21,9 +21,11 @@ struct ms_sampler {
     uint64_t rng;
     cand *c;                    /* [n_vocab] */
     float *work;                /* [n_vocab] penalised logits */
+    uint64_t *key, *key2;       /* [n_vocab] each: the candidates' sort keys (order_candidates) */
     int32_t *bias_ids;          /* [p.n_bias], copies */
     float *bias;
     ms_grammar *grammar;        /* not owned; NULL: no structured output */
+    const ms_kern *kern;        /* expf_n: the bits of ms_expf in every table */
 };
 
 ms_sample_params ms_sample_default_params(void) {
@@ -67,8 +69,11 @@ ms_sampler *ms_sampler_open(const ms_sample_params *p, int64_t n_vocab, char *er
     s->p = *p;
     s->n_vocab = n_vocab;
     s->rng = p->seed;
+    s->kern = ms_kernels_select(NULL);
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
+    s->key = malloc((size_t)n_vocab * sizeof *s->key);
+    s->key2 = malloc((size_t)n_vocab * sizeof *s->key2);
     s->bias_ids = malloc((size_t)(p->n_bias + 1) * sizeof *s->bias_ids);
     s->bias = malloc((size_t)(p->n_bias + 1) * sizeof *s->bias);
     if (s->bias_ids && s->bias && p->n_bias > 0) {
@@ -77,7 +82,7 @@ ms_sampler *ms_sampler_open(const ms_sample_params *p, int64_t n_vocab, char *er
     }
     s->p.bias_ids = s->bias_ids;
     s->p.bias = s->bias;
-    if (!s->c || !s->work || !s->bias_ids || !s->bias) {
+    if (!s->c || !s->work || !s->key || !s->key2 || !s->bias_ids || !s->bias) {
         ms_sampler_close(s);
         if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "sampling: out of memory");
         return NULL;
@@ -89,15 +94,60 @@ void ms_sampler_close(ms_sampler *s) {
     if (!s) return;
     free(s->c);
     free(s->work);
+    free(s->key);
+    free(s->key2);
     free(s->bias_ids);
     free(s->bias);
     free(s);
 }
 
-static int cmp_cand(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
+/* A logit's rank as an unsigned integer: larger logits get SMALLER keys, and
+ * -0 the key of +0 (they compare equal). Not for NaN (never a candidate). */
+static uint32_t desc_key(float x) {
+    if (x == 0.0f) x = 0.0f;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;     /* ascending with the float */
+    return ~u;
+}
+
+enum { RADIX_BITS = 11, RADIX_PASSES = 3 };         /* 3 x 11 bits cover the 32-bit key */
+
+/* s->c[0..n) := the candidates w[id] for the n ids in s->key (each key's low
+ * 32 bits, in increasing order), ordered by logit descending and, among equal
+ * logits, id ascending. A stable least-significant-digit radix sort of the
+ * ids on desc_key: equal logits keep the ids' increasing order. The order a
+ * comparison sort by (logit desc, id asc) gives (qsort did that: ~25 ms a
+ * token for gpt-oss's 201,088 ids on machine B; this, ~1.5 ms). */
+static void order_candidates(ms_sampler *s, const float *w, int64_t n) {
+    static const int R = 1 << RADIX_BITS;
+    uint64_t *k = s->key, *t = s->key2;
+    int64_t count[RADIX_PASSES][1 << RADIX_BITS];
+    memset(count, 0, sizeof count);
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t d = desc_key(w[(uint32_t)k[i]]);
+        k[i] |= d << 32;
+        for (int ps = 0; ps < RADIX_PASSES; ps++) count[ps][(d >> (ps * RADIX_BITS)) & (uint64_t)(R - 1)]++;
+    }
+    for (int ps = 0; ps < RADIX_PASSES; ps++) {
+        const int shift = 32 + ps * RADIX_BITS;
+        if (count[ps][(k[0] >> shift) & (uint64_t)(R - 1)] == n) continue;   /* one digit for all: no move */
+        int64_t at = 0;
+        for (int d = 0; d < R; d++) {
+            const int64_t c = count[ps][d];
+            count[ps][d] = at;
+            at += c;
+        }
+        for (int64_t i = 0; i < n; i++) t[count[ps][(k[i] >> shift) & (uint64_t)(R - 1)]++] = k[i];
+        uint64_t *x = k;
+        k = t;
+        t = x;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t id = (int32_t)(uint32_t)k[i];
+        s->c[i].logit = w[id];
+        s->c[i].id = id;
+    }
 }
 
 void ms_sampler_set_grammar(ms_sampler *s, ms_grammar *g) {
@@ -155,18 +205,19 @@ static int32_t pick(ms_sampler *s, const float *logits, const int32_t *hist, int
         /* masked (a grammar's, or a caller's -inf): never a candidate, so the
            draw cannot land on it through the last-candidate fallback */
         if (w[i] == -INFINITY) continue;
-        s->c[n].logit = w[i];
-        s->c[n].id = (int32_t)i;
-        n++;
+        s->key[n++] = (uint64_t)i;
     }
     if (n == 0) return 0;
-    qsort(s->c, (size_t)n, sizeof *s->c, cmp_cand);
+    order_candidates(s, w, n);
     if (p->top_k > 0 && p->top_k < n) n = p->top_k;
     /* softmax(logit / T), relative to the largest */
     const float top = s->c[0].logit;
+    float *e = s->work;         /* the logits are in s->c now */
+    for (int64_t i = 0; i < n; i++) e[i] = (s->c[i].logit - top) / p->temperature;
+    s->kern->expf_n(e, e, n);   /* ms_expf's bits, a vector at a time */
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        s->c[i].p = (double)ms_expf((s->c[i].logit - top) / p->temperature);
+        s->c[i].p = (double)e[i];
         sum += s->c[i].p;
     }
     for (int64_t i = 0; i < n; i++) s->c[i].p /= sum;
