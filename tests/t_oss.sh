@@ -14,7 +14,8 @@
 #   3. verify writes the sidecar (fused experts hashed per slice), a run at --ram
 #      min verifies every read and gives the same ids; a byte flipped in an
 #      expert's gate_up scales is found by verify (exit 4, naming the tensor) and
-#      by a run that reads it (exit 4); pack, then a run from the pack: same ids;
+#      by a run that reads it (exit 4), while `tokenize` (which reads no weight)
+#      cuts text there as on the intact copy; pack, then a run from the pack: same ids;
 #   4. a session saved after the prompt and resumed with more ids equals one run
 #      over both;
 #   5. --speculate 4 and auto: the plain run's ids;
@@ -88,6 +89,11 @@ else bad "verify of a flipped expert byte: exit $rc, $(tail -n 3 "$tmp/vb.out")"
 "$BIN" run "$tmp/bad" --ram min --ids "$PROMPT" --max-tokens "$N" --quiet > /dev/null 2> "$tmp/rb.err"; rc=$?
 if [ $rc = 4 ] && grep -q "gate_up_proj_scales.*checksum mismatch" "$tmp/rb.err"; then ok
 else bad "a run reading the flipped expert: exit $rc, $(tail -n 3 "$tmp/rb.err")"; fi
+# tokenize reads no weight (without --ram it used to load them all, and stop at the flipped byte)
+printf 'hello, world' | "$BIN" tokenize "$tmp/bad" > "$tmp/tb.out" 2> "$tmp/tb.err"; rc=$?
+printf 'hello, world' | "$BIN" tokenize "$m" > "$tmp/tg.out" 2> /dev/null
+if [ $rc = 0 ] && [ -s "$tmp/tb.out" ] && cmp -s "$tmp/tb.out" "$tmp/tg.out"; then ok
+else bad "tokenize on the copy with a flipped expert byte: exit $rc, $(tail -n 2 "$tmp/tb.err")"; fi
 
 # 4. a session saved after the prompt, resumed with more ids
 MORE=5,6,7
