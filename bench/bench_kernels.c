@@ -129,16 +129,13 @@ static void bench_in_cache(const ms_kern *k) {
     for (size_t i = 0; i < sizeof S; i++) S[i] = (uint8_t)(120 + i % 9);
     for (size_t i = 0; i < TT * 4096; i++) X[i] = (float)(i % 7) - 3.0f;
     for (int T = 1; T <= TT; T += TT - 1) {
-        struct timespec a, b;
         int reps = k == &ms_kern_ref ? 2 : 400;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        double t0 = thread_cpu_s();
         for (int r = 0; r < reps; r++) k->matmat_bf16(Y, R, W, X, 4096, T, 0, 64, 4096);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        double tb = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        const double tb = thread_cpu_s() - t0;
+        t0 = thread_cpu_s();
         for (int r = 0; r < reps; r++) k->matmat_mxfp4(Y, R, P, S, X, C, T, 0, R, C);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        double tm = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        const double tm = thread_cpu_s() - t0;
         printf("in-cache %-6s T=%d: bf16 64x4096 %6.2f Gelem/s   mxfp4 256x3584 %6.2f Gelem/s\n",
                k->name, T, 64.0 * 4096 * T * reps / tb / 1e9, (double)R * C * T * reps / tm / 1e9);
     }
@@ -161,15 +158,12 @@ static void bench_attention(const ms_kern *k) {
         for (int64_t j = 0; j < nq * w; j++) Q[j] = (double)((j * 40503u) % 1999) * 1e-3 - 1.0;
         for (int64_t j = 0; j < nq * n; j++) S[j] = 1.0f / (float)n;
         int reps = k == &ms_kern_ref ? 1 : 20;
-        struct timespec a, b;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        double t0 = thread_cpu_s();
         for (int r = 0; r < reps; r++) k->att_scores(S, n, Q, w, nq, C, pw, w, n, 0.125);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        double ts = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        const double ts = thread_cpu_s() - t0;
+        t0 = thread_cpu_s();
         for (int r = 0; r < reps; r++) k->att_mix(O, pw, S, n, nq, C, pw, sh[i].wmix, n);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        double tm = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        const double tm = thread_cpu_s() - t0;
         printf("attention %-9s %-7s %3lld heads x %lld positions: scores %6.2f ns, mix %6.2f ns per (head, position)\n",
                k->name, sh[i].name, (long long)nq, (long long)n, ts / reps / (double)(nq * n) * 1e9,
                tm / reps / (double)(nq * n) * 1e9);

@@ -57,12 +57,6 @@ static size_t packed_bytes[2], mat_bytes[2];
 static float *xv[2], *yv;
 static uint64_t *rbuf;
 
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *xalloc(size_t n) {
     void *p = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
     if (!p) { fprintf(stderr, "kernel_ab: out of memory (%zu bytes)\n", n); exit(1); }
@@ -174,12 +168,12 @@ static double matmat_gelems(int v, int T) {
         for (size_t i = 0; i < sizeof S; i++) S[i] = (uint8_t)(120 + i % 9);
         for (size_t i = 0; i < TMAX * C; i++) X[i] = (float)(i % 7) - 3.0f;
     }
-    double t0 = cpu_s();
+    double t0 = thread_cpu_s();
     for (int r = 0; r < REPS; r++) {
         if (T == 1) kern[v]->matvec_mxfp4(Y, P, S, X, 0, R, C);
         else kern[v]->matmat_mxfp4(Y, R, P, S, X, C, T, 0, R, C);
     }
-    return (double)R * C * T * REPS / (cpu_s() - t0) / 1e9;
+    return (double)R * C * T * REPS / (thread_cpu_s() - t0) / 1e9;
 }
 
 /* Prompt chunks, one thread, wall time: Gelem-token/s of matmat_bf16 at T = 32

@@ -14,13 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv) {
     const int64_t V = argc > 1 ? strtoll(argv[1], NULL, 10) : 201088;
@@ -48,9 +42,9 @@ int main(int argc, char **argv) {
         if (!s) { fprintf(stderr, "%s\n", msg); return 1; }
         const int reps = 40;
         int64_t sum = 0;
-        const double t0 = cpu_s();
+        const double t0 = thread_cpu_s();
         for (int i = 0; i < reps; i++) sum += ms_sampler_next(s, lg, NULL, 0);
-        const double t = (cpu_s() - t0) / reps;
+        const double t = (thread_cpu_s() - t0) / reps;
         printf("sample %-28s vocab %lld: %7.3f ms per token (ids sum %lld)\n", set[k].name, (long long)V, t * 1e3,
                (long long)sum);
         ms_sampler_close(s);
