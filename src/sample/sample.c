@@ -111,7 +111,7 @@ static uint32_t desc_key(float x) {
     return ~u;
 }
 
-enum { RADIX_BITS = 11, RADIX_PASSES = 3 };         /* 3 x 11 bits cover the 32-bit key */
+enum { RADIX_BITS = 11, RADIX_PASSES = 3, RADIX_MASK = (1 << RADIX_BITS) - 1 };  /* 3 x 11 bits: the 32-bit key */
 
 /* s->c[0..n) := the candidates w[id] for the n ids in s->key (each key's low
  * 32 bits, in increasing order), ordered by logit descending and, among equal
@@ -120,25 +120,24 @@ enum { RADIX_BITS = 11, RADIX_PASSES = 3 };         /* 3 x 11 bits cover the 32-
  * comparison sort by (logit desc, id asc) gives (qsort did that: ~25 ms a
  * token for gpt-oss's 201,088 ids on machine B; this, ~1.5 ms). */
 static void order_candidates(ms_sampler *s, const float *w, int64_t n) {
-    static const int R = 1 << RADIX_BITS;
     uint64_t *k = s->key, *t = s->key2;
-    int64_t count[RADIX_PASSES][1 << RADIX_BITS];
+    int64_t count[RADIX_PASSES][RADIX_MASK + 1];
     memset(count, 0, sizeof count);
     for (int64_t i = 0; i < n; i++) {
         const uint64_t d = desc_key(w[(uint32_t)k[i]]);
         k[i] |= d << 32;
-        for (int ps = 0; ps < RADIX_PASSES; ps++) count[ps][(d >> (ps * RADIX_BITS)) & (uint64_t)(R - 1)]++;
+        for (int ps = 0; ps < RADIX_PASSES; ps++) count[ps][(d >> (ps * RADIX_BITS)) & RADIX_MASK]++;
     }
     for (int ps = 0; ps < RADIX_PASSES; ps++) {
         const int shift = 32 + ps * RADIX_BITS;
-        if (count[ps][(k[0] >> shift) & (uint64_t)(R - 1)] == n) continue;   /* one digit for all: no move */
+        if (count[ps][(k[0] >> shift) & RADIX_MASK] == n) continue;   /* one digit for all: no move */
         int64_t at = 0;
-        for (int d = 0; d < R; d++) {
+        for (int d = 0; d <= RADIX_MASK; d++) {
             const int64_t c = count[ps][d];
             count[ps][d] = at;
             at += c;
         }
-        for (int64_t i = 0; i < n; i++) t[count[ps][(k[i] >> shift) & (uint64_t)(R - 1)]++] = k[i];
+        for (int64_t i = 0; i < n; i++) t[count[ps][(k[i] >> shift) & RADIX_MASK]++] = k[i];
         uint64_t *x = k;
         k = t;
         t = x;
