@@ -181,6 +181,16 @@ static void refusals(void) {
     json_object_set_new(r, "num_key_value_heads", json_integer(7));
     json_object_del(json_object_get(r, "rope_scaling"), "truncate");
     refused("GQA groups, truncate", r, 2, "not a multiple of num_key_value_heads 7", "rope_scaling.truncate missing");
+
+    /* sizes whose keys and values per position overflow int64 (a fuzz input once
+       multiplied them anyway: undefined behaviour) */
+    r = root_of(1);
+    json_object_set_new(r, "head_dim", json_integer(666666666666666664));
+    refused("head_dim far too large", r, 1, "head_dim: 666666666666666664 is more than the 256 supported");
+    r = root_of(1);
+    json_object_set_new(r, "num_key_value_heads", json_integer((json_int_t)1 << 60));
+    json_object_set_new(r, "num_attention_heads", json_integer((json_int_t)1 << 61));
+    refused("key-value heads overflow", r, 1, "num_key_value_heads: 1152921504606846976 heads of 64 keys and values overflow");
 }
 
 int main(void) {

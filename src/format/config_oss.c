@@ -169,5 +169,9 @@ void ms_config_read_oss(const json_t *root, ms_config *c, ms_config_problems *pr
     c->quant_group_size = 32;
     c->bos_token_id = -1;                 /* gpt-oss prepends no token */
     c->n_pos_layers = c->num_hidden_layers;
-    c->pos_floats = 2 * c->num_key_value_heads * c->head_dim;
+    /* a position's keys and values; a head_dim above the bound is already refused (and
+       may be anything up to INT64_MAX), so the product is formed only below it */
+    if (c->head_dim <= MS_OSS_MAX_HEAD_DIM && ms_mul_i64(c->num_key_value_heads, 2 * c->head_dim, &c->pos_floats))
+        ms_config_problem(pr, "num_key_value_heads: %lld heads of %lld keys and values overflow a position's size",
+                          (long long)c->num_key_value_heads, (long long)c->head_dim);
 }
