@@ -496,6 +496,63 @@ static void test_mxfp4_real_shapes(void) {
     }
 }
 
+/* Subnormal x through the MXFP4 matvec. avx512 runs the lanes where x is
+ * subnormal as (w * 2^-24) * (x * 2^24), which is exact only while the group's
+ * scale byte keeps w * 2^-24 normal (>= 26); blocks with a smaller byte must
+ * take the plain path. Scale bytes around that bound, x with subnormals
+ * everywhere / in the first groups only / scattered (some rows' sums and
+ * partial sums subnormal), row ranges on and off the 8-row blocks: every
+ * table equal to ref bit for bit. */
+static void test_mxfp4_subnormal_x(void) {
+    enum { R = 96, C = 256, NG = C / 32 };
+    static uint8_t P[R * C / 2], S[R * NG];
+    static float x[C], want[R], y[R];
+    for (int i = 0; i < R * C / 2; i++) P[i] = (uint8_t)rng_u32();
+    for (int b = 0; b < R / 8; b++)         /* block b: bytes around 26, or ordinary, or tiny */
+        for (int i = 0; i < 8 * NG; i++)
+            S[b * 8 * NG + i] = (uint8_t)(b % 3 == 0 ? 20 + rng_u32() % 12
+                                          : b % 3 == 1 ? 26 + rng_u32() % 100 : rng_u32() % 8);
+    for (int pat = 0; pat < 3; pat++) {
+        for (int i = 0; i < C; i++) {
+            const float sub = rng_unit() * 0x1p-127f, norm = rng_unit() * (pat == 2 ? 0x1p-110f : 1.0f);
+            x[i] = pat == 0 ? sub : pat == 1 ? (i < 40 ? sub : norm) : (i % 7 == 3 ? sub : norm);
+        }
+        ms_kern_ref.matvec_mxfp4(want, P, S, x, 0, R, C);
+        int n_sub = 0;
+        for (int r = 0; r < R; r++) n_sub += want[r] != 0.0f && fabsf(want[r]) < FLT_MIN;
+        CHECK(pat != 0 || n_sub > 0, "pattern 0 must give subnormal sums (%d)", n_sub);
+        static const int rr[][2] = { { 0, R }, { 3, R - 5 }, { 8, 24 } };
+        for (int k = 1; k < N_TAB; k++) {
+            if (!tables[k]) continue;
+            for (size_t ir = 0; ir < sizeof rr / sizeof rr[0]; ir++) {
+                poison(y, R);
+                tables[k]->matvec_mxfp4(y, P, S, x, rr[ir][0], rr[ir][1], C);
+                int e = check_range(y, want, R, rr[ir][0], rr[ir][1]);
+                CHECK(e == 0, "%s mxfp4 subnormal x, pattern %d, rows [%d,%d): row %d %s", table_names[k], pat,
+                      rr[ir][0], rr[ir][1], abs(e) - 1, e > 0 ? "differs" : "written outside the range");
+            }
+        }
+    }
+    /* Where w * 2^-24 would round to zero (scale bytes 0, 1, 2) the sign of a
+     * zero sum shows it: weights -2^(s-128) (bytes 0x99, codes -0.5), x =
+     * +2^-127: every product underflows to -0 from +0, so every row is -0; a
+     * scaled weight of -0 would give +0 + -0 = +0. Eight rows per byte. */
+    enum { R0 = 24, C0 = 32 };
+    uint8_t p0[R0 * C0 / 2], s0[R0];
+    float x0[C0], y0[R0];
+    memset(p0, 0x99, sizeof p0);
+    for (int r = 0; r < R0; r++) s0[r] = (uint8_t)(r / 8);
+    for (int i = 0; i < C0; i++) x0[i] = 0x1p-127f;
+    for (int k = 0; k < N_TAB; k++) {
+        if (!tables[k]) continue;
+        poison(y0, R0);
+        tables[k]->matvec_mxfp4(y0, p0, s0, x0, 0, R0, C0);
+        int bad = 0;
+        for (int r = 0; r < R0; r++) bad += f2u(y0[r]) != 0x80000000u;
+        CHECK(bad == 0, "%s mxfp4 subnormal x at scale bytes 0-2: %d of %d rows not -0", table_names[k], bad, R0);
+    }
+}
+
 /* Negative zero through MXFP4 (as test_select does for BF16 / F32): every
  * byte 0x99 (two codes -0.5) at scale byte 0 is a weight of -2^-128, and with
  * x = 1e-30 every product underflows to -0, so every lane and the result are
@@ -981,6 +1038,7 @@ int main(void) {
     test_mxfp4_scales();
     test_mxfp4_codes();
     test_mxfp4_real_shapes();
+    test_mxfp4_subnormal_x();
     test_mxfp4_negzero();
     test_matmat();
     test_situ_glu();

@@ -290,9 +290,57 @@ INLINE void mx_split_x(float *xs, const float *x, int64_t cols) {
     }
 }
 
-/* NR rows of the matvec with x split (xs); returns the skipped groups. */
+/* SUBNORMAL x, as in matvec_avx512.c: an FMA with a subnormal input is slow
+ * on Intel cores (a microcode assist), so the lanes where x is subnormal run
+ * as (code * (scale * 2^-24)) * (x * 2^24): the same exact product, both
+ * factors normal while the scale byte is >= MX_SUB_MIN_SCALE; blocks with a
+ * smaller byte take the plain split x. mx_split_sub makes x' and the lane
+ * factors in the split order; 0 (and nothing written) when x has no
+ * subnormal. */
+enum { MX_SUB_MIN_SCALE = 26 };
+
+/* The lanes of v that are subnormal (nonzero, |v| < 2^-126), all bits set. */
+INLINE __m256 mx_sub_lanes(__m256 v) {
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    return _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0x1p-126f), _CMP_LT_OQ),
+                         _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NEQ_OQ));
+}
+
+static int mx_has_sub(const float *x, int64_t cols) {
+    __m256 any = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; c += 8) any = _mm256_or_ps(any, mx_sub_lanes(_mm256_loadu_ps(x + c)));
+    return _mm256_movemask_ps(any) != 0;
+}
+
+static int mx_split_sub(float *xs2, float *fs, const float *xs, const float *x, int64_t cols) {
+    if (!mx_has_sub(x, cols)) return 0;
+    const __m256 up = _mm256_set1_ps(0x1p24f), down = _mm256_set1_ps(0x1p-24f), one = _mm256_set1_ps(1.0f);
+    for (int64_t c = 0; c < cols; c += 8) {
+        const __m256 v = _mm256_load_ps(xs + c), m = mx_sub_lanes(v);
+        _mm256_store_ps(xs2 + c, _mm256_blendv_ps(v, _mm256_mul_ps(v, up), m));
+        _mm256_store_ps(fs + c, _mm256_blendv_ps(one, down, m));
+    }
+    return 1;
+}
+
+/* Any of the n scale bytes below MX_SUB_MIN_SCALE (255, skipped, is not). */
+static int mx_any_small(const uint8_t *s, int64_t n) {
+    const __m256i lim = _mm256_set1_epi8(MX_SUB_MIN_SCALE - 1);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(s + i));
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(v, lim), v))) return 1;
+    }
+    for (; i < n; i++)
+        if (s[i] < MX_SUB_MIN_SCALE) return 1;
+    return 0;
+}
+
+/* NR rows of the matvec with x split (xs); returns the skipped groups. With
+ * SUB, xs is x' and fs the lane factors (SUBNORMAL x). */
 INLINE int64_t mx_block_split(float *y, const uint8_t *packed, const uint8_t *scales,
-                              const float *xs, int64_t r, int64_t cols, const int NR) {
+                              const float *xs, const float *fs, int64_t r, int64_t cols, const int NR,
+                              const int SUB) {
     const int64_t ng = cols / 32;
     const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
     const __m128i m4 = _mm_set1_epi8(0x0F);
@@ -314,14 +362,21 @@ INLINE int64_t mx_block_split(float *y, const uint8_t *packed, const uint8_t *sc
         for (int j = 0; j < NR; j++) {
             uint8_t s = scales[(r + j) * ng + g];
             if (s == 255) { n255++; continue; }
-            __m256 scale = _mm256_set1_ps(ms_mxfp4_scale[s]);
+            const __m256 scale = _mm256_set1_ps(ms_mxfp4_scale[s]);
+            __m256 sc0 = scale, sc1 = scale, sc2 = scale, sc3 = scale;
+            if (SUB) {
+                sc0 = _mm256_mul_ps(scale, _mm256_load_ps(fs + g * 32));
+                sc1 = _mm256_mul_ps(scale, _mm256_load_ps(fs + g * 32 + 8));
+                sc2 = _mm256_mul_ps(scale, _mm256_load_ps(fs + g * 32 + 16));
+                sc3 = _mm256_mul_ps(scale, _mm256_load_ps(fs + g * 32 + 24));
+            }
             __m128i b = _mm_loadu_si128((const __m128i *)(packed + (r + j) * (cols / 2) + g * 16));
             __m128i ev = _mm_shuffle_epi8(lut, _mm_and_si128(b, m4));                     /* 0, 2, .., 30 */
             __m128i od = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), m4));  /* 1, 3, .., 31 */
-            __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ev)), scale);
-            __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(od)), scale);
-            __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(ev, 8))), scale);
-            __m256 w3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(od, 8))), scale);
+            __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ev)), sc0);
+            __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(od)), sc1);
+            __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(ev, 8))), sc2);
+            __m256 w3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(od, 8))), sc3);
             acc[j][0] = _mm256_fmadd_ps(w0, _mm256_load_ps(xg), acc[j][0]);
             acc[j][1] = _mm256_fmadd_ps(w1, _mm256_load_ps(xg + 8), acc[j][1]);
             acc[j][0] = _mm256_fmadd_ps(w2, _mm256_load_ps(xg + 16), acc[j][0]);
@@ -346,10 +401,17 @@ static int64_t avx2_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_t 
                                  const float *x, int64_t r0, int64_t r1, int64_t cols) {
     int64_t n255 = 0, r = r0;
     if (cols <= MX_SPLIT_MAX) {
-        float xs[MX_SPLIT_MAX] __attribute__((aligned(32)));
+        float xs[MX_SPLIT_MAX] __attribute__((aligned(32))), xs2[MX_SPLIT_MAX] __attribute__((aligned(32))),
+              fs[MX_SPLIT_MAX] __attribute__((aligned(32)));
         mx_split_x(xs, x, cols);
-        for (; r + 4 <= r1; r += 4) n255 += mx_block_split(y, packed, scales, xs, r, cols, 4);
-        for (; r < r1; r++) n255 += mx_block_split(y, packed, scales, xs, r, cols, 1);
+        const int sub = mx_split_sub(xs2, fs, xs, x, cols);
+        for (; r + 4 <= r1; r += 4) {
+            if (sub && !mx_any_small(scales + r * (cols / 32), 4 * (cols / 32)))
+                n255 += mx_block_split(y, packed, scales, xs2, fs, r, cols, 4, 1);
+            else
+                n255 += mx_block_split(y, packed, scales, xs, NULL, r, cols, 4, 0);
+        }
+        for (; r < r1; r++) n255 += mx_block_split(y, packed, scales, xs, NULL, r, cols, 1, 0);
         return n255;
     }
     for (; r + 4 <= r1; r += 4) n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 4, 1);
@@ -357,12 +419,9 @@ static int64_t avx2_matvec_mxfp4(float *y, const uint8_t *packed, const uint8_t 
     return n255;
 }
 
-static int64_t avx2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
-                                 const uint8_t *scales, const float *X, int64_t ldx,
-                                 int64_t T, int64_t r0, int64_t r1, int64_t cols) {
-    if (T == 1) return avx2_matvec_mxfp4(Y, packed, scales, X, r0, r1, cols);
-    int64_t n255 = 0;   /* once per scale byte, not once per token */
-    for (int64_t i = r0 * (cols / 32); i < r1 * (cols / 32); i++) n255 += scales[i] == 255;
+/* Rows [r0, r1) for the T tokens at X: blocks of 2 rows x 2 tokens. */
+static void mx_rows_tokens(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
+                           const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1, int64_t cols) {
     int64_t r = r0;
     for (; r + 2 <= r1; r += 2) {
         int64_t t = 0;
@@ -377,6 +436,25 @@ static int64_t avx2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
             mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 1, 2);
         for (; t < T; t++)
             mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, 1, 1);
+    }
+}
+
+static int64_t avx2_matmat_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
+                                 const uint8_t *scales, const float *X, int64_t ldx,
+                                 int64_t T, int64_t r0, int64_t r1, int64_t cols) {
+    if (T == 1) return avx2_matvec_mxfp4(Y, packed, scales, X, r0, r1, cols);
+    int64_t n255 = 0;   /* once per scale byte, not once per token */
+    for (int64_t i = r0 * (cols / 32); i < r1 * (cols / 32); i++) n255 += scales[i] == 255;
+    /* a token whose x has a subnormal takes the matvec (SUBNORMAL x; the same
+     * bits, as matmat == T x matvec); the others go in runs of consecutive
+     * tokens through the blocks */
+    const int subs = cols <= MX_SPLIT_MAX;
+    int64_t t0 = 0;
+    for (int64_t t = 0; t <= T; t++) {
+        if (t < T && !(subs && mx_has_sub(X + t * ldx, cols))) continue;
+        if (t > t0) mx_rows_tokens(Y + t0 * ldy, ldy, packed, scales, X + t0 * ldx, ldx, t - t0, r0, r1, cols);
+        if (t < T) avx2_matvec_mxfp4(Y + t * ldy, packed, scales, X + t * ldx, r0, r1, cols);
+        t0 = t + 1;
     }
     return n255;
 }

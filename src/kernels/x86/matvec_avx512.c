@@ -406,7 +406,8 @@ static int mx_any255(const uint8_t *s, int64_t n) {
  * Called only through the two instances below (not inlined into the block
  * loop: it gets all registers to itself). */
 INLINE void mx_rows8_fast(float *y, const uint8_t *packed, const uint8_t *scales, const float *x,
-                          int64_t r, int64_t cols, const int L2) {
+                          const float *xs, const float *fs, int64_t r, int64_t cols, const int L2,
+                          const int SUB) {
     const int64_t ng = cols / 32, rb = cols / 2;
     uint32_t off[8][MX_FAST_NG] __attribute__((aligned(64)));   /* byte offset of MX_LUT[s] */
     for (int j = 0; j < 8; j++) {
@@ -428,8 +429,16 @@ INLINE void mx_rows8_fast(float *y, const uint8_t *packed, const uint8_t *scales
     for (int j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int64_t g = 0; g < ng; g++) {
-        __m512 x0 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32));
-        __m512 x1 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32 + 16));
+        __m512 x0, x1, f0 = _mm512_setzero_ps(), f1 = f0;
+        if (SUB) {
+            x0 = _mm512_load_ps(xs + g * 32);
+            x1 = _mm512_load_ps(xs + g * 32 + 16);
+            f0 = _mm512_load_ps(fs + g * 32);
+            f1 = _mm512_load_ps(fs + g * 32 + 16);
+        } else {
+            x0 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32));
+            x1 = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + g * 32 + 16));
+        }
         pf_line(pf_next + (uintptr_t)(g * 128), L2);
         pf_line(pf_next + (uintptr_t)(g * 128 + 64), L2);
         /* the stride made opaque to the compiler each group, so it addresses
@@ -442,6 +451,10 @@ INLINE void mx_rows8_fast(float *y, const uint8_t *packed, const uint8_t *scales
             __m512 l = _mm512_load_ps((const float *)(lut + off[j][g]));
             __m512 w0 = _mm512_permutexvar_ps(mx_index(row[j], shifts), l);
             __m512 w1 = _mm512_permutexvar_ps(mx_index(row[j] + 8, shifts), l);
+            if (SUB) {
+                w0 = _mm512_mul_ps(w0, f0);
+                w1 = _mm512_mul_ps(w1, f1);
+            }
             acc[j] = _mm512_fmadd_ps(w0, x0, acc[j]);
             acc[j] = _mm512_fmadd_ps(w1, x1, acc[j]);
         }
@@ -459,24 +472,80 @@ INLINE void mx_rows8_fast(float *y, const uint8_t *packed, const uint8_t *scales
  * "2026-12-01 00:05, machine A: MXFP4 decode rewrite (281fe62)"); tails of 4
  * and 1 rows. A block without skipped groups (the normal case) takes
  * mx_rows8_fast. */
-__attribute__((noinline)) static void mx_rows8_fast_t0(float *y, const uint8_t *packed,
-                                                        const uint8_t *scales, const float *x,
-                                                        int64_t r, int64_t cols) {
-    mx_rows8_fast(y, packed, scales, x, r, cols, 0);
+#define MX_ROWS8(name, L2, SUB)                                                                    \
+    __attribute__((noinline)) static void name(float *y, const uint8_t *packed,                     \
+                                               const uint8_t *scales, const float *x,              \
+                                               const float *xs, const float *fs, int64_t r,        \
+                                               int64_t cols) {                                     \
+        mx_rows8_fast(y, packed, scales, x, xs, fs, r, cols, L2, SUB);                             \
+    }
+MX_ROWS8(mx_rows8_fast_t0, 0, 0)
+MX_ROWS8(mx_rows8_fast_l2, 1, 0)
+MX_ROWS8(mx_rows8_sub_t0, 0, 1)
+MX_ROWS8(mx_rows8_sub_l2, 1, 1)
+
+/* SUBNORMAL x (mx_matvec). On some cores (Intel's, measured on machine D) an
+ * FMA with a subnormal input takes a microcode assist: with 1 x element in
+ * 100 subnormal the matvec ran at 3.0 GB/s instead of 21, and a gpt-oss
+ * expert's down projection meets such inputs where the clamped SwiGLU's
+ * sigmoid underflows. The same sums without them: x' = x * 2^24 in the
+ * subnormal lanes (normal, exact) and w' = w * 2^-24 in the same lanes
+ * (exact and normal when the group's scale byte is >= MX_SUB_MIN_SCALE:
+ * the smallest nonzero |w| is 2^(s-128)), so w' * x' is exactly w * x and
+ * each FMA rounds exactly as the reference's. Blocks with a smaller scale
+ * byte (or a skipped group) take mx_block with x as it is: the same bits,
+ * at the assists' speed. mx_sub_prepare builds x' (in physical lane order)
+ * and the per-lane factor once per call; 0 when x has no subnormal. */
+enum { MX_SUB_SHIFT = 24, MX_SUB_MIN_SCALE = 26 };
+
+/* The lanes of v that are subnormal (nonzero, |v| < 2^-126). */
+INLINE __mmask16 mx_sub_lanes(__m512 v) {
+    const __m512 a = _mm512_abs_ps(v);
+    return _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-126f), _CMP_LT_OQ) &
+           _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_NEQ_OQ);
 }
-__attribute__((noinline)) static void mx_rows8_fast_l2(float *y, const uint8_t *packed,
-                                                        const uint8_t *scales, const float *x,
-                                                        int64_t r, int64_t cols) {
-    mx_rows8_fast(y, packed, scales, x, r, cols, 1);
+
+static int mx_has_sub(const float *x, int64_t cols) {
+    __mmask16 any = 0;
+    for (int64_t c = 0; c < cols; c += 16) any |= mx_sub_lanes(_mm512_loadu_ps(x + c));
+    return any != 0;
+}
+
+static int mx_sub_prepare(const float *x, int64_t cols, float *xs, float *fs) {
+    const __m512 up = _mm512_set1_ps(0x1p24f), down = _mm512_set1_ps(0x1p-24f), one = _mm512_set1_ps(1.0f);
+    const __m512i xperm = mx_xperm();
+    if (!mx_has_sub(x, cols)) return 0;
+    for (int64_t c = 0; c < cols; c += 16) {
+        __m512 v = _mm512_permutexvar_ps(xperm, _mm512_loadu_ps(x + c));
+        __mmask16 sub = mx_sub_lanes(v);
+        _mm512_store_ps(xs + c, _mm512_mask_mul_ps(v, sub, v, up));
+        _mm512_store_ps(fs + c, _mm512_mask_mov_ps(one, sub, down));
+    }
+    return 1;
+}
+
+/* Any scale byte in [0, n) that is 255 or, when sub, below MX_SUB_MIN_SCALE. */
+static int mx_block_slow(const uint8_t *s, int64_t n, int sub) {
+    if (!sub) return mx_any255(s, n);
+    const __m512i ff = _mm512_set1_epi8((char)0xff), lo = _mm512_set1_epi8(MX_SUB_MIN_SCALE);
+    for (int64_t i = 0; i < n; i += 64) {
+        __mmask64 k = n - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - i)) - 1;
+        __m512i v = _mm512_maskz_loadu_epi8(k, s + i);
+        if (_mm512_mask_cmpeq_epi8_mask(k, v, ff) | _mm512_mask_cmplt_epu8_mask(k, v, lo)) return 1;
+    }
+    return 0;
 }
 
 INLINE int64_t mx_matvec(float *y, const uint8_t *packed, const uint8_t *scales, const float *x,
                          int64_t r0, int64_t r1, int64_t cols, const int L2) {
     int64_t n255 = 0, r = r0;
+    const int fast = cols / 32 <= MX_FAST_NG;
+    float xs[fast ? cols : 1] __attribute__((aligned(64))), fs[fast ? cols : 1] __attribute__((aligned(64)));
+    const int sub = fast && r1 - r0 >= 8 && mx_sub_prepare(x, cols, xs, fs);
     for (; r + 8 <= r1; r += 8) {
-        if (cols / 32 <= MX_FAST_NG && !mx_any255(scales + r * (cols / 32), 8 * (cols / 32))) {
-            if (L2) mx_rows8_fast_l2(y, packed, scales, x, r, cols);
-            else mx_rows8_fast_t0(y, packed, scales, x, r, cols);
+        if (fast && !mx_block_slow(scales + r * (cols / 32), 8 * (cols / 32), sub)) {
+            if (sub) (L2 ? mx_rows8_sub_l2 : mx_rows8_sub_t0)(y, packed, scales, x, xs, fs, r, cols);
+            else (L2 ? mx_rows8_fast_l2 : mx_rows8_fast_t0)(y, packed, scales, x, NULL, NULL, r, cols);
         } else {
             n255 += mx_block(y, 0, packed, scales, x, 0, r, cols, 8, 1, 1, L2);
         }
@@ -509,16 +578,34 @@ INLINE void mx_all_tokens(float *Y, int64_t ldy, const uint8_t *packed, const ui
 
 /* Blocks of 4 rows x 4 tokens (16 accumulators), then 2 and 1 rows; faster
  * than 2 rows x 4 tokens (measured: docs/perf/history.md, "Prompt chunks"). */
+/* Rows [r0, r1) for the T tokens at X, every block for all T. */
+INLINE void mx_rows_all_tokens(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
+                               const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1,
+                               int64_t cols) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 4);
+    for (; r + 2 <= r1; r += 2) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 2);
+    for (; r < r1; r++) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 1);
+}
+
+/* A token whose x has a subnormal takes the matvec (SUBNORMAL x; the same
+ * bits, as matmat == T x matvec); the others go in runs of consecutive tokens
+ * through the blocks of 4 tokens. The row range is one pool chunk, so the
+ * passes after the first read it from L2. */
 INLINE int64_t mx_matmat(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
                          const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1,
                          int64_t cols, const int L2) {
     if (T == 1) return mx_matvec(Y, packed, scales, X, r0, r1, cols, L2);
     int64_t n255 = 0;   /* once per scale byte, not once per token */
     for (int64_t i = r0 * (cols / 32); i < r1 * (cols / 32); i++) n255 += scales[i] == 255;
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 4);
-    for (; r + 2 <= r1; r += 2) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 2);
-    for (; r < r1; r++) mx_all_tokens(Y, ldy, packed, scales, X, ldx, T, r, cols, 1);
+    const int subs = cols / 32 <= MX_FAST_NG && r1 - r0 >= 8;
+    int64_t t0 = 0;
+    for (int64_t t = 0; t <= T; t++) {
+        if (t < T && !(subs && mx_has_sub(X + t * ldx, cols))) continue;
+        if (t > t0) mx_rows_all_tokens(Y + t0 * ldy, ldy, packed, scales, X + t0 * ldx, ldx, t - t0, r0, r1, cols);
+        if (t < T) mx_matvec(Y + t * ldy, packed, scales, X + t * ldx, r0, r1, cols, L2);
+        t0 = t + 1;
+    }
     return n255;
 }
 
