@@ -125,17 +125,20 @@ static void test_select(void) {
     CHECK(ms_kernels_select("avx512") == tables[2], "idempotent");
     CHECK(!tables[2] == !tables[3], "avx512 and avx512-l2 come together");
     /* auto picks the widest supported; of the two avx512 tables, the one
-     * with the prefetches to L2 on AMD family 0x19 (Zen 4) only */
-    int zen4 = 0;
+     * with the prefetches to L2 on AMD family 0x19 (Zen 4) and Intel family
+     * 6 model 167 only */
+    int l2 = 0;
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned eax, ebx, ecx, edx, fam = 0;
+    unsigned eax, ebx, ecx, edx, fam = 0, model = 0;
     if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
         fam = (eax >> 8) & 0xf;
+        model = (eax >> 4) & 0xf;
+        if (fam == 0x6 || fam == 0xf) model += ((eax >> 16) & 0xf) << 4;
         if (fam == 0xf) fam += (eax >> 20) & 0xff;
     }
-    zen4 = __builtin_cpu_is("amd") && fam == 0x19;
+    l2 = (__builtin_cpu_is("amd") && fam == 0x19) || (__builtin_cpu_is("intel") && fam == 0x6 && model == 167);
 #endif
-    const char *best = tables[2] ? (zen4 ? "avx512-l2" : "avx512") : tables[1] ? "avx2" : "ref";
+    const char *best = tables[2] ? (l2 ? "avx512-l2" : "avx512") : tables[1] ? "avx2" : "ref";
     CHECK(a && strcmp(a->name, best) == 0, "auto picked %s, expected %s", a ? a->name : "-", best);
     for (int i = 1; i < N_TAB; i++)
         if (!tables[i]) printf("test_kernels: %s not supported by this CPU: its comparisons skipped\n",
