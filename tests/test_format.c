@@ -176,6 +176,14 @@ static void test_config_refusals(void) {
     json_object_set_new(text_of(r), "kv_lora_rank", json_string("512"));
     expect_cfg_fail("string for int", r, 1, "text_config.kv_lora_rank: expected integer, found string");
 
+    /* a position's size, kv_lora_rank + qk_rope_head_dim, past int64 (undefined
+       behaviour if formed unchecked) */
+    r = k3();
+    json_object_set_new(text_of(r), "kv_lora_rank", json_integer(INT64_MAX - 10));
+    json_object_set_new(text_of(r), "qk_rope_head_dim", json_integer(64));
+    expect_cfg_fail("position size overflow", r, 1,
+                    "text_config.kv_lora_rank: 9223372036854775797 with qk_rope_head_dim 64 overflows");
+
     r = k3();
     json_object_set_new(text_of(r), "hidden_size", json_real(7168.0));
     expect_cfg_fail("float for int", r, 1, "text_config.hidden_size: expected integer, found real");

@@ -451,7 +451,11 @@ ms_status ms_config_parse(const char *text, size_t n, const char *file,
         check_string(r, g0, P_GROUP, "format", "mxfp4-pack-quantized");
         check_values(r);
         out->n_pos_layers = out->n_mla_layers;
-        out->pos_floats = out->kv_lora_rank + out->qk_rope_head_dim;
+        /* a position's cached floats: the latent and the rope key (each may be
+           anything up to INT64_MAX here, so the sum is overflow-checked) */
+        if (ms_add_i64(out->kv_lora_rank, out->qk_rope_head_dim, &out->pos_floats))
+            problem(&r->pr, "%s: %lld with qk_rope_head_dim %lld overflows a position's size", PATH(kv_lora_rank),
+                    (long long)out->kv_lora_rank, (long long)out->qk_rope_head_dim);
     }
     json_decref(root);
     ms_status st = MS_OK;
