@@ -494,13 +494,14 @@ MX_ROWS8(mx_rows8_sub_l2, 1, 1)
  * expert's down projection meets such inputs where the clamped SwiGLU's
  * sigmoid underflows. The same sums without them: x' = x * 2^24 in the
  * subnormal lanes (normal, exact) and w' = w * 2^-24 in the same lanes
- * (exact and normal when the group's scale byte is >= MX_SUB_MIN_SCALE:
- * the smallest nonzero |w| is 2^(s-128)), so w' * x' is exactly w * x and
- * each FMA rounds exactly as the reference's. Blocks with a smaller scale
- * byte (or a skipped group) take mx_block with x as it is: the same bits,
- * at the assists' speed. mx_sub_prepare builds x' (in physical lane order)
- * and the per-lane factor once per call; 0 when x has no subnormal. */
-enum { MX_SUB_SHIFT = 24, MX_SUB_MIN_SCALE = 26 };
+ * (exact and normal when the group's scale byte s is >= MX_SUB_MIN_SCALE:
+ * the smallest nonzero |w| is 2^(s-128), and 2^(s-128-24) >= 2^-126), so
+ * w' * x' is exactly w * x and each FMA rounds exactly as the reference's.
+ * Blocks with a smaller scale byte (or a skipped group) take mx_block with x
+ * as it is: the same bits, at the assists' speed. mx_sub_prepare builds x'
+ * (in physical lane order) and the per-lane factor once per call; 0 when x
+ * has no subnormal. */
+enum { MX_SUB_MIN_SCALE = 26 };
 
 /* The lanes of v that are subnormal (nonzero, |v| < 2^-126). */
 INLINE __mmask16 mx_sub_lanes(__m512 v) {
@@ -544,7 +545,7 @@ INLINE int64_t mx_matvec(float *y, const uint8_t *packed, const uint8_t *scales,
                          int64_t r0, int64_t r1, int64_t cols, const int L2) {
     int64_t n255 = 0, r = r0;
     const int fast = cols / 32 <= MX_FAST_NG;
-    float xs[fast ? cols : 1] __attribute__((aligned(64))), fs[fast ? cols : 1] __attribute__((aligned(64)));
+    float xs[MX_FAST_NG * 32] __attribute__((aligned(64))), fs[MX_FAST_NG * 32] __attribute__((aligned(64)));
     const int sub = fast && r1 - r0 >= 8 && mx_sub_prepare(x, cols, xs, fs);
     for (; r + 8 <= r1; r += 8) {
         if (fast && !mx_block_slow(scales + r * (cols / 32), 8 * (cols / 32), sub)) {
@@ -580,9 +581,9 @@ INLINE void mx_all_tokens(float *Y, int64_t ldy, const uint8_t *packed, const ui
     for (; t < T; t++) mx_block(Y + t * ldy, ldy, packed, scales, X + t * ldx, ldx, r, cols, NR, 1, 0, 0);
 }
 
-/* Blocks of 4 rows x 4 tokens (16 accumulators), then 2 and 1 rows; faster
- * than 2 rows x 4 tokens (measured: docs/perf/history.md, "Prompt chunks"). */
-/* Rows [r0, r1) for the T tokens at X, every block for all T. */
+/* Rows [r0, r1) for the T tokens at X: blocks of 4 rows x 4 tokens (16
+ * accumulators), then 2 and 1 rows, each block for all T; faster than 2 rows
+ * x 4 tokens (measured: docs/perf/history.md, "Prompt chunks"). */
 INLINE void mx_rows_all_tokens(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
                                const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1,
                                int64_t cols) {
