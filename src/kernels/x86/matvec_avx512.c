@@ -371,7 +371,7 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
 /* FAST 8-ROW MATVEC (mx_rows8_fast): the same lanes, decode, FMAs and order as
  * mx_block(PERM, NR 8, NT 1), with less bookkeeping per row and group:
  *   - no test for scale 255 (a block with one takes the general path;
- *     mx_any255 checks the block's 8 x ng scale bytes first);
+ *     mx_block_slow checks the block's 8 x ng scale bytes first);
  *   - each (row, group)'s LUT offset read from a table built once per block
  *     (16 scale bytes -> 16 offsets in 4 ops);
  *   - the 8 rows addressed from 3 bases and one stride (base + stride * 1, 2
@@ -394,20 +394,9 @@ INLINE int64_t mx_block(float *Y, int64_t ldy, const uint8_t *packed, const uint
  * (measured: docs/perf/history.md, "What bounds the MXFP4 matvec on Zen 5") */
 enum { MX_FAST_NG = 256 };               /* the offset table's width: cols <= 8192 */
 
-static int mx_any255(const uint8_t *s, int64_t n) {
-    const __m512i ff = _mm512_set1_epi8((char)0xff);
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        if (_mm512_cmpeq_epi8_mask(_mm512_loadu_si512((const void *)(s + i)), ff)) return 1;
-    if (i < n) {
-        __mmask64 k = ((__mmask64)1 << (n - i)) - 1;
-        if (_mm512_mask_cmpeq_epi8_mask(k, _mm512_maskz_loadu_epi8(k, s + i), ff)) return 1;
-    }
-    return 0;
-}
-
-/* Rows [r, r + 8): cols / 32 <= MX_FAST_NG and no scale byte 255 there.
- * Called only through the two instances below (not inlined into the block
+/* Rows [r, r + 8): cols / 32 <= MX_FAST_NG and no scale byte 255 there (with
+ * SUB, none below MX_SUB_MIN_SCALE either; xs, fs: SUBNORMAL x below).
+ * Called only through the instances below (not inlined into the block
  * loop: it gets all registers to itself). */
 INLINE void mx_rows8_fast(float *y, const uint8_t *packed, const uint8_t *scales, const float *x,
                           const float *xs, const float *fs, int64_t r, int64_t cols, const int L2,
@@ -529,10 +518,9 @@ static int mx_sub_prepare(const float *x, int64_t cols, float *xs, float *fs) {
     return 1;
 }
 
-/* Any scale byte in [0, n) that is 255 or, when sub, below MX_SUB_MIN_SCALE. */
-static int mx_block_slow(const uint8_t *s, int64_t n, int sub) {
-    if (!sub) return mx_any255(s, n);
-    const __m512i ff = _mm512_set1_epi8((char)0xff), lo = _mm512_set1_epi8(MX_SUB_MIN_SCALE);
+/* Any scale byte in [0, n) that is 255 (a skipped group) or below lo. */
+static int mx_block_slow(const uint8_t *s, int64_t n, uint8_t lo_byte) {
+    const __m512i ff = _mm512_set1_epi8((char)0xff), lo = _mm512_set1_epi8((char)lo_byte);
     for (int64_t i = 0; i < n; i += 64) {
         __mmask64 k = n - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - i)) - 1;
         __m512i v = _mm512_maskz_loadu_epi8(k, s + i);
@@ -548,7 +536,7 @@ INLINE int64_t mx_matvec(float *y, const uint8_t *packed, const uint8_t *scales,
     float xs[MX_FAST_NG * 32] __attribute__((aligned(64))), fs[MX_FAST_NG * 32] __attribute__((aligned(64)));
     const int sub = fast && r1 - r0 >= 8 && mx_sub_prepare(x, cols, xs, fs);
     for (; r + 8 <= r1; r += 8) {
-        if (fast && !mx_block_slow(scales + r * (cols / 32), 8 * (cols / 32), sub)) {
+        if (fast && !mx_block_slow(scales + r * (cols / 32), 8 * (cols / 32), sub ? MX_SUB_MIN_SCALE : 0)) {
             if (sub) (L2 ? mx_rows8_sub_l2 : mx_rows8_sub_t0)(y, packed, scales, x, xs, fs, r, cols);
             else (L2 ? mx_rows8_fast_l2 : mx_rows8_fast_t0)(y, packed, scales, x, NULL, NULL, r, cols);
         } else {
