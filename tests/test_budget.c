@@ -7,7 +7,8 @@
  *     pinned, the minimum ring, the minimum expert cache) through part of the
  *     trunk pinned, all of it pinned with a tiny expert cache, to everything
  *     resident; at each rung every I/O backend, both cache policies, read-ahead
- *     on and off, expert prediction on (io_uring runs): teacher-forced logits of every position BIT-identical to the
+ *     on and off, expert prediction on (io_uring runs: token by token with LRU, in
+ *     chunks with S3-FIFO): teacher-forced logits of every position BIT-identical to the
  *     everything-resident run; byte counters consistent with the plan (0 trunk
  *     bytes when resident, > 0 when streamed);
  *   - scoring (ms_session_score) at every rung: log-probability bits equal to
@@ -28,7 +29,9 @@
  *   - the expert predictor at the floor (floor_guesses): where the routers
  *     are small regions, which every plan pins (oss_c), it guesses at the end
  *     of every layer, before the next layer's attention is read, with the
- *     resident run's bits.
+ *     resident run's bits;
+ *   - the predictor on a prompt chunk (chunk_guesses): the next layer's
+ *     guesses at the end of each layer, with the resident run's bits.
  */
 #include "moestream.h"
 
@@ -96,7 +99,8 @@ typedef struct run_cfg {
     const char *io, *policy;
     int no_readahead, fault_kind;
     int64_t fault_at;
-    int predict;
+    int predict;                /* 0: the ids as chunks, no predictor; 1: one token at a time,
+                                   predictor on; 2: the same, off; 3: chunks, predictor on */
     const char *sums;
     int64_t corrupt_begin, corrupt_end;
     int64_t chunk;              /* prefill_chunk (0 = the default 32) */
@@ -114,7 +118,7 @@ static ms_status open_cfg(const char *dir, const run_cfg *rc, int n_threads, ms_
     p.no_readahead = rc->no_readahead;
     p.fault_kind = rc->fault_kind;
     p.fault_at_read = rc->fault_at;
-    p.no_predict_experts = rc->predict != 1;   /* 2: one token at a time, no predictor */
+    p.no_predict_experts = rc->predict != 1 && rc->predict != 3;  /* 2: one token at a time, no predictor */
     p.sums_path = rc->sums;
     p.fault_corrupt_begin = rc->corrupt_begin;
     p.fault_corrupt_end = rc->corrupt_end;
@@ -136,8 +140,9 @@ static float *run(const char *dir, const run_cfg *rc, const int32_t *ids, int64_
     float *lg = NULL;
     if ((*status = ms_session_open(e, &s)) == MS_OK) {
         lg = malloc((size_t)(n * *V) * sizeof *lg);
-        if (rc->predict) {
-            /* one token at a time: the expert predictor runs only while decoding */
+        if (rc->predict == 1 || rc->predict == 2) {
+            /* one token at a time: decoding, where the predictor guesses a layer's
+               experts from its first router input on */
             *status = MS_OK;
             for (int64_t i = 0; i < n && *status == MS_OK; i++) {
                 *status = ms_session_feed(s, ids + i, 1, NULL);
@@ -415,8 +420,10 @@ static void ladder(const char *dir, const char *name) {
         for (int io = 0; io < 3; io++)
             for (int pol = 0; pol < 2; pol++)
                 for (int ra = 0; ra < 2; ra++) {
-                    /* io_uring runs also prefetch predicted experts: hints never change bits */
-                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0, io == 2, NULL, 0, 0, 0 };
+                    /* io_uring runs also prefetch predicted experts, token by token (lru)
+                       and in chunks (s3fifo): guesses never change bits */
+                    run_cfg rc = { rungs[r][0], rungs[r][1], ios[io], pols[pol], ra, 0, 0,
+                                   io == 2 ? (pol == 0 ? 1 : 3) : 0, NULL, 0, 0, 0 };
                     int64_t V2 = 0;
                     ms_stats stt;
                     float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &stt);
@@ -676,6 +683,40 @@ static void floor_guesses(const char *dir, const char *name) {
     free(ref);
 }
 
+/* The predictor on a prompt chunk: the trunk pinned, a few layers' experts
+ * of cache, the ids in one chunk. At the end of each layer the chunk guesses
+ * the next layer's experts (every token's choice of the next router applied
+ * to its residual stream; the union, the experts more tokens chose first),
+ * so the disk goes on to them while that layer's attention runs. Logit bits
+ * equal the resident run's with the predictor on and off; on, guesses are
+ * issued and some are right; off, none. */
+static void chunk_guesses(const char *dir, const char *name) {
+    shape sh;
+    if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
+    int64_t V = 0;
+    ms_status st;
+    char msg[1024];
+    float *ref = resident_logits(dir, name, &V, NULL);
+    if (!ref) return;
+    ms_stats sp[2];
+    for (int on = 0; on < 2; on++) {
+        run_cfg rc = { sh.trunk_all * 2, sh.expert_slot * sh.k * 2, "uring", "s3fifo", 0, 0, 0, on ? 3 : 0,
+                       NULL, 0, 0, N_IDS };
+        int64_t V2 = 0;
+        float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &sp[on]);
+        CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
+              "%s: one chunk, predictor %s: %s", name, on ? "on" : "off", lg ? "different bits" : msg);
+        free(lg);
+    }
+    CHECK(sp[0].guess_issued == 0 && sp[1].guess_issued > 0 && sp[1].guess_hits > 0,
+          "%s: one chunk: %lld guesses (%lld right) with the predictor, %lld without", name,
+          (long long)sp[1].guess_issued, (long long)sp[1].guess_hits, (long long)sp[0].guess_issued);
+    printf("%s: one chunk: %lld guesses (%lld right), %lld expert bytes (%lld without), same bits\n", name,
+           (long long)sp[1].guess_issued, (long long)sp[1].guess_hits, (long long)sp[1].expert_bytes_read,
+           (long long)sp[0].expert_bytes_read);
+    free(ref);
+}
+
 int main(void) {
     const char *td = getenv("MS_TESTDATA");
     if (!td) { CHECK(0, "MS_TESTDATA not set"); return CHECK_DONE("test_budget"); }
@@ -688,6 +729,7 @@ int main(void) {
          * pages, so a budget of exactly n slots gives n (oss_b's do not) */
         if (i < 2) keep_last(path, models[i], 40);
         auto_chunk(path, models[i]);
+        chunk_guesses(path, models[i]);
     }
     snprintf(path, sizeof path, "%s/oss_c", td);
     floor_guesses(path, "oss_c");

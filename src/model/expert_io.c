@@ -3,8 +3,9 @@
  * Owns: every decision about WHEN routed experts are read and WHICH stay
  * cached: the wanted set a layer confirms to the store, the hints that keep
  * reads in flight ahead of the computation, the order experts compute in,
- * the guesses of the next layer's experts during decode (first from its
- * router applied early, then refined once this layer is done), and which
+ * the guesses of the next layer's experts (decoding: first from its router
+ * applied early, then refined once this layer is done; a chunk of several
+ * tokens: the refined ones, for all its tokens), and which
  * experts of a prompt's last tokens are kept for the decode that follows.
  * Main idea: the disk is the bottleneck where experts stream, so it should
  * never wait for the computation, and a guess should be read only while it
@@ -31,25 +32,45 @@ static int64_t guesses_per_layer(const ms_config *cf) {
     return cf->num_experts_per_token > 1 ? cf->num_experts_per_token / 2 : 1;
 }
 
-/* Guess layer N's top n_max experts (of its k): N's router (its FFN weights
- * at nb, in memory) applied to f->x, most confident first. Own scratch
- * (prl, tmp, psel, pregion, vec0). */
-static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const uint8_t *nb, int64_t n_max) {
+/* Guess layer N's experts for the T tokens whose router inputs are f->x
+ * [T, H]: N's router (its FFN weights at nb, in memory) gives each token's
+ * choice, of which its n_max most confident (of k) are guessed; the union is
+ * read as guesses, the experts more tokens chose first, among equals in the
+ * order they were first chosen (one token: most confident first). Own
+ * scratch (rl, psel, emark, eorder, vec0; at a layer's end or before its
+ * experts run, where none of them is in use). */
+static void guess_with_router(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *N, const uint8_t *nb, int64_t T,
+                              int64_t n_max) {
     const ms_config *cf = &c->m->cfg;
     const int64_t H = cf->hidden_size, E = cf->num_experts, k = cf->num_experts_per_token;
-    float *choice = f->tmp;
-    if (cf->family == MS_FAMILY_GPT_OSS) {
-        ms_oss_router_logits(c, choice, N, nb, f->x, 1, f->vec0);     /* the router's own choice */
-    } else {
-        ms_mm_bf16(c, f->prl, E, nb, &N->router, f->x, H, 1);
-        const float *bias = ms_fwd_vec(nb, &N->router_bias, f->vec0);
-        c->m->kern->sigmoidf_n(choice, f->prl, E);
-        for (int64_t e = 0; e < E; e++) choice[e] = choice[e] + bias[e];
-    }
-    ms_topk(choice, E, k, f->psel);
+    const int oss = cf->family == MS_FAMILY_GPT_OSS;
+    if (oss) ms_oss_router_logits(c, f->rl, N, nb, f->x, T, f->vec0);      /* the router's own choice */
+    else ms_mm_bf16(c, f->rl, E, nb, &N->router, f->x, H, T);
+    const float *bias = oss ? NULL : ms_fwd_vec(nb, &N->router_bias, f->vec0);
     const int64_t n = n_max < k ? n_max : k;
-    for (int64_t j = 0; j < n; j++) f->pregion[j] = N->expert_region0 + f->psel[j];
-    ms_store_predict(c->store, f->pregion, (int)n);
+    int32_t *votes = f->emark, *order = f->eorder;
+    memset(votes, 0, (size_t)E * sizeof *votes);
+    int n_guess = 0;
+    for (int64_t t = 0; t < T; t++) {
+        float *choice = f->rl + t * E;
+        if (!oss) {
+            c->m->kern->sigmoidf_n(choice, choice, E);
+            for (int64_t e = 0; e < E; e++) choice[e] = choice[e] + bias[e];
+        }
+        ms_topk(choice, E, k, f->psel);
+        for (int64_t j = 0; j < n; j++)
+            if (votes[f->psel[j]]++ == 0) order[n_guess++] = f->psel[j];
+    }
+    /* most votes first, stable (insertion: n_guess <= E, and T > 1 only where
+       experts stream, so the disk is the bottleneck) */
+    for (int i = 1; i < n_guess; i++) {
+        const int32_t e = order[i];
+        int j = i;
+        for (; j > 0 && votes[order[j - 1]] < votes[e]; j--) order[j] = order[j - 1];
+        order[j] = e;
+    }
+    for (int i = 0; i < n_guess; i++) order[i] += N->expert_region0;
+    ms_store_predict(c->store, order, n_guess);
 }
 
 /* Layer il when it is an MoE layer whose experts stream, else NULL. */
@@ -116,14 +137,14 @@ static void guess_next_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_
      * ahead); the pointer is used before the next store call */
     const uint8_t *nb = ms_store_peek(c->store, N->ffn_region);
     if (!nb) return;
-    guess_with_router(c, f, N, nb, n_max);
+    guess_with_router(c, f, N, nb, 1, n_max);
 }
 
 void ms_xio_dense_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t T) {
     if (T == 1 && c->predict) guess_next_layer(c, f, L, guesses_per_layer(&c->m->cfg));
 }
 
-/* Second guesses for layer N = il + 1 once layer il is done (decode): N's
+/* Second guesses for layer N = il + 1 once layer il is done: N's
  * router input is approximated by what it will be minus N's attention -
  * read(bank + [run]) with N's weights (gpt-oss: run), N's post-attention norm - which is much
  * closer than il's FFN input, with less lead time (only N's attention). Its
@@ -131,12 +152,17 @@ void ms_xio_dense_layer(ms_fwd_ctx *c, ms_fwd *f, const ms_layer *L, int64_t T) 
  * they replace the first guesses: ms_store_predict cancels the first guesses
  * they leave out that are still queued. What they save: docs/perf/history.md,
  * "second guesses" and "second guesses replace the first".
+ * A chunk of T > 1 tokens (a prompt chunk, a verify pass, sequences fed
+ * together) makes only these, for every token; their union, the experts more
+ * tokens chose first, so the ones read while N's attention runs are the
+ * likeliest and the rarely chosen still queued at N's confirm are cancelled
+ * unread (docs/PERFORMANCE.md, "Measured effect of each knob").
  * Only when the weights it reads are in memory (K3: N's attention and FFN
  * regions; gpt-oss: N's FFN region, which holds the norm); own scratch (f->h,
  * f->x are rewritten at N's start anyway). Changes no result. */
 void ms_xio_layer_end(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t T) {
     const ms_config *cf = &c->m->cfg;
-    if (T != 1 || !c->predict) return;
+    if (!c->predict) return;
     const ms_layer *N = next_to_guess(c, il);
     const int oss = cf->family == MS_FAMILY_GPT_OSS;    /* no attention residuals: the residual stream is run */
     if (!N || cf->num_experts_per_token <= 0 || (nb <= 0 && !oss)) return;
@@ -145,12 +171,16 @@ void ms_xio_layer_end(ms_fwd_ctx *c, ms_fwd *f, int il, int nb, int64_t T) {
     /* the norm's weights: in N's attention region (K3), with its router (gpt-oss) */
     const uint8_t *ab = ms_store_peek(c->store, oss ? N->ffn_region : N->attn_region);
     if (!ab) return;
-    if (oss) memcpy(f->h, f->run, (size_t)H * sizeof(float));
-    else ms_res_read_token(f, 0, nb, H, ms_fwd_vec(ab, &N->mlp_res_norm, f->vec0),
-                           ms_fwd_vec(ab, &N->mlp_res_proj, f->vec1), eps, f->h);
-    ms_rmsnorm(f->x, f->h, ms_fwd_vec(ab, &N->post_attn_norm, f->vec2), H, eps);
+    const float *wn = oss ? NULL : ms_fwd_vec(ab, &N->mlp_res_norm, f->vec0);
+    const float *wp = oss ? NULL : ms_fwd_vec(ab, &N->mlp_res_proj, f->vec1);
+    const float *pn = ms_fwd_vec(ab, &N->post_attn_norm, f->vec2);
+    for (int64_t t = 0; t < T; t++) {
+        if (!oss) ms_res_read_token(f, t, nb, H, wn, wp, eps, f->h + t * H);
+        ms_rmsnorm(f->x + t * H, (oss ? f->run : f->h) + t * H, pn, H, eps);
+    }
     const uint8_t *nb2 = ms_store_peek(c->store, N->ffn_region);
-    if (nb2) guess_with_router(c, f, N, nb2, cf->num_experts_per_token);
+    if (!nb2) return;
+    guess_with_router(c, f, N, nb2, T, cf->num_experts_per_token);
 }
 
 /* The experts the chunk needs (f->sel), in expert order, into f->eregion;

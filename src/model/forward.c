@@ -234,7 +234,7 @@ static void fwd_layout(ms_fwd *f, const ms_model *m, int64_t T, fwd_alloc *a) {
         f->sel = TI(T * k); f->etok = TI(T * k); f->eslot = TI(T * k);
         f->ecount = TI(E); f->eregion = TI(E);
         f->eptr = take(a, E, sizeof(*f->eptr));
-        f->prl = TF(E); f->psel = TI(k); f->pregion = TI(k);
+        f->psel = TI(k);
         f->estate = TI(E); f->eorder = TI(E);
         f->tsel = TI(m->n_layer * MS_LAST_TOKENS * k); f->tregion = TI(m->n_layer * MS_LAST_TOKENS * k);
         f->tkeep = TI(m->n_layer); f->emark = TI(E);
@@ -297,10 +297,10 @@ void ms_fwd_free(ms_fwd *f) {
     float *fl[] = { f->run, f->h, f->x, f->a, f->ffn, f->y, f->bank, f->vec0, f->vec1, f->vec2,
                     f->tmp, f->sc, f->kq, f->kk, f->kv, f->kg, f->kf, f->ky, f->kfa, f->kb,
                     f->cq, f->q, f->ckv, f->mg, f->mo, f->att, f->fg, f->fu, f->rl, f->selw,
-                    f->z, f->zr, f->ey, f->zg, f->eo, f->prl, f->owin };
+                    f->z, f->zr, f->ey, f->zg, f->eo, f->owin };
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) free(fl[i]);
     free(f->sel); free(f->etok); free(f->eslot); free(f->ecount); free(f->eregion);
-    free(f->psel); free(f->pregion); free(f->estate); free(f->eorder);
+    free(f->psel); free(f->estate); free(f->eorder);
     free(f->tsel); free(f->tregion); free(f->tkeep); free(f->emark);
     free(f->lt); free(f->sl); free(f->sx);
     free((void *)f->eptr);

@@ -44,7 +44,7 @@ struct ms_fwd {
     float *owin;
     /* FFN */
     float *fg, *fu;             /* [T, max(I, S, Im)] */
-    float *rl;                  /* router logits [T, E] */
+    float *rl;                  /* router logits [T, E] (also the next layer's guesses, expert_io.c) */
     int32_t *sel;               /* [T, k] */
     float *selw;                /* [T, k] */
     float *z, *zr;              /* [T, lat] */
@@ -54,14 +54,13 @@ struct ms_fwd {
     int32_t *ecount;            /* [E] */
     int *eregion;               /* [E] */
     const uint8_t **eptr;       /* [E] */
-    float *prl;                 /* next-layer prediction: router logits [E] */
-    int32_t *psel;              /* its top-k [k] */
-    int *pregion;               /* their regions [k] */
-    int *estate, *eorder;       /* [E] ms_store_expert_state of eregion[], the compute order */
+    int32_t *psel;              /* next-layer prediction: a token's top-k [k] */
+    int *estate, *eorder;       /* [E] ms_store_expert_state of eregion[], the compute order
+                                   (before it: the guesses' regions) */
     int32_t *tsel;              /* the last MS_LAST_TOKENS tokens' selections of a chunk, per
                                    layer [n_layer][MS_LAST_TOKENS][k] (ms_xio_chunk_end) */
     int32_t *tkeep;             /* per layer: how many of those ms_xio_chunk_end marks [n_layer] */
-    int32_t *emark;             /* kept_tokens' marks, [num_experts] */
+    int32_t *emark;             /* kept_tokens' marks, the guesses' votes [num_experts] */
     int *tregion;               /* their regions, [n_layer * MS_LAST_TOKENS * k] */
     float *y;                   /* final [T, H] */
     float *lt;                  /* scoring: logits of a vocabulary tile [T, MS_SCORE_ROWS] */
