@@ -646,6 +646,35 @@ static void keep_last(const char *dir, const char *name, int slots) {
     rmdir(tmp);
 }
 
+/* The ids with the predictor off, then on, at the floor one token at a time
+ * (the fewest ring slots without read-ahead, k expert slots, LRU) or, with
+ * `chunk`, with the trunk pinned and 2k expert slots (S3-FIFO) in one chunk:
+ * each run's logit bits must equal the resident run's; its counters in sp[0]
+ * (off) and sp[1] (on), the shape in *sh. 0, or -1 (reported) when the shape
+ * or the resident run failed. */
+static int predictor_off_on(const char *dir, const char *name, int chunk, shape *sh, ms_stats sp[2]) {
+    if (model_shape(dir, sh) != 0) { CHECK(0, "%s: shape", name); return -1; }
+    int64_t V = 0;
+    float *ref = resident_logits(dir, name, &V, NULL);
+    if (!ref) return -1;
+    const char *what = chunk ? "one chunk" : "floor";
+    run_cfg rc = chunk ? (run_cfg){ sh->trunk_all * 2, sh->expert_slot * sh->k * 2, "uring", "s3fifo", 0, 0, 0, 0,
+                                    NULL, 0, 0, N_IDS }
+                       : (run_cfg){ sh->ring_floor, sh->expert_slot * sh->k, "uring", "lru", 1, 0, 0, 0, NULL, 0, 0, 0 };
+    for (int i = 0; i < 2; i++) {
+        rc.predict = chunk ? (i ? 3 : 0) : (i ? 1 : 2);
+        ms_status st;
+        char msg[1024];
+        int64_t V2 = 0;
+        float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &sp[i]);
+        CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
+              "%s: %s, predictor %s: %s", name, what, i ? "on" : "off", lg ? "different bits" : msg);
+        free(lg);
+    }
+    free(ref);
+    return 0;
+}
+
 /* The expert predictor at the floor: the trunk streamed through the fewest
  * ring slots without read-ahead, k expert slots, one token at a time. A
  * gpt-oss layer's FFN norm and router are one region; where that region is
@@ -658,29 +687,15 @@ static void keep_last(const char *dir, const char *name, int slots) {
  * predictor on and off. */
 static void floor_guesses(const char *dir, const char *name) {
     shape sh;
-    if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
-    int64_t V = 0;
-    ms_status st;
-    char msg[1024];
-    float *ref = resident_logits(dir, name, &V, NULL);
-    if (!ref) return;
     ms_stats sp[2];
-    for (int pr = 1; pr <= 2; pr++) {
-        run_cfg rc = { sh.ring_floor, sh.expert_slot * sh.k, "uring", "lru", 1, 0, 0, pr, NULL, 0, 0, 0 };
-        int64_t V2 = 0;
-        float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &sp[pr - 1]);
-        CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
-              "%s: floor, predictor %s: %s", name, pr == 1 ? "on" : "off", lg ? "different bits" : msg);
-        free(lg);
-    }
+    if (predictor_off_on(dir, name, 0, &sh, sp) != 0) return;
     const int64_t every = N_IDS * (sh.n_layer - 1) * sh.k;
-    CHECK(sp[0].trunk_bytes_read > 0 && sp[0].guess_issued == every && sp[1].guess_issued == 0,
+    CHECK(sp[1].trunk_bytes_read > 0 && sp[1].guess_issued == every && sp[0].guess_issued == 0,
           "%s: floor: %lld trunk bytes read, %lld guesses with the predictor (want %lld: every layer of every "
-          "token), %lld without", name, (long long)sp[0].trunk_bytes_read, (long long)sp[0].guess_issued,
-          (long long)every, (long long)sp[1].guess_issued);
-    printf("%s: floor: %lld guesses (%lld right), same bits\n", name, (long long)sp[0].guess_issued,
-           (long long)sp[0].guess_hits);
-    free(ref);
+          "token), %lld without", name, (long long)sp[1].trunk_bytes_read, (long long)sp[1].guess_issued,
+          (long long)every, (long long)sp[0].guess_issued);
+    printf("%s: floor: %lld guesses (%lld right), same bits\n", name, (long long)sp[1].guess_issued,
+           (long long)sp[1].guess_hits);
 }
 
 /* The predictor on a prompt chunk: the trunk pinned, a few layers' experts
@@ -692,29 +707,14 @@ static void floor_guesses(const char *dir, const char *name) {
  * issued and some are right; off, none. */
 static void chunk_guesses(const char *dir, const char *name) {
     shape sh;
-    if (model_shape(dir, &sh) != 0) { CHECK(0, "%s: shape", name); return; }
-    int64_t V = 0;
-    ms_status st;
-    char msg[1024];
-    float *ref = resident_logits(dir, name, &V, NULL);
-    if (!ref) return;
     ms_stats sp[2];
-    for (int on = 0; on < 2; on++) {
-        run_cfg rc = { sh.trunk_all * 2, sh.expert_slot * sh.k * 2, "uring", "s3fifo", 0, 0, 0, on ? 3 : 0,
-                       NULL, 0, 0, N_IDS };
-        int64_t V2 = 0;
-        float *lg = run(dir, &rc, IDS, N_IDS, &V2, &st, msg, sizeof msg, &sp[on]);
-        CHECK(lg && V2 == V && memcmp(lg, ref, (size_t)(N_IDS * V) * sizeof *lg) == 0,
-              "%s: one chunk, predictor %s: %s", name, on ? "on" : "off", lg ? "different bits" : msg);
-        free(lg);
-    }
+    if (predictor_off_on(dir, name, 1, &sh, sp) != 0) return;
     CHECK(sp[0].guess_issued == 0 && sp[1].guess_issued > 0 && sp[1].guess_hits > 0,
           "%s: one chunk: %lld guesses (%lld right) with the predictor, %lld without", name,
           (long long)sp[1].guess_issued, (long long)sp[1].guess_hits, (long long)sp[0].guess_issued);
     printf("%s: one chunk: %lld guesses (%lld right), %lld expert bytes (%lld without), same bits\n", name,
            (long long)sp[1].guess_issued, (long long)sp[1].guess_hits, (long long)sp[1].expert_bytes_read,
            (long long)sp[0].expert_bytes_read);
-    free(ref);
 }
 
 int main(void) {
