@@ -125,18 +125,15 @@ static void test_select(void) {
     CHECK(ms_kernels_select("avx512") == tables[2], "idempotent");
     CHECK(!tables[2] == !tables[3], "avx512 and avx512-l2 come together");
     /* auto picks the widest supported; of the two avx512 tables, the one
-     * with the prefetches to L2 on AMD family 0x19 (Zen 4) and Intel family
-     * 6 model 167 only */
+     * with the prefetches to L2 on every CPU but AMD family 0x1a (Zen 5) */
     int l2 = 0;
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned eax, ebx, ecx, edx, fam = 0, model = 0;
+    unsigned eax, ebx, ecx, edx, fam = 0;
     if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
         fam = (eax >> 8) & 0xf;
-        model = (eax >> 4) & 0xf;
-        if (fam == 0x6 || fam == 0xf) model += ((eax >> 16) & 0xf) << 4;
         if (fam == 0xf) fam += (eax >> 20) & 0xff;
     }
-    l2 = (__builtin_cpu_is("amd") && fam == 0x19) || (__builtin_cpu_is("intel") && fam == 0x6 && model == 167);
+    l2 = !(__builtin_cpu_is("amd") && fam == 0x1a);
 #endif
     const char *best = tables[2] ? (l2 ? "avx512-l2" : "avx512") : tables[1] ? "avx2" : "ref";
     CHECK(a && strcmp(a->name, best) == 0, "auto picked %s, expected %s", a ? a->name : "-", best);

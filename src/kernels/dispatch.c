@@ -71,15 +71,13 @@ static int prefer_l2;                   /* avx512-l2 is the auto choice */
 
 #if MS_KERN_X86
 #include <cpuid.h>
-/* The display family and model (base + extended, as the vendors document
- * them). */
-static void cpu_family_model(unsigned *family, unsigned *model) {
+/* The display family (base + extended, as the vendors document it); 0 if
+ * CPUID leaf 1 is missing. */
+static unsigned cpu_family(void) {
     unsigned a, b, c, d;
-    *family = *model = 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
-    const unsigned f = (a >> 8) & 0xf, m = (a >> 4) & 0xf;
-    *family = f == 0xf ? f + ((a >> 20) & 0xff) : f;
-    *model = f == 0x6 || f == 0xf ? m + (((a >> 16) & 0xf) << 4) : m;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned f = (a >> 8) & 0xf;
+    return f == 0xf ? f + ((a >> 20) & 0xff) : f;
 }
 #endif
 
@@ -95,16 +93,13 @@ static void select_init(void) {
     have_avx512 = have_avx2 && __builtin_cpu_supports("avx512f") &&
                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                   __builtin_cpu_supports("avx512dq");
-    /* The matvec streams faster with the prefetches to L2 on AMD family 0x19
-     * with AVX-512 (Zen 4: x1.13-1.33 cold) and on the Intel Xeon that
-     * reports family 6 model 167 (machine D: bf16 x1.23 cold, MXFP4
-     * x1.03-1.05, resident decode x1.16); elsewhere (Zen 5, Intel model
-     * 207) the L1 prefetch was equal or ahead (kernels/x86/matvec_avx512.c,
+    /* The matvec streams faster with the prefetches to L2 on every AVX-512
+     * core measured but Zen 5: Zen 4 (x1.13-1.33 cold), the Intel Xeons of
+     * family 6 model 167 (bf16 x1.23 cold, resident decode x1.16) and model
+     * 207 (bf16 x1.14-1.22 cold, resident decode x1.07-1.09); on Zen 5 (AMD
+     * family 0x1a) the L1 prefetch was ahead (kernels/x86/matvec_avx512.c,
      * PREFETCH HINT). */
-    unsigned family, model;
-    cpu_family_model(&family, &model);
-    prefer_l2 = have_avx512 && ((__builtin_cpu_is("amd") && family == 0x19) ||
-                                (__builtin_cpu_is("intel") && family == 0x6 && model == 167));
+    prefer_l2 = have_avx512 && !(__builtin_cpu_is("amd") && cpu_family() == 0x1a);
 #endif
 }
 
@@ -120,8 +115,8 @@ int ms_kernels_known(const char *name) {
 /* CONTRACT     force: NULL or "auto" -> the best supported table; "ref", "avx2",
  *              "avx512", "avx512-l2" -> that table, or NULL if this CPU (or
  *              build) lacks it; the two avx512 tables differ only in where
- *              matvec prefetches go, and auto takes avx512-l2 on Zen 4
- *              and on Intel family 6 model 167;
+ *              matvec prefetches go, and auto takes avx512-l2 on every
+ *              AVX-512 CPU but AMD family 0x1a (Zen 5);
  *              any other name -> NULL.
  * THREADS      safe to call from several threads, any number of times.
  * RETURNS      a pointer to a static table (never freed). Allocates nothing. */

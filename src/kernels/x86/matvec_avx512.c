@@ -65,12 +65,13 @@ INLINE __m512 bf16x16(__m256i v) {
  *     Zen 4 keeps fewer L1 misses in flight than the stream needs; a T0
  *     prefetch holds an L1 miss buffer until its line arrives, a T2 prefetch
  *     only an L2 one.
- *   - Intel: on machine A (model 207) T1 / T2 no better than T0; on machine
- *     D (model 167, L3 480 MiB) T2 is faster cold: bf16 matvec x1.23 (77%
- *     -> 96% of the read bandwidth), MXFP4 x1.03-1.05.
+ *   - Intel: T2 is faster cold on machine D (model 167, L3 480 MiB): bf16
+ *     matvec x1.23 (77% -> 96% of the read bandwidth), MXFP4 x1.03-1.05;
+ *     and on machine A (model 207, L3 300 MiB): bf16 x1.14-1.22 (81% -> 98%
+ *     on 2 threads), MXFP4 x1.01-1.04.
  *   - Zen 5: T0 ahead of T1 / T2 in a standalone test of the access pattern
  *     (see PREFETCH below).
- *   So Zen 4 and Intel model 167 get the "avx512-l2" table.
+ *   So every AVX-512 CPU but Zen 5 gets the "avx512-l2" table.
  * (measured: docs/perf/history.md, "972531b: the avx512-l2 table";
  * docs/PERFORMANCE.md, "Measured effect of each knob") */
 INLINE void pf_line(uintptr_t a, const int L2) {
