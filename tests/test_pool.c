@@ -2,14 +2,21 @@
  * whole grains, with the job's writes visible to the caller when
  * ms_pool_for returns; workers take part whether they were spinning (jobs
  * back to back) or asleep (after an idle gap longer than the spin); a pool
- * closes promptly right after a job. Runs under ThreadSanitizer too
+ * closes promptly right after a job; a worker that cannot be started is
+ * reported with its cause. Runs under ThreadSanitizer too
  * (tests/tsan.list). */
 #include "base/pool.h"
 #include "check.h"
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static void sleep_us(long us) {
     struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
@@ -148,7 +155,46 @@ static void test_close(void) {
     CHECK(n == 7, "NULL pool: %d", n);
 }
 
+/* ---- a thread that cannot be created: the error names the cause -------- */
+
+/* In a child whose address space is capped just above what it holds, the
+ * first worker's stack cannot be mapped: the open fails with the errno's
+ * text. It runs before any other thread has been made, as glibc keeps the
+ * stacks of joined threads for reuse. Under a sanitizer the runtime's own reservations meet the cap
+ * first, so the check runs in the plain builds only. */
+static void test_no_thread(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("test_pool: address-space cap not tried under a sanitizer\n");
+#else
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0) { CHECK(0, "fork: %s", strerror(errno)); return; }
+    if (pid == 0) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+        fclose(f);
+        const rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (1u << 20);
+        const struct rlimit rl = { cap, cap };
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+        ms_pool *p = NULL;
+        ms_err err;
+        ms_err_clear(&err);
+        const ms_status st = ms_pool_open(4, &p, &err);
+        char want[256];
+        snprintf(want, sizeof want, "thread pool: cannot create thread 1: %s", strerror(EAGAIN));
+        if (st == MS_E_INTERNAL && p == NULL && strcmp(err.msg, want) == 0) _exit(0);
+        fprintf(stderr, "test_pool: capped open: status %d, \"%s\"\n", (int)st, err.msg);
+        _exit(1);
+    }
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "capped open: child status %d", ws);
+#endif
+}
+
 int main(void) {
+    test_no_thread();               /* first: glibc reuses the stacks of joined threads */
     for (int nt = 1; nt <= 4; nt++) test_cover(nt);
     test_meet();
     test_close();

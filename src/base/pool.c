@@ -21,6 +21,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct ms_pool {
@@ -139,11 +140,15 @@ ms_status ms_pool_open(int n_threads, ms_pool **out, ms_err *err) {
         worker_arg *wa = malloc(sizeof *wa);
         if (!wa) { p->n_threads = i; ms_pool_close(p); return ms_err_set(err, MS_E_NOMEM, "thread pool: out of memory"); }
         wa->p = p; wa->index = i;
-        if (pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
+        const int rc = pthread_create(&p->threads[i], NULL, worker, wa);
+        if (rc != 0) {
+            char eb[128];
             free(wa);
             p->n_threads = i;
             ms_pool_close(p);
-            return ms_err_set(err, MS_E_INTERNAL, "thread pool: cannot create thread %d", i);
+            /* GNU strerror_r (_GNU_SOURCE): thread-safe, returns the text */
+            return ms_err_set(err, MS_E_INTERNAL, "thread pool: cannot create thread %d: %s", i,
+                              strerror_r(rc, eb, sizeof eb));
         }
     }
     *out = p;
