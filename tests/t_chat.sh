@@ -9,6 +9,8 @@
 #    resumed from the saved session continues with the same ids as a fresh run
 #    fed all of the conversation's ids;
 #  - --speculate 1 and 4 give the same answers and saved state as the one-token loop;
+#  - a full context: the answer stops before --max-context with room for its closing, a
+#    message that does not fit is refused and the chat goes on (/reset, /save);
 #  - user text containing "<|open|>" is tokenized as text (no special ids).
 set -u
 cd "$(dirname "$0")/.."
@@ -74,6 +76,26 @@ for k in 1 4; do
     cmp -s "$tmp/out0.txt" "$tmp/out$k.txt" && cmp -s "$tmp/s0.bin" "$tmp/s$k.bin" && ok || \
         bad "chat --speculate $k: answers or saved state differ from the one-token loop"
 done
+# a full context ends nothing (cli/chat.c, invariant 5): the first answer stops 64 positions
+# (kept for its closing) before --max-context, 10 tokens in, as the same chat limited to 10
+# tokens answers; the second message is refused with nothing fed; after /reset the first
+# answer comes again; the conversation saves closed and goes on under a larger context; the
+# exit code says a message was refused
+printf 'hello there\n' | "$BIN" chat "$dir" --max-tokens 10 > "$tmp/c10.txt" 2> "$tmp/c10err.txt"
+p1=$(grep -o 'prefill [0-9]* tokens' "$tmp/c10err.txt" | grep -o '[0-9]*')
+printf 'hello there\nand a second question\n/reset\nhello there\n/save %s\n' "$tmp/full.bin" | \
+    "$BIN" chat "$dir" --max-tokens 400 --max-context $((p1 + 64 + 10)) > "$tmp/cfull.txt" 2> "$tmp/cfullerr.txt"; rc=$?
+[ $rc -eq 1 ] && ok || bad "chat with a refused message exited $rc, not 1"
+[ "$(grep -c '^\[the context is full: the answer stopped at 10 tokens' "$tmp/cfullerr.txt")" = 2 ] && ok || \
+    bad "no context-full notice after 10 tokens, twice: $(head -c 600 "$tmp/cfullerr.txt")"
+grep -q '^moestream: the message does not fit: the conversation holds '$((p1 + 10))' positions' "$tmp/cfullerr.txt" && ok || \
+    bad "the second message was not refused: $(head -c 600 "$tmp/cfullerr.txt")"
+[ "$(sed -n 1p "$tmp/cfull.txt")" = "$(cat "$tmp/c10.txt")" ] && [ "$(sed -n 2p "$tmp/cfull.txt")" = "$(cat "$tmp/c10.txt")" ] && \
+    [ "$(wc -l < "$tmp/cfull.txt")" -eq 2 ] && ok || bad "answers under a full context differ from --max-tokens 10's"
+grep -q '^saved the conversation' "$tmp/cfullerr.txt" && \
+    printf 'and a second question\n' | "$BIN" chat "$dir" --load-session "$tmp/full.bin" --max-tokens 4 \
+        > "$tmp/cmore.txt" 2> "$tmp/cmoreerr.txt" && [ -s "$tmp/cmore.txt" ] && ok || \
+    bad "the full conversation was not saved, or does not go on under a larger context: $(tail -c 400 "$tmp/cmoreerr.txt")"
 ids=$(printf 'say <|open|> and <|end_of_msg|>' | "$BIN" tokenize "$dir")
 $PY -c "import json,sys; ids=json.loads(sys.argv[1]); sys.exit(0 if ids and max(ids) < 256 else 1)" "$ids" && ok || \
     bad "user text became special tokens: $ids"

@@ -25,6 +25,11 @@
  *              (4) from a pipe, lines are read one by one as at a terminal,
  *              with no banner and no prompt; stdout holds only the answers
  *              (confirmations and the banner go to stderr).
+ *              (5) a full context ends nothing: an answer stops CLOSE_ROOM
+ *              positions before --max-context (room for its closing, so the
+ *              conversation can still be saved), and a message that does not
+ *              fit is refused before anything is fed; the chat goes on (/save,
+ *              /reset) and exits with the context's code at the end.
  * Does not:    edit lines (cli/lineedit.c) or draw progress (cli/progress.c).
  */
 #include "moestream.h"
@@ -53,6 +58,11 @@ typedef struct chat_opts {
 } chat_opts;
 
 #define O(f) offsetof(chat_opts, f)
+
+/* Positions an answer leaves free at the end of the context for its closing
+ * (ms_chat_close: the tags or channel markers still open, a handful of ids
+ * with a real tokenizer, a few dozen with a byte-level one). */
+enum { CLOSE_ROOM = 64 };
 static const cli_opt chat_table[] = {
     { "--system", CLI_STR, O(system), "TEXT", 0, 0, NULL, "the system message", 0, NULL, NULL },
     { "--thinking", CLI_ONOFF, O(thinking), "on|off", 0, 0, "off", "the assistant thinks before it answers", 0, NULL, NULL },
@@ -270,6 +280,16 @@ static ms_status feed_message(chat *ch, const char *text) {
     /* the whole conversation goes through the prompt cache (invariant 1) */
     int64_t n_past = 0;
     const int32_t *past = ms_session_tokens(ch->s, &n_past);
+    const int64_t ctx = ch->info.max_context;
+    if (st == MS_OK && n_past + n_close + n_ids + CLOSE_ROOM + 1 > ctx) {
+        /* invariant 5: nothing fed */
+        fprintf(stderr, "moestream: the message does not fit: the conversation holds %lld positions, the message "
+                "needs %lld more and an answer at least %d (%d of them kept for its closing), beyond --max-context "
+                "%lld; /save PATH keeps the conversation (resume it with a larger --max-context), /reset starts "
+                "again\n",
+                (long long)n_past, (long long)(n_close + n_ids), CLOSE_ROOM + 1, CLOSE_ROOM, (long long)ctx);
+        st = MS_E_CONTEXT;
+    }
     if (st == MS_OK && !(all = malloc((size_t)(n_past + n_close + n_ids) * sizeof *all))) st = MS_E_NOMEM;
     if (st == MS_OK) {
         if (n_past) memcpy(all, past, (size_t)n_past * sizeof *all);
@@ -291,7 +311,9 @@ static ms_status turn(chat *ch, const char *text) {
     ms_status st = feed_message(ch, text);
     if (st != MS_OK) return st;
     const int32_t eos = (int32_t)ch->info.eos_id;
-    const int64_t max = ch->o.max_tokens;
+    /* >= 1: feed_message left room for an answer and its closing (invariant 5) */
+    const int64_t ctx_room = ch->info.max_context - ms_session_n_past(ch->s) - CLOSE_ROOM;
+    const int64_t max = ch->o.max_tokens < ctx_room ? ch->o.max_tokens : ctx_room;
     size_t shown_r = 0, shown_c = 0;
     int32_t step[32];
     /* decode steps (ms_session_decode): the picker stops at EOS and at max;
@@ -324,6 +346,11 @@ static ms_status turn(chat *ch, const char *text) {
     fputc('\n', stdout);
     fflush(stdout);
     if (stopped) fprintf(stderr, "[stopped: the %lld tokens shown stay in the conversation]\n", (long long)ch->n_gen);
+    else if (st == MS_OK && max < ch->o.max_tokens && ch->n_gen == max && !cli_pick_is_stop(&cp, ch->gen[max - 1]))
+        fprintf(stderr, "[the context is full: the answer stopped at %lld tokens, %d positions before --max-context "
+                "%lld, kept for its closing; /save PATH keeps the conversation (resume it with a larger "
+                "--max-context), /reset starts again]\n",
+                (long long)max, CLOSE_ROOM, (long long)ch->info.max_context);
     if (st != MS_OK) fprintf(stderr, "moestream: %s: %s\n", ms_status_name(st), ms_session_error(ch->s));
     return st;
 }
@@ -331,13 +358,14 @@ static ms_status turn(chat *ch, const char *text) {
 /* The loop of messages and commands; the exit code. */
 static int converse(chat *ch) {
     int armed = 0;                          /* a Ctrl-C at an empty prompt: the next one exits */
+    int refused = 0;                        /* a message did not fit the context (invariant 5) */
     for (;;) {
         char *text;
         int had_text;
         int r = read_message(ch, &text, &had_text);
-        if (r == CLI_LE_EOF) return EXIT_OK;
+        if (r == CLI_LE_EOF) break;
         if (r == CLI_LE_INTR) {
-            if (armed && !had_text) return EXIT_OK;
+            if (armed && !had_text) break;
             armed = !had_text;
             if (armed) fprintf(stderr, "(Ctrl-C again or /exit to quit)\n");
             continue;
@@ -347,13 +375,15 @@ static int converse(chat *ch) {
         if (text[0] == '/') {
             int c = command(ch, text);
             free(text);
-            if (c == 2) return EXIT_OK;
+            if (c == 2) break;
             continue;
         }
         ms_status st = turn(ch, text);
         free(text);
-        if (st != MS_OK) return cli_exit_code(st);
+        if (st == MS_E_CONTEXT) refused = 1;
+        else if (st != MS_OK) return cli_exit_code(st);
     }
+    return refused ? cli_exit_code(MS_E_CONTEXT) : EXIT_OK;
 }
 
 static int chat_setup(chat *ch) {
