@@ -514,7 +514,8 @@ ms_status ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t
  * shared system prompt), after the last message before the end (an edited or
  * regenerated last message), where ids part from the longest prefix they share
  * with a cached snapshot; else n. Each cut can cost one more pass over the
- * weights, so only these. A value in (from, n]. */
+ * weights, so only these, and only where a snapshot of that length fits the
+ * cache in RAM or on disk. A value in (from, n]. */
 int64_t ms_session_prompt_mark(const ms_session *s, const int32_t *ids, int64_t n, int64_t from);
 /* Keep a snapshot of s at its position in the prompt cache (if_room: only
  * when nothing must be evicted for it, as at the end of a prompt chunk). A

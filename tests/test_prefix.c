@@ -495,6 +495,89 @@ static void model(const char *dir, const char *other, const char *name) {
     free(ref);
 }
 
+/* A cut costs a pass, so ms_session_feed_prompt cuts only where a snapshot
+ * can be kept. models/k3-tiny (it has a tokenizer, so a chat has message
+ * ends) at the budget floor: a system message and a user message, fed through
+ * the prompt cache, are cut after the system message when the cache (in RAM,
+ * or on disk) can hold a snapshot there (two passes: each asks for the
+ * experts its tokens use, more uses than one pass's), and go in as with no
+ * cache, the same expert uses, when it is too small for one; the logits are
+ * the same in all of them. */
+static void one_cut(ms_engine_params *p, const int32_t *ids, int64_t n, int64_t V, int64_t *uses, float *logits,
+                    int64_t *mark) {
+    ms_engine *e = NULL;
+    ms_session *s = NULL;
+    char msg[512];
+    *uses = -1;
+    if (ms_engine_open(p, &e, msg, sizeof msg) != MS_OK || ms_session_open(e, &s) != MS_OK) {
+        CHECK(0, "marks: open: %s", msg);
+        ms_engine_close(e);
+        return;
+    }
+    *mark = ms_session_prompt_mark(s, ids, n, 0);
+    ms_stats st;
+    ms_engine_stats_reset(e);
+    if (ms_session_feed_prompt(s, ids, n, NULL) == MS_OK && ms_session_logits(s)) {
+        ms_engine_stats(e, &st);
+        *uses = st.expert_requests;
+        memcpy(logits, ms_session_logits(s), (size_t)V * sizeof *logits);
+    }
+    ms_session_close(s);
+    ms_engine_close(e);
+}
+
+static void marks(void) {
+    const char *dir = "models/k3-tiny";
+    ms_engine_params p = ms_engine_default_params();
+    p.model_dir = dir;
+    p.n_threads = 1;
+    p.ram_bytes = MS_RAM_MIN;
+    p.max_context = 256;
+    ms_engine *e = NULL;
+    char msg[512];
+    if (ms_engine_open(&p, &e, msg, sizeof msg) != MS_OK) { CHECK(0, "marks: open %s: %s", dir, msg); return; }
+    ms_model_info info;
+    ms_engine_info(e, &info);
+    const int64_t V = info.n_vocab;
+    const ms_message msgs[2] = { { .role = "system", .content = "You are a careful assistant." },
+                                 { .role = "user", .content = "Say something about the sea." } };
+    const ms_chat_format fmt = { NULL, 0, NULL, 1 };
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    const ms_status cs = ms_chat_tokens(e, msgs, 2, &fmt, 0, &ids, &n, msg, sizeof msg);
+    ms_engine_close(e);
+    if (cs != MS_OK) { CHECK(0, "marks: chat tokens: %s", msg); return; }
+    char d[] = "/tmp/test_prefix_XXXXXX";
+    if (!mkdtemp(d)) { CHECK(0, "marks: mkdtemp"); free(ids); return; }
+    float *lg = malloc((size_t)(5 * V) * sizeof *lg);
+    int64_t uses[5], mark[5];
+    /* no cache; RAM 64 MiB; RAM 4 KiB; disk 64 MiB; disk 4 KiB */
+    const int64_t ram[5] = { MS_PROMPT_CACHE_OFF, (int64_t)64 << 20, 4096, MS_PROMPT_CACHE_OFF, MS_PROMPT_CACHE_OFF };
+    const int64_t disk[5] = { 0, 0, 0, (int64_t)64 << 20, 4096 };
+    for (int i = 0; lg && i < 5; i++) {
+        char sub[64];
+        snprintf(sub, sizeof sub, "%s/%d", d, i);
+        p.prompt_cache_bytes = ram[i];
+        p.prompt_cache_dir = disk[i] ? sub : NULL;
+        p.prompt_cache_disk_bytes = disk[i];
+        one_cut(&p, ids, n, V, &uses[i], lg + i * V, &mark[i]);
+    }
+    CHECK(lg && uses[0] > 0 && mark[0] == n, "marks: no cache: %lld expert uses, mark %lld of %lld",
+          (long long)uses[0], (long long)mark[0], (long long)n);
+    for (int i = 1; lg && i < 5; i++) {
+        const int fits = i == 1 || i == 3;
+        CHECK(fits ? mark[i] < n && uses[i] > uses[0] : mark[i] == n && uses[i] == uses[0],
+              "marks: case %d (a snapshot %s): mark %lld of %lld, %lld expert uses against %lld with no cache", i,
+              fits ? "fits" : "does not fit", (long long)mark[i], (long long)n, (long long)uses[i], (long long)uses[0]);
+        CHECK(!memcmp(lg, lg + i * V, (size_t)V * sizeof *lg), "marks: case %d: logits differ from no cache's", i);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    CHECK(system(cmd) == 0, "marks: rm %s", d);
+    free(lg);
+    free(ids);
+}
+
 /* MS_PREFIX_MEASURE=MODEL_DIR (not part of the suite): at the budget floor
  * with a 256 MiB cache and 256-token chunks, the bytes read and the seconds
  * before the first token of a prompt of 1,000 ids, then of a second one
@@ -603,5 +686,6 @@ int main(void) {
         snprintf(other, sizeof other, "%s/%s", td, others[i]);
         model(path, other, models[i]);
     }
+    marks();
     return CHECK_DONE("test_prefix");
 }

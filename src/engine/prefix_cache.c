@@ -111,6 +111,12 @@ int ms_pcache_room(const ms_pcache *pc, int64_t n) {
     return pc != NULL;
 }
 
+int ms_pcache_fits(const ms_pcache *pc, int64_t n) {
+    for (int r = 0; pc && r < pc->n_stages; r++)
+        if (part_bytes(pc, r, n) > pc->cap[r]) return 0;
+    return pc != NULL;
+}
+
 /* Invariant 3: a hit saves n positions' compute for `bytes` held. */
 static void touch(ms_pcache *pc, pc_entry *e) {
     e->prio = pc->clock + (double)e->n * 1e9 / (double)e->bytes;
@@ -208,8 +214,7 @@ void ms_pcache_store(ms_pcache *pc, const ms_session *s) {
     if (!pc || pc->part || n < 1 || !s->has_logits || s->sticky != MS_OK) return;
     pc_entry *have = find(pc, s->tokens, n);
     if (have) { touch(pc, have); return; }
-    for (int r = 0; r < pc->n_stages; r++)
-        if (part_bytes(pc, r, n) > pc->cap[r]) return;      /* larger than a stage's share: not kept */
+    if (!ms_pcache_fits(pc, n)) return;                     /* larger than a stage's share: not kept */
     /* invariant 2: the lowest priorities give way until every stage's part fits */
     while (!ms_pcache_room(pc, n)) {
         pc_entry **low = &pc->head;
@@ -322,8 +327,11 @@ int64_t ms_session_prompt_mark(const ms_session *s, const int32_t *ids, int64_t 
     ms_pcache_lookup(e->pcache, ids, n, &lcp);
     int64_t mark = n;
     const int64_t cand[3] = { first, last, lcp };
+    /* a cut costs a pass: only where a snapshot can be kept (a cache of a few
+       MiB, what a small budget leaves, holds none of a long prompt) */
     for (int k = 0; k < 3; k++)
-        if (cand[k] > from && cand[k] < mark) mark = cand[k];
+        if (cand[k] > from && cand[k] < mark && (ms_pcache_fits(e->pcache, cand[k]) || ms_pdisk_fits(e->pdisk, cand[k])))
+            mark = cand[k];
     return mark;
 }
 

@@ -56,6 +56,9 @@ void ms_pcache_set_share(ms_pcache *pc, int r, int64_t cap_bytes);
 int ms_pcache_shared(const ms_pcache *pc);
 /* Whether an entry of n positions fits every stage's share without evicting. */
 int ms_pcache_room(const ms_pcache *pc, int64_t n);
+/* Whether an entry of n positions could be kept at all (every stage's part
+ * within its share, evicting what it must): 0 without a cache. */
+int ms_pcache_fits(const ms_pcache *pc, int64_t n);
 /* The longest entry whose ids are a prefix of ids[0, n): its length (0: none),
  * and in *lcp the longest prefix ids[0, n) shares with any entry's ids. */
 int64_t ms_pcache_lookup(ms_pcache *pc, const int32_t *ids, int64_t n, int64_t *lcp);
@@ -109,5 +112,8 @@ int64_t ms_pdisk_restore(ms_pdisk *pd, const int32_t *ids, int64_t n, int64_t ab
  * that cannot give its part) is a warning and leaves no file behind; s is
  * untouched. */
 void ms_pdisk_store(ms_pdisk *pd, const struct ms_session *s);
+/* Whether an entry of n positions is within the cache's size (0 without a
+ * cache). */
+int ms_pdisk_fits(const ms_pdisk *pd, int64_t n);
 
 #endif
