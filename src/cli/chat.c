@@ -63,6 +63,7 @@ typedef struct chat_opts {
  * (ms_chat_close: the tags or channel markers still open, a handful of ids
  * with a real tokenizer, a few dozen with a byte-level one). */
 enum { CLOSE_ROOM = 64 };
+
 static const cli_opt chat_table[] = {
     { "--system", CLI_STR, O(system), "TEXT", 0, 0, NULL, "the system message", 0, NULL, NULL },
     { "--thinking", CLI_ONOFF, O(thinking), "on|off", 0, 0, "off", "the assistant thinks before it answers", 0, NULL, NULL },
