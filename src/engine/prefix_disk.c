@@ -515,9 +515,9 @@ int ms_pdisk_fits(const ms_pdisk *pd, int64_t n) {
 void ms_pdisk_store(ms_pdisk *pd, const ms_session *s) {
     const int64_t n = s->st.n_past;
     if (!pd || n < 1 || !s->has_logits || s->sticky != MS_OK) return;
-    if (!ms_pdisk_fits(pd, n)) return;
     const pd_head h = entry_head(pd, n);
     const int64_t bytes = file_bytes(&h);
+    if (bytes > pd->cap_bytes) return;                      /* ms_pdisk_fits */
     char name[64], tmp[96], msg[320];
     entry_name(name, sizeof name, h.model_hash, ids_hash(s->tokens, n), n);
     if (utimensat(pd->dirfd, name, NULL, AT_SYMLINK_NOFOLLOW) == 0) return;     /* held: touched */
