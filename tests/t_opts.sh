@@ -10,7 +10,8 @@
 #     the prompt and --max-tokens, token ids against the vocabulary;
 #   - plan --ram min prints the plan run --ram min opens with, and a refusal once;
 #   - small frictions: --prompt-file names the reason, tokenize --decode ends its line and
-#     names a bad id, trace prints no table before an error.
+#     names a bad id, tokenize FILE... prints a line per file (and stops at an unreadable
+#     one), trace prints no table before an error.
 # Last line: "t_opts: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -177,6 +178,18 @@ printf '[100, 200]' | "$BIN" tokenize $M --decode > "$tmp/out"; rc=$?
 [ $rc -eq 0 ] && [ "$(tail -c 1 "$tmp/out" | od -An -c | tr -d ' ')" = '\n' ] && ok || bad "tokenize --decode: no trailing newline"
 printf '[1, 99999]' | "$BIN" tokenize $M --decode > /dev/null 2> "$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q 99999 "$tmp/err" && ok || bad "tokenize --decode of a bad id: exit $rc: $(cat "$tmp/err")"
+# tokenize FILE...: a JSON array per file, in order, equal to each file on stdin; a file that
+# cannot be read ends the output after the files before it (exit 2); --decode reads stdin only
+printf 'Hello, world.\n' > "$tmp/t1"; printf 'Second file\n\nwith two lines' > "$tmp/t2"
+"$BIN" tokenize $M "$tmp/t1" "$tmp/t2" > "$tmp/out"; rc=$?
+{ "$BIN" tokenize $M < "$tmp/t1"; "$BIN" tokenize $M < "$tmp/t2"; } > "$tmp/want"
+[ $rc -eq 0 ] && [ "$(wc -l < "$tmp/out")" -eq 2 ] && cmp -s "$tmp/out" "$tmp/want" && ok ||
+    bad "tokenize of two files: exit $rc: $(head -c 300 "$tmp/out") against $(head -c 300 "$tmp/want")"
+"$BIN" tokenize $M "$tmp/t1" "$tmp/nonexistent" "$tmp/t2" > "$tmp/out" 2> "$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ "$(cat "$tmp/out")" = "$(head -n 1 "$tmp/want")" ] && grep -q "nonexistent: No such file" "$tmp/err" &&
+    ok || bad "tokenize of a missing file: exit $rc: $(cat "$tmp/out" "$tmp/err" | head -c 300)"
+"$BIN" tokenize $M "$tmp/t1" --decode > "$tmp/out" 2> "$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && grep -q "stdin" "$tmp/err" && ok || bad "tokenize FILE --decode: exit $rc: $(cat "$tmp/err")"
 "$BIN" trace "$tmp/nonexistent" --capacity 4 > "$tmp/out" 2> "$tmp/err"; rc=$?
 [ $rc -ne 0 ] && [ ! -s "$tmp/out" ] && ok || bad "trace of a missing file printed '$(cat "$tmp/out")'"
 

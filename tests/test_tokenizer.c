@@ -13,6 +13,9 @@
  * With arguments (used by tests/t_tokenizer_parity.sh and the benchmark):
  *   --encode DIR N_VOCAB            stdin -> ids, one per line, on stdout
  *   --encode-raw DIR N_VOCAB        stdin -> ids as native int32 on stdout
+ *   --encode-raw DIR N_VOCAB FILE.. for each file, its id count then its ids,
+ *                                   native int32 (count -1: not read or not
+ *                                   encoded); the tokenizer loads once
  *   --roundtrip DIR N_VOCAB FILE..  decode(encode(file)) == file for each
  *   --bench DIR N_VOCAB FILE        encode MB/s (best of 3) on stdout
  *   --pcre2-cn                      the Unicode version of the linked PCRE2 and
@@ -693,7 +696,23 @@ static int tool_main(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
-    if (strcmp(argv[1], "--encode") == 0 || strcmp(argv[1], "--encode-raw") == 0) {
+    if (strcmp(argv[1], "--encode-raw") == 0 && argc > 4) {
+        for (int a = 4; a < argc; a++) {
+            FILE *f = fopen(argv[a], "rb");
+            size_t n = 0;
+            char *s = f ? slurp(f, &n) : NULL;
+            if (f) fclose(f);
+            int32_t *ids = NULL;
+            int64_t k = s ? encode(t, s, n, &ids) : -1;
+            if (k < 0) { fprintf(stderr, "%s: %s\n", argv[a], s ? "not encoded" : "cannot open"); rc = 1; }
+            const int32_t count = k < 0 ? -1 : (int32_t)k;
+            if (fwrite(&count, sizeof count, 1, stdout) != 1 ||
+                (k > 0 && fwrite(ids, sizeof *ids, (size_t)k, stdout) != (size_t)k))
+                rc = 1;
+            free(ids);
+            free(s);
+        }
+    } else if (strcmp(argv[1], "--encode") == 0 || strcmp(argv[1], "--encode-raw") == 0) {
         size_t n;
         char *s = slurp(stdin, &n);
         int32_t *ids;

@@ -24,7 +24,7 @@ void cli_usage(FILE *f) {
         "  chat MODEL_DIR        interactive multi-turn chat (K3: XTML, gpt-oss: harmony)\n"
         "  batch MODEL_DIR       JSON lines in, one result line each out; requests decoded together\n"
         "  serve MODEL_DIR       OpenAI-compatible HTTP server (docs/SERVER.md)\n"
-        "  tokenize MODEL_DIR    text on stdin -> JSON array of ids (--decode: ids -> text)\n"
+        "  tokenize MODEL_DIR    text on stdin (or each FILE) -> JSON array of ids (--decode: ids -> text)\n"
         "  perplexity MODEL_DIR  score a text: nll and perplexity as JSON\n"
         "  plan MODEL_DIR        the memory plan --ram gives, without reading weights\n"
         "  trace TRACE_FILE      replay an expert trace through the cache policies\n"

@@ -392,6 +392,22 @@ static int detokenize(ms_engine *e, char *in) {
     return rc;
 }
 
+/* One text -> its ids as a JSON array on a line of stdout. */
+static int tokenize_text(ms_engine *e, const char *what, const char *text, size_t len) {
+    int32_t *ids;
+    int64_t n;
+    if (ms_tokenize(e, text, len, &ids, &n) != MS_OK) {
+        fprintf(stderr, "moestream tokenize: %s: tokenize failed\n", what);
+        return EXIT_RUNTIME;
+    }
+    cli_print_ids(stdout, ids, n);
+    printf("\n");
+    free(ids);
+    return EXIT_OK;
+}
+
+enum { TOKENIZE_MAX_FILES = 1024 };
+
 static int cmd_tokenize(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
@@ -399,38 +415,53 @@ static int cmd_tokenize(int argc, char **argv) {
     const cli_opt table[] = {
         { "--decode", CLI_FLAG, 0, NULL, 0, 0, NULL, "ids (a JSON array) on stdin -> the text, one line", 1, NULL, NULL },
         { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL } };
-    const cli_cmd cmd = { "tokenize", "MODEL_DIR [--decode] < INPUT",
-                          "Text on stdin -> a JSON array of token ids on stdout (--decode: the reverse).\n",
-                          &c.model_dir, 1,
+    /* pos[0] the model, then the files in order */
+    const char *pos[1 + TOKENIZE_MAX_FILES] = { NULL };
+    const cli_cmd cmd = { "tokenize", "MODEL_DIR [FILE...] [--decode] [< INPUT]",
+                          "Text on stdin -> a JSON array of token ids on stdout (--decode: the reverse).\n"
+                          "With FILEs (up to 1024): each file's ids as a JSON array, a line per file, in order;\n"
+                          "the model opens once.\n",
+                          pos, 1 + TOKENIZE_MAX_FILES,
                           { { "options", table, &decode }, { "engine", cli_common_opts, &c }, { NULL, NULL, NULL } } };
     int r = cli_parse(&cmd, argc, argv);
     if (r != 0) return r > 0 ? EXIT_OK : EXIT_USAGE;
+    c.model_dir = pos[0];
+    const char **files = pos + 1;
+    int n_files = 0;
+    while (n_files < TOKENIZE_MAX_FILES && files[n_files]) n_files++;
+    if (decode && n_files > 0) {
+        fprintf(stderr, "moestream tokenize: --decode reads its ids on stdin, not from files\n");
+        return EXIT_USAGE;
+    }
     c.quiet = 1;
     /* the tokenizer needs no weights: without --ram, the smallest plan, which
        pins nothing (without a limit the engine would load every weight that
        fits before cutting a word: 13.8 GB for the 20b-shaped checkpoint) */
     if (c.ram == 0) c.ram = MS_RAM_MIN;
-    size_t len;
-    char *in;
-    if (read_text("stdin", NULL, &in, &len) != 0) return EXIT_RUNTIME;
+    size_t len = 0;
+    char *in = NULL;
+    if (n_files == 0 && read_text("stdin", NULL, &in, &len) != 0) return EXIT_RUNTIME;
     ms_engine *e;
     ms_status st = cli_open(&c, &e);
     if (st != MS_OK) { free(in); return cli_exit_code(st); }
     int rc = EXIT_OK;
-    int32_t *ids;
-    int64_t n;
     if (!ms_engine_has_tokenizer(e)) {
         fprintf(stderr, "moestream: %s has no tokenizer (tiktoken.model)\n", c.model_dir);
         rc = EXIT_USAGE;
     } else if (decode) {
         rc = detokenize(e, in);
-    } else if (ms_tokenize(e, in, len, &ids, &n) != MS_OK) {
-        fprintf(stderr, "moestream: tokenize failed\n");
-        rc = EXIT_RUNTIME;
+    } else if (n_files == 0) {
+        rc = tokenize_text(e, "stdin", in, len);
     } else {
-        cli_print_ids(stdout, ids, n);
-        printf("\n");
-        free(ids);
+        /* a file that cannot be read ends the output there (the lines before
+           it are the files before it), with run --prompt-file's exit code */
+        for (int i = 0; i < n_files && rc == EXIT_OK; i++) {
+            char *text;
+            size_t tl;
+            if (read_text("file", files[i], &text, &tl) != 0) { rc = EXIT_USAGE; break; }
+            rc = tokenize_text(e, files[i], text, tl);
+            free(text);
+        }
     }
     free(in);
     ms_engine_close(e);

@@ -66,6 +66,8 @@ const K3_SPECIALS = {
 };
 const N_SPECIAL = 256;
 const WINDOW = 400000, MAX_RUN = 25000;
+// where checkHF writes the texts it gives both tokenizers (set by check)
+let scratchDir = null;
 
 // ---- deterministic generators ----------------------------------------------
 
@@ -349,20 +351,39 @@ function mixedText(bytes, seed, corpusDir) {
   return Buffer.concat(out);
 }
 
+// TEST_BIN --encode-raw DIR N_VOCAB FILE...: the tokenizer loads once (loading
+// o200k's tokenizer.json takes most of a second, more under a sanitizer) and
+// writes each file's id count and ids (int32; count -1: not encoded). Returns
+// { ids: [Uint32Array | null per file], status, stderr }.
+function encodeFiles(testBin, dir, nVocab, files) {
+  const r = spawnSync(testBin, ["--encode-raw", dir, String(nVocab), ...files], { maxBuffer: 1 << 30 });
+  const ids = [];
+  const out = r.stdout || Buffer.alloc(0);
+  let o = 0;
+  for (let i = 0; i < files.length; i++) {
+    if (o + 4 > out.length) { ids.push(null); continue; }
+    const n = out.readInt32LE(o);
+    o += 4;
+    if (n < 0 || o + 4 * n > out.length) { ids.push(null); continue; }
+    ids.push(new Uint32Array(out.buffer.slice(out.byteOffset + o, out.byteOffset + o + 4 * n)));
+    o += 4 * n;
+  }
+  return { ids, status: r.status, stderr: String(r.stderr || "").trim() };
+}
+
 // Our ids (TEST_BIN --encode-raw over v.dir) against `encode` on every file.
 function compareFiles(enc, name, v, files, testBin, report, encode) {
   const byteRank = new Array(256);
   for (let b = 0; b < 256; b++) byteRank[b] = enc.encode_single_token(Uint8Array.of(b));
-  for (const f of files) {
+  const ours = encodeFiles(testBin, v.dir, v.nVocab, files);
+  files.forEach((f, fi) => {
     const buf = fs.readFileSync(f);
     const want = f.endsWith(".bin") ? refEncodeBytes(enc, buf, byteRank, encode) : encode(enc, buf.toString("utf8"));
-    const r = spawnSync(testBin, ["--encode-raw", v.dir, String(v.nVocab)], { input: buf, maxBuffer: 1 << 30 });
-    if (r.status !== 0) {
-      report(false, `${name} ${path.basename(f)}: ${testBin} exited ${r.status}: ${String(r.stderr).trim()}`);
-      continue;
+    const got = ours.ids[fi];
+    if (!got) {
+      report(false, `${name} ${path.basename(f)}: ${testBin} exited ${ours.status}: ${ours.stderr}`);
+      return;
     }
-    const raw = r.stdout;
-    const got = new Uint32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
     let i = 0;
     while (i < got.length && i < want.length && got[i] === want[i]) i++;
     const ok = got.length === want.length && i === got.length;
@@ -375,7 +396,7 @@ function compareFiles(enc, name, v, files, testBin, report, encode) {
       detail = ` -- first difference at id ${i}: ours ${show(got)} / tiktoken ${show(want)}`;
     }
     report(ok, `${name} ${path.basename(f)}: ${want.length} ids${detail}`);
-  }
+  });
 }
 
 // Exact round trips decode(encode(x)) == x of each file through v.dir.
@@ -417,20 +438,26 @@ function checkHF(nodeDir, label, dir, nVocab, start, files, testBin, report, spe
   const special = tok.encode(specialName, { add_special_tokens: false }).ids;
   report(special.length === 1 && special[0] === start,
          `${name}: reads the added tokens ("${specialName}" -> ${special.join(",")})`);
-  let n = 0;
+  // the texts both are given, written to the scratch folder for one --encode-raw
+  const inputs = [];
   for (const f of files) {
     if (f.endsWith(".bin")) continue;
     const raw = fs.readFileSync(f);
     const text = raw.toString("utf8");
     if (!Buffer.from(text, "utf8").equals(raw)) continue;   /* not UTF-8: no JavaScript string holds it */
-    const safe = text.split("<|").join("< |");
-    const want = tok.encode(safe, { add_special_tokens: false }).ids;
-    const r = spawnSync(testBin, ["--encode-raw", dir, String(nVocab)], { input: Buffer.from(safe, "utf8"), maxBuffer: 1 << 30 });
-    if (r.status !== 0) {
-      report(false, `${name} ${path.basename(f)}: ${testBin} exited ${r.status}: ${String(r.stderr).trim()}`);
+    const safe = path.join(scratchDir, path.basename(f));
+    fs.writeFileSync(safe, text.split("<|").join("< |"), "utf8");
+    inputs.push({ f, safe });
+  }
+  const ours = encodeFiles(testBin, dir, nVocab, inputs.map((x) => x.safe));
+  let n = 0;
+  for (const [fi, { f, safe }] of inputs.entries()) {
+    const want = tok.encode(fs.readFileSync(safe, "utf8"), { add_special_tokens: false }).ids;
+    const got = ours.ids[fi];
+    if (!got) {
+      report(false, `${name} ${path.basename(f)}: ${testBin} exited ${ours.status}: ${ours.stderr}`);
       continue;
     }
-    const got = new Uint32Array(r.stdout.buffer.slice(r.stdout.byteOffset, r.stdout.byteOffset + r.stdout.length));
     let i = 0;
     while (i < got.length && i < want.length && got[i] === want[i]) i++;
     const ok = got.length === want.length && i === got.length;
@@ -451,18 +478,22 @@ function tokenizeCommand(name, model, envName, enc, files, report) {
     report(false, `${name}: MS_BIN / ${envName} not set (tests/t_tokenizer_parity.sh sets them)`);
     return;
   }
+  // one process for every file: each file's ids as a JSON array on its own line
+  const small = files.filter((x) => !x.endsWith(".bin") && fs.statSync(x).size < 100000);
+  const r = spawnSync(ms, ["tokenize", model, ...small], { maxBuffer: 1 << 26 });
+  const lines = String(r.stdout).split("\n");
   let n = 0;
-  for (const f of files.filter((x) => !x.endsWith(".bin") && fs.statSync(x).size < 100000)) {
-    const buf = fs.readFileSync(f);
-    const r = spawnSync(ms, ["tokenize", model], { input: buf, maxBuffer: 1 << 26 });
+  for (const [fi, f] of small.entries()) {
     let got = null;
-    try { got = JSON.parse(String(r.stdout)); } catch (e) { got = null; }
-    const want = Array.from(enc.encode_ordinary(buf.toString("utf8")));
+    try { got = JSON.parse(lines[fi]); } catch (e) { got = null; }
+    const want = Array.from(enc.encode_ordinary(fs.readFileSync(f, "utf8")));
     const ok = r.status === 0 && Array.isArray(got) && got.length === want.length && got.every((x, i) => x === want[i]);
     report(ok, `${name} moestream tokenize ${path.basename(f)}: ${want.length} ids` +
            (ok ? "" : ` (exit ${r.status}: ${String(r.stderr).trim().slice(0, 200)})`));
     n++;
   }
+  report(lines.length === small.length + 1 && lines[small.length] === "",
+         `${name}: moestream tokenize wrote ${lines.length - 1} lines for ${small.length} files`);
   report(n >= 10, `${name}: moestream tokenize on ${n} files`);
 }
 
@@ -585,6 +616,8 @@ function checkRelease(Tiktoken, nodeDir, workDir, files, rtFiles, testBin, repor
 function check(nodeDir, workDir, corpusDir, testBin) {
   const { Tiktoken } = require(require.resolve("tiktoken/lite", { paths: [nodeDir] }));
   let pass = 0, fail = 0, t0 = Date.now();
+  scratchDir = path.join(workDir, "hf-inputs");
+  fs.mkdirSync(scratchDir, { recursive: true });
   const report = (ok, what) => {
     if (ok) pass++; else fail++;
     console.log(`${ok ? "ok  " : "FAIL"} ${what} (${Date.now() - t0} ms)`);
