@@ -5,7 +5,8 @@
 # budget plus RSS_SLACK, and generate the same ids and logits bits as an
 # unlimited run; so do --speculate 31, --chunk 150 and the chunk chosen for the budget
 # (their memory is planned), and perplexity gives the same nll with one pass per chunk;
-# so does each stage of a 2-process pipeline (mpirun) under its own --ram.
+# so does each stage of a 2-process pipeline (mpirun) under its own --ram, and a model
+# with a full-size tokenizer.json.
 # RSS_SLACK covers what the budget cannot see: allocator rounding and the pages the
 # kernel counts for shared libraries.
 set -u
@@ -131,6 +132,26 @@ for ram in 118 122 126 130 135 140 150 165 180 200; do
     fi
 done
 echo "t_rss: chunks chosen for the budget:$seen"
+# a full-size Hugging Face tokenizer.json (a tiny gpt-oss with o200k's vocabulary size: a
+# 16 MB file, whose parse tree takes ~8x that while it loads): the tokenizer is loaded
+# before the budget is split and counted there (plan names it), and the parse tree is not
+# kept, so a run at --ram 150M peaks within it (before: 190 MB) with the unlimited run's ids
+tokdir=$BUILD/testdata-tokrss
+stamp="$(sha1sum tools/ossgen.py tools/osslib.py tools/stwrite.py | sha1sum | cut -c1-16)"
+if [ "$(cat "$tokdir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$tokdir"
+    /usr/bin/python3 tools/ossgen.py "$tokdir" --preset oa --vocab 201088 > /dev/null 2>&1 && echo "$stamp" > "$tokdir/.stamp"
+fi
+budget=$((150 * 1024 * 1024))
+"$BIN" plan "$tokdir" --ram 150M | grep -Eq 'process overhead \+ slack: .*\(the tokenizer [0-9.]+ MiB\)' && ok ||
+    bad "plan --ram 150M on $tokdir does not count the tokenizer: $("$BIN" plan "$tokdir" --ram 150M 2>&1 | head -c 400)"
+tw=$("$BIN" run "$tokdir" --prompt "In the beginning" --gen 8 --json --quiet | grep -o '"generated_ids": \[[^]]*\]')
+out=$("$BIN" run "$tokdir" --prompt "In the beginning" --gen 8 --json --quiet --ram 150M); rc=$?
+peak=$(printf '%s' "$out" | grep -o '"peak_rss_bytes": [0-9]*' | grep -o '[0-9]*$')
+echo "t_rss: a 201,088-id tokenizer.json at --ram 150M: peak RSS $((${peak:-0} / 1048576)) MiB"
+[ $rc -eq 0 ] && [ -n "$tw" ] && [ "$(printf '%s' "$out" | grep -o '"generated_ids": \[[^]]*\]')" = "$tw" ] && ok ||
+    bad "tokenizer.json model at --ram 150M: exit $rc, ids differ from unlimited ($tw)"
+[ -n "$peak" ] && [ "$peak" -le $((budget + RSS_SLACK)) ] && ok || bad "tokenizer.json model: peak RSS $peak > budget $budget + slack $RSS_SLACK"
 # a pipeline of 2 processes (mpirun): each stage's peak RSS within its own --ram, the
 # same ids as the unlimited run in one process (not in a build without MPI)
 . tests/lib_mpi.sh

@@ -7,20 +7,21 @@
  *   3. open_sidecars    the weights' identity (ms_weights_identity), the
  *                       checksum sidecar and the metadata files it covers,
  *                       then the packed trunk (only with the sidecar: a pack
- *                       is only as good as the check of what it decodes to);
+ *                       is only as good as the check of what it decodes to),
+ *                       then the tokenizer (when the model ships one);
  *   4. plan_budget      the store's share of --ram once the sessions and the
  *                       process are counted, and the automatic prompt chunk;
  *   5. open_store       the I/O options, the store, the model bound to it
  *                       once (--ram min: the store plans at its own floor);
  *   6. start_runtime    the store's plan and resident reads, the load-time
  *                       checks, the thread pool, the forward scratch, the
- *                       tokenizer, the draft sources and the draft model (a
+ *                       draft sources and the draft model (a
  *                       second engine on this one's thread pool, whose
  *                       vocabulary step 2 checked and whose bytes step 4
  *                       counted).
  * A failure at any step closes what the earlier ones opened (ms_engine_close
- * takes a partly opened engine). The sidecars come before the budget because
- * their hashes are part of the process's resident size.
+ * takes a partly opened engine). The sidecars and the tokenizer come before
+ * the budget because they are part of the process's resident size.
  * Does not: feed, plan `plan` reports (engine/plan.c), talk to other stages
  * itself (the pipeline's hooks do, engine_int.h).
  */
@@ -208,6 +209,15 @@ static ms_status open_pack(ms_engine *e, ms_err *err) {
     return MS_OK;
 }
 
+/* 3c. The tokenizer, when the model ships one (tiktoken.model, else
+ * tokenizer.json: ms_tok_find). Before the budget: what it holds (30 MB for
+ * o200k's tokenizer.json) is part of the process's resident size, and the
+ * parse's transient peak (~8x the file) comes before anything is pinned. */
+static ms_status open_tokenizer(ms_engine *e, ms_err *err) {
+    if (ms_tok_find(e->p.model_dir) == MS_TOK_NONE) return MS_OK;
+    return ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err);
+}
+
 /* 4. *store_ram: the budget left for weights once the sessions and the
  * process are counted (0: no budget; 1 with --ram min, which the store
  * plans at its floor); with a budget and p (the caller's parameters) asking
@@ -229,7 +239,8 @@ static ms_status plan_budget(ms_engine *e, const ms_engine_params *p, int64_t *s
     }
     const int64_t rss = rss_bytes();        /* once: the choice checks its chunk against what the store gets */
     if (p->prefill_chunk == 0) {
-        const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry), e->p.max_context, e->p.max_draft,
+        const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry) + ms_tok_bytes(e->tok), e->p.max_context,
+                                    e->p.max_draft,
                                     e->p.n_seq + e->p.draft_tree, p->trunk_bytes, p->expert_bytes, rss };
         e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
     }
@@ -314,8 +325,7 @@ static ms_status open_store(ms_engine *e, int64_t store_ram, ms_err *err) {
 }
 
 /* 6. The store's plan and resident reads, the load-time checks, the thread
- * pool, the forward scratch and a feed's buffers, the tokenizer (when the
- * model ships one). */
+ * pool, the forward scratch and a feed's buffers. */
 /* 6b. The draft sources (speculation): the bytes a pass and a token touch
  * (the trunk's regions; the experts' share a token uses) for the choice
  * rule when nothing is read, and the corpus. */
@@ -352,10 +362,6 @@ static ms_status start_runtime(ms_engine *e, ms_err *err) {
     e->batch_ids = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_ids);
     e->batch_seg = malloc((size_t)e->p.prefill_chunk * sizeof *e->batch_seg);
     if (!e->batch_ids || !e->batch_seg) return ms_err_set(err, MS_E_NOMEM, "out of memory");
-    /* tiktoken.model, else tokenizer.json, else no tokenizer (ms_tok_find) */
-    if (ms_tok_find(e->p.model_dir) != MS_TOK_NONE &&
-        (st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err)) != MS_OK)
-        return st;
     e->model_hash = model_hash(&e->cfg, e->ckpt);
     /* the prompt cache: its share of the budget (plan_budget); in a pipeline
        every stage holds its layers' part of the entries in RAM
@@ -408,6 +414,7 @@ static ms_status engine_open(const ms_engine_params *p, const ms_pipe_hooks *pip
     if (st == MS_OK) st = open_checkpoint(e, &err);
     if (st == MS_OK) st = open_sums(e, &err);
     if (st == MS_OK) st = open_pack(e, &err);
+    if (st == MS_OK) st = open_tokenizer(e, &err);
     if (st == MS_OK) st = plan_budget(e, p, &store_ram, &err);
     if (st == MS_OK) st = open_store(e, store_ram, &err);
     if (st == MS_OK) st = start_runtime(e, &err);

@@ -222,7 +222,8 @@ static size_t draft_line(const char *dir, int64_t weights, int64_t rest, const c
  * and the bytes each reads per decode token (ms_plan_describe_stages). */
 static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_t ram_bytes, int64_t max_context,
                                  int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *spec,
-                                 const char *draft_dir, int64_t draft_weights, int64_t draft_rest, char *out, size_t n) {
+                                 const char *draft_dir, int64_t draft_weights, int64_t draft_rest, int64_t tok,
+                                 char *out, size_t n) {
     const int64_t draft = draft_weights + draft_rest;      /* stage 0's: the stage that decodes */
     ms_err err;
     ms_err_clear(&err);
@@ -237,7 +238,8 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     for (int r = 0; r < n_stages && st == MS_OK; r++, bound++) {
         st = ms_model_bind_part(&part[r], cfg, NULL, NULL, start[r], start[r + 1], r == 0, &err);
         if (st == MS_OK && prefill_chunk == 0) {
-            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r]), max_context, max_draft, n_seq, 0, 0, 0 };
+            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r]) + tok, max_context, max_draft, n_seq,
+                                         0, 0, 0 };
             const int64_t c = ms_auto_chunk(&part[r], &cb);
             if (chunk == 0 || c < chunk) chunk = c;
         }
@@ -262,7 +264,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     ms_status ret = MS_OK;
     for (int r = 0; r < n_stages; r++) {
         const ms_model *pm = &part[r];
-        const int64_t overhead = ms_overhead_estimate(pm);
+        const int64_t overhead = ms_overhead_estimate(pm) + tok;       /* every stage loads the tokenizer */
         const int64_t session = ms_session_bytes(pm, max_context, max_draft, chunk, n_seq) + (r == 0 ? draft : 0);
         ms_plan plan;
         ms_err pe;
@@ -333,6 +335,28 @@ ms_status ms_plan_describe_draft(const char *path, const char *draft_model, int6
                                  n_stages, stages, out, n);
 }
 
+/* The tokenizer the engine loads before its budget (engine/open.c), counted
+ * as it does: loaded, its bytes taken, freed (0 bytes: none in model_dir). */
+static ms_status tokenizer_bytes(const char *model_dir, int64_t n_vocab, int64_t *bytes, ms_err *err) {
+    *bytes = 0;
+    if (ms_tok_find(model_dir) == MS_TOK_NONE) return MS_OK;
+    ms_tok *t;
+    const ms_status st = ms_tok_load(model_dir, n_vocab, &t, err);
+    if (st != MS_OK) return st;
+    *bytes = ms_tok_bytes(t);
+    ms_tok_free(t);
+    return MS_OK;
+}
+
+/* "64.1 MiB" or, with a tokenizer, "83.5 MiB (the tokenizer 19.3 MiB)". */
+static void overhead_label(int64_t overhead, int64_t tok, char *out, size_t n) {
+    char a[32], b[32];
+    human(overhead + MS_SLACK_BYTES, a, sizeof a);
+    human(tok, b, sizeof b);
+    if (tok > 0) snprintf(out, n, "%s (the tokenizer %s)", a, b);
+    else snprintf(out, n, "%s", a);
+}
+
 ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64_t ram_bytes, int64_t max_context,
                                 int max_draft, int64_t prefill_chunk, int n_seq, int draft_tree, int n_stages,
                                 const char *stages, char *out, size_t n) {
@@ -353,8 +377,8 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
     if (chunk < 0) return MS_E_USAGE;
     char cfg_path[4200];
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path);
-    else snprintf(cfg_path, sizeof cfg_path, "%s", path);
+    const int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    snprintf(cfg_path, sizeof cfg_path, is_dir ? "%s/config.json" : "%s", path);
     if (max_context <= 0) max_context = MS_DEFAULT_CONTEXT;
     int64_t dw = 0, dr = 0;
     if (draft_model && ms_draft_model_bytes(draft_model, max_context, max_draft, n_seq, &dw, &dr, &err) != MS_OK) {
@@ -364,16 +388,18 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
     ms_config cfg;
     ms_status st = ms_config_load(cfg_path, &cfg, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); return st == MS_E_IO ? MS_E_MODEL : st; }
+    int64_t tok = 0;
+    if (is_dir && (st = tokenizer_bytes(path, cfg.vocab_size, &tok, &err)) != MS_OK) { snprintf(out, n, "%s", err.msg); return st; }
     ms_model m;
     st = ms_model_bind(&m, &cfg, NULL, NULL, &err);
     if (st != MS_OK) { snprintf(out, n, "%s", err.msg); ms_model_free(&m); return st; }
     if (n_stages >= 1) {
         st = describe_stages(&m, cfg_path, ram_bytes, max_context, max_draft, prefill_chunk, n_seq, n_stages, stages,
-                             draft_model, dw, dr, out, n);
+                             draft_model, dw, dr, tok, out, n);
         ms_model_free(&m);
         return st;
     }
-    const int64_t overhead = ms_overhead_estimate(&m);
+    const int64_t overhead = ms_overhead_estimate(&m) + tok;
     if (prefill_chunk == 0) {
         const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, n_seq + draft_tree, 0, 0, 0 };
         chunk = ms_auto_chunk(&m, &cb);
@@ -383,12 +409,12 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
     const int64_t store_ram = ms_store_budget(ram_bytes, session + dw + dr, overhead);
     ms_plan plan;
     st = ram_bytes == MS_RAM_MIN ? floor_plan(&m, &plan, &err) : store_plan(&m, store_ram, 0, 0, &plan, &err);
-    char a[32], b[32], c[32], d[32], nseq_label[64], what[96];
+    char a[32], ob[80], c[32], d[32], nseq_label[64], what[96];
     ms_state_what(&m, max_context, max_draft, what, sizeof what);
     if (draft_tree) snprintf(nseq_label, sizeof nseq_label, "%d session%s + a second branch's", n_seq, n_seq > 1 ? "s" : "");
     else snprintf(nseq_label, sizeof nseq_label, "%d sessions", n_seq);
     human(session, a, sizeof a);
-    human(overhead + MS_SLACK_BYTES, b, sizeof b);
+    overhead_label(overhead, tok, ob, sizeof ob);
     human(ram_bytes, c, sizeof c);
     size_t at = 0;
     at += (size_t)snprintf(out + at, n > at ? n - at : 0,
@@ -402,7 +428,7 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
                            ram_bytes > 0 ? c : ram_bytes == MS_RAM_MIN ? "min (the smallest plan)" : "none (everything resident)",
                            n_seq > 1 || draft_tree ? nseq_label : "session",
                            what, (long long)chunk,
-                           prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, b);
+                           prefill_chunk == 0 && ram_bytes > 0 ? ", chosen for the budget" : "", a, ob);
     at += draft_line(draft_model, dw, dr, NULL, out, at, n);
     if (st == MS_OK || st == MS_E_BUDGET) {
         if (st == MS_OK || plan.floor_bytes > 0) {

@@ -54,6 +54,9 @@ ms_status ms_tok_load_hf_mem(const char *json, size_t len, int64_t n_vocab, ms_t
 void ms_tok_free(ms_tok *t);
 
 int64_t ms_tok_n_vocab(const ms_tok *t);
+/* The bytes the tokenizer holds (its tables, names and compiled pattern): what
+ * the memory plan counts for it (engine/plan.c). */
+int64_t ms_tok_bytes(const ms_tok *t);
 
 /* Encode bytes (any bytes; invalid UTF-8 allowed) with specials disabled.
  * Appends to a growable array: *ids (realloc'd, caller frees with free()),
