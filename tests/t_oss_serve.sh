@@ -19,7 +19,8 @@
 #      in depth (schemas, tool sets, streaming, max_tokens inside a call, bits,
 #      also against a second server with --parallel 2 --speculate 4 --ram min
 #      and n = 2, a follow-up, the refusals that remain); tools with
-#      tool_choice "auto" are answered.
+#      tool_choice "auto" are answered; /v1/tokenize counts a harmony chat's prompt as the
+#      chat does (usage.prompt_tokens).
 # Last line: "t_oss_serve: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -114,6 +115,15 @@ else:
     assert c["finish_reason"] == "stop" and isinstance(json.loads(c["message"]["content"]), dict), c
 PYEOF
     then ok; else bad "$want on the harmony server: HTTP $code, $(head -c 400 "$tmp/r200")"; fi
+done
+# /v1/tokenize of a harmony chat (system message, effort, tools): the ids the chat feeds,
+# its usage.prompt_tokens
+for body in '"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi <|start|>assistant"}],"reasoning_effort":"high"' \
+            '"messages":[{"role":"user","content":"Time?"}],'"$TOOLS"; do
+    n=$(curl -s "$U/v1/tokenize" -d "{$body}" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["count"] == len(d["tokens"]); print(d["count"])')
+    u=$(curl -s "$U/v1/chat/completions" -d "{\"model\":\"oss_b\",$body,\"max_tokens\":1,\"temperature\":0}" |
+        $PY -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
+    [ -n "$n" ] && [ "$n" = "$u" ] && ok || bad "/v1/tokenize of a harmony chat: '$n', the chat's prompt_tokens '$u' ({$body})"
 done
 # response_format and forced calls in depth (tests/server/oss_structured.py)
 serve_start oss2 "$OSS" --parallel 2 --speculate 4 --ram min

@@ -9,7 +9,8 @@
 # 3. runs tests/server/client.mjs (the openai client: chat streamed and not, completion,
 #    stop strings, thinking, tool-call round trip with resumed state, typed errors,
 #    abort), raw curl tests (malformed / oversized / unauthorized requests, each
-#    answered with the right status and an OpenAI error object), and
+#    answered with the right status and an OpenAI error object; /tokenize and
+#    /detokenize against `moestream tokenize` and the chat's prompt_tokens), and
 #    tests/server/raw.mjs (8 clients x 5 requests, disconnects, fairness, queue limit,
 #    chunked oversized body);
 # 4. SIGTERM while a response streams and another waits: the first finishes, the
@@ -181,6 +182,37 @@ req 400 unsupported_parameter POST $L "{$M,\"prompt\":[\"a\",\"b\"]}"
 req 400 missing_required_parameter POST $L "{$M}"
 req 400 invalid_type POST $L "{$M,\"prompt\":{}}"
 req 400 invalid_value POST $L "{$M,\"prompt\":\"a\",\"logprobs\":21}"
+# /tokenize and /detokenize (also under /v1/, key needed, never queued): a text's ids as
+# `moestream tokenize` gives them (llama.cpp's "content" too); a chat's as
+# /v1/chat/completions feeds them (count = its usage.prompt_tokens, with tools and thinking);
+# a chat past the context still counted (count > max_model_len); detokenize inverts; errors
+tok() { curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$1" -d "$2"; }
+want=$(printf 'Hello world' | "$BIN" tokenize "$MODEL" | tr -d ' ')
+got=$(tok /tokenize '{"prompt":"Hello world"}' | $PY -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["tokens"]).replace(" ",""), d["count"], d["max_model_len"])')
+[ "$got" = "$want $(($(printf '%s' "$want" | tr -cd ',' | wc -c) + 1)) 65536" ] && ok || bad "/tokenize 'Hello world': '$got', want '$want' and context 65536"
+got2=$(tok /v1/tokenize "{$M,\"content\":\"Hello world\"}" | $PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tokens"]).replace(" ",""))')
+[ "$got2" = "$want" ] && ok || bad "/v1/tokenize with content: '$got2', want '$want'"
+TOOLS='"tools":[{"type":"function","function":{"name":"weather","description":"the weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
+for body in "$HI" "$HI,\"thinking\":true,$TOOLS" \
+            '"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Who made the light?"}],"reasoning_effort":"low"'; do
+    n=$(tok /v1/tokenize "{$body}" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["count"] == len(d["tokens"]); print(d["count"])')
+    u=$(tok $C "{$M,$body,\"max_tokens\":1,\"temperature\":0}" | $PY -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
+    [ -n "$n" ] && [ "$n" = "$u" ] && ok || bad "/v1/tokenize of a chat counted '$n', the chat's usage.prompt_tokens '$u' ({$body})"
+done
+$PY -c "import json,random; r=random.Random(1); print(json.dumps({'messages':[{'role':'user','content':' '.join(''.join(r.choice('qxzjkv') for _ in range(3)) for _ in range(30000))}]}))" > "$tmp/longtok.json"
+tok /tokenize @"$tmp/longtok.json" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["count"] > d["max_model_len"] == 65536, d["count"]' && ok ||
+    bad "/tokenize of a chat past the context is not counted"
+back=$(tok /detokenize "{\"tokens\":$want}" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["prompt"] == d["content"]; print(d["prompt"])')
+[ "$back" = "Hello world" ] && ok || bad "/detokenize of $want: '$back'"
+req 400 missing_required_parameter POST /tokenize '{}'
+req 400 invalid_value POST /tokenize "{\"prompt\":\"a\",$HI}"
+req 400 invalid_type POST /tokenize '{"prompt":[1,2]}'
+req 404 model_not_found POST /tokenize '{"model":"gpt-4o","prompt":"a"}'
+req 400 invalid_value POST /tokenize "{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}"
+req 400 invalid_value POST /v1/detokenize '{"tokens":[1,-2]}'
+req 400 invalid_type POST /detokenize '{"tokens":"1,2"}'
+req 405 method_not_allowed GET /tokenize ''
+AUTH="Authorization: Bearer wrong" req 401 invalid_api_key POST /tokenize '{"prompt":"a"}'
 # logit_bias +100 on the token " Moses" makes it every greedy pick
 mid=$(printf ' Moses' | "$BIN" tokenize "$MODEL" | tr -d '[] \n')
 got5=$(curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$L" \

@@ -77,7 +77,8 @@
 #define RETRY_AFTER "1"         /* seconds, on 429 queue_full and 503 busy */
 
 typedef enum route {
-    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION, R_EMBEDDINGS, R_METRICS, R_PAGE, R_INFO
+    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETION, R_EMBEDDINGS, R_METRICS, R_PAGE, R_INFO, R_TOKENIZE,
+    R_DETOKENIZE
 } route;
 
 typedef struct req {
@@ -225,6 +226,8 @@ static route route_of(const char *url, int *is_post) {
     *is_post = 1;
     if (!strcmp(url, "/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/completions")) return R_COMPLETION;
+    if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
     return R_NONE;
 }
 
@@ -401,6 +404,15 @@ static enum MHD_Result run_post(srv *s, struct MHD_Connection *c, req *r) {
     if (!json_is_object(req_json)) {
         json_decref(req_json);
         return fail(r, c, 400, "invalid_request_error", "invalid_json", "the body must be a JSON object");
+    }
+    if (r->rt == R_TOKENIZE || r->rt == R_DETOKENIZE) {     /* answered here, never queued */
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        char *body;
+        const int rc = r->rt == R_TOKENIZE ? srv_api_tokenize(s, req_json, &body, &e)
+                                           : srv_api_detokenize(s, req_json, &body, &e);
+        json_decref(req_json);
+        return rc < 0 ? respond_err(r, c, &e) : respond(r, c, 200, body);
     }
     srv_job *j = srv_job_new();
     if (!j) { json_decref(req_json); return fail(r, c, 500, "server_error", NULL, "out of memory"); }
@@ -613,7 +625,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         srv_job_unref(r->job);
     }
     static const char *const names[] = { "other", "health", "models", "model", "chat", "completions",
-                                         "embeddings", "metrics", "page", "server" };
+                                         "embeddings", "metrics", "page", "server", "tokenize", "detokenize" };
     if (r->status) srv_metrics_request(r->preflight ? "preflight" : names[r->rt], r->status);
     srv_buf_free(&r->body);
     free(r);

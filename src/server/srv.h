@@ -259,6 +259,10 @@ void srv_cancel_all(srv *s, int reason);
  * limits). 0, or -1 with e set (a 4xx; 500 only when out of memory). */
 int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e);
 int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e);
+/* api_tokenize.c: POST /tokenize and /detokenize, answered at once (never
+ * queued). 0 with *body (malloc'd JSON), or -1 with e set. */
+int srv_api_tokenize(srv *s, const json_t *req, char **body, srv_err *e);
+int srv_api_detokenize(srv *s, const json_t *req, char **body, srv_err *e);
 /* GET /v1/models and /v1/models/{id} bodies (malloc'd). */
 char *srv_api_models(srv *s);
 char *srv_api_model(srv *s);
