@@ -1,14 +1,16 @@
 /* tests/fuzz/fuzz_server_api.c - libFuzzer target: the server's request
- * parsing (POST /v1/chat/completions and /v1/completions bodies), on a K3
- * and on a gpt-oss model.
+ * parsing (POST /v1/chat/completions, /v1/completions, /v1/tokenize and
+ * /v1/detokenize bodies), on a K3 and on a gpt-oss model.
  *
- * Owns: fuzzing srv_api_chat and srv_api_completion (server/srv.h) the way
+ * Owns: fuzzing srv_api_chat, srv_api_completion, srv_api_tokenize and
+ *   srv_api_detokenize (server/srv.h) the way
  *   server/http.c calls them: the body parsed by jansson (flags 0, top level
  *   an object), then validated and rendered to prompt ids; on the gpt-oss
  *   model also the reply's constraint (server/harmony.c) those calls build.
  * Idea: input byte 0 selects the model and the route: 'P' /v1/completions on
- *   K3, 'H' chat and 'Q' /v1/completions on gpt-oss, anything else chat on K3;
- *   the rest is the body. One server object per model is set up once, as
+ *   K3, 'H' chat and 'Q' /v1/completions on gpt-oss, 'T' /tokenize on K3, 'U'
+ *   on gpt-oss, 'D' /detokenize on K3, anything else chat on K3; the rest is
+ *   the body. One server object per model is set up once, as
  *   `moestream serve` does, around a real engine on a tiny model:
  *   MS_FUZZ_MODEL (default build-fuzz/model, made by fuzz.mk with
  *   tools/msgen.py --preset a) plus the fixture tokenizer (fuzz_fixture.h),
@@ -204,14 +206,68 @@ static void walk_constraint(srv *s, srv_job *j, const json_t *req, const uint8_t
     free(lg);
 }
 
+/* A refusal: -1, a 4xx / 500 status, a message, an OpenAI error object. */
+static void check_refusal(int rc, const srv_err *e) {
+    if (rc != -1 || e->status < 400 || e->status > 500 || !e->msg[0])
+        fz_fail("refused with rc %d, status %d, message '%s'", rc, e->status, e->msg);
+    char *body = srv_err_body(e);
+    if (!body) fz_fail("no error body");
+    json_error_t je;
+    json_t *b = json_loads(body, 0, &je);
+    json_t *eo = json_is_object(b) ? json_object_get(b, "error") : NULL;
+    if (!json_is_object(eo) || !json_is_string(json_object_get(eo, "message")))
+        fz_fail("error body is not an OpenAI error object: %s", body);
+    json_decref(b);
+    free(body);
+}
+
+/* /tokenize ('T' K3, 'U' gpt-oss) and /detokenize ('D'): an answer is
+ * {"count" = the number of "tokens", each an id of the vocabulary,
+ * "max_model_len"} or {"prompt" = "content", a string}. */
+static void tokenize_route(srv *s, const json_t *req, int detok) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    char *body = NULL;
+    const int rc = detok ? srv_api_detokenize(s, req, &body, &e) : srv_api_tokenize(s, req, &body, &e);
+    if (rc != 0) {
+        if (body) fz_fail("refused with a body");
+        check_refusal(rc, &e);
+        return;
+    }
+    json_error_t je;
+    json_t *b = body ? json_loads(body, JSON_ALLOW_NUL, &je) : NULL;    /* ids may decode to NUL */
+    if (!json_is_object(b)) fz_fail("answer is not a JSON object: %s", body ? body : "(none)");
+    if (detok) {
+        const json_t *p = json_object_get(b, "prompt"), *c = json_object_get(b, "content");
+        if (!json_is_string(p) || !json_equal((json_t *)p, (json_t *)c)) fz_fail("detokenize answered %s", body);
+    } else {
+        const json_t *t = json_object_get(b, "tokens");
+        if (!json_is_array(t) || json_integer_value(json_object_get(b, "count")) != (json_int_t)json_array_size(t) ||
+            json_integer_value(json_object_get(b, "max_model_len")) != s->info.max_context)
+            fz_fail("tokenize answered %.300s", body);
+        for (size_t i = 0; i < json_array_size(t); i++) {
+            const json_int_t id = json_integer_value(json_array_get(t, i));
+            if (!json_is_integer(json_array_get(t, i)) || id < 0 || id >= s->info.n_vocab)
+                fz_fail("tokenize answered the id %lld", (long long)id);
+        }
+    }
+    json_decref(b);
+    free(body);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    const int oss = data[0] == 'H' || data[0] == 'Q';
+    const int oss = data[0] == 'H' || data[0] == 'Q' || data[0] == 'U';
     srv *s = oss ? &g_oss : &g_srv;
     int completion = data[0] == 'P' || data[0] == 'Q';
     json_error_t je;
     json_t *req = json_loadb((const char *)data + 1, size - 1, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(req)) {
+        json_decref(req);
+        return 0;
+    }
+    if (data[0] == 'T' || data[0] == 'U' || data[0] == 'D') {
+        tokenize_route(s, req, data[0] == 'D');
         json_decref(req);
         return 0;
     }
@@ -230,16 +286,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!j->id[0]) fz_fail("accepted without a response id");
         if (j->hspec) walk_constraint(s, j, req, data, size);
     } else {
-        if (rc != -1 || e.status < 400 || e.status > 500 || !e.msg[0])
-            fz_fail("refused with rc %d, status %d, message '%s'", rc, e.status, e.msg);
-        char *body = srv_err_body(&e);
-        if (!body) fz_fail("no error body");
-        json_t *b = json_loads(body, 0, &je);
-        json_t *eo = json_is_object(b) ? json_object_get(b, "error") : NULL;
-        if (!json_is_object(eo) || !json_is_string(json_object_get(eo, "message")))
-            fz_fail("error body is not an OpenAI error object: %s", body);
-        json_decref(b);
-        free(body);
+        check_refusal(rc, &e);
     }
     srv_job_unref(j);
     json_decref(req);

@@ -389,7 +389,8 @@ def preset_oa(tmp):
 
 def seeds_server_api(oss_dir):
     """Byte 0: 'P' = /v1/completions, 'C' = /v1/chat/completions (K3); 'H' =
-    chat, 'Q' = /v1/completions on the gpt-oss model; then the body."""
+    chat, 'Q' = /v1/completions on the gpt-oss model; 'T' / 'U' = /v1/tokenize on
+    K3 / gpt-oss, 'D' = /v1/detokenize (K3); then the body."""
     M = "fuzz-model"
 
     def chat(body):
@@ -443,6 +444,17 @@ def seeds_server_api(oss_dir):
     s["completion_empty"] = comp({"model": M, "prompt": ""})
     s["completion_bad_id"] = comp({"model": M, "prompt": [1, 99999]})
     s["completion_two"] = comp({"model": M, "prompt": ["a", "b"], "suffix": "z", "best_of": 2})
+    # 'T' /tokenize on K3, 'U' on gpt-oss, 'D' /detokenize on K3
+    s["tokenize_text"] = b"T" + json.dumps({"prompt": "Hello <|open|> world"}).encode()
+    s["tokenize_content"] = b"T" + json.dumps({"model": M, "content": "x y"}).encode()
+    s["tokenize_chat"] = b"T" + json.dumps({"messages": [{"role": "user", "content": "Weather?"}], "tools": tools,
+                                            "thinking": True}).encode()
+    s["tokenize_both"] = b"T" + json.dumps({"prompt": "a", "messages": [], "model": "gpt-4"}).encode()
+    s["tokenize_oss_chat"] = b"U" + json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                                             {"role": "user", "content": "Hi"}],
+                                                "reasoning_effort": "high", "tools": tools}).encode()
+    s["detokenize"] = b"D" + json.dumps({"tokens": [1, 2, 3, 250]}).encode()
+    s["detokenize_bad"] = b"D" + json.dumps({"tokens": [1, -1, "x"]}).encode()
     s.update(seeds_server_harmony(oss_dir, tools))
     return s
 
