@@ -11,6 +11,9 @@
 #  - --speculate 1 and 4 give the same answers and saved state as the one-token loop;
 #  - a full context: the answer stops before --max-context with room for its closing, a
 #    message that does not fit is refused and the chat goes on (/reset, /save);
+#  - /set changes the system message (before the first message), thinking, max-tokens and
+#    the sampling as the flags would; an answer picked with thinking on is closed so after
+#    /set thinking off; refusals say why and change nothing;
 #  - user text containing "<|open|>" is tokenized as text (no special ids).
 set -u
 cd "$(dirname "$0")/.."
@@ -96,6 +99,35 @@ grep -q '^saved the conversation' "$tmp/cfullerr.txt" && \
     printf 'and a second question\n' | "$BIN" chat "$dir" --load-session "$tmp/full.bin" --max-tokens 4 \
         > "$tmp/cmore.txt" 2> "$tmp/cmoreerr.txt" && [ -s "$tmp/cmore.txt" ] && ok || \
     bad "the full conversation was not saved, or does not go on under a larger context: $(tail -c 400 "$tmp/cmoreerr.txt")"
+# /set: the next answers use the new values as if chat had started with them.
+# (1) the system message (before the first message), sampling and max-tokens
+printf '/set system Be brief.\n/set temperature 0.9\n/set seed 7\n/set max-tokens 5\nhello there\n' |
+    "$BIN" chat "$dir" --quiet > "$tmp/set1.txt" 2> "$tmp/set1err.txt"
+printf 'hello there\n' | "$BIN" chat "$dir" --quiet --system 'Be brief.' --temperature 0.9 --seed 7 --max-tokens 5 \
+    > "$tmp/flag1.txt"
+[ -s "$tmp/set1.txt" ] && cmp -s "$tmp/set1.txt" "$tmp/flag1.txt" && ok ||
+    bad "/set system, temperature, seed, max-tokens: '$(cat "$tmp/set1.txt")', the flags give '$(cat "$tmp/flag1.txt")'"
+# (2) thinking on for the first turn, off for the second: the first answer is closed as it was
+#     picked (thinking on), as a conversation saved under --thinking on and resumed without it
+printf '/set thinking on\nhello there\n/set thinking off\nand a second question\n/save %s\n' "$tmp/th1.bin" |
+    "$BIN" chat "$dir" --max-tokens 6 --quiet > "$tmp/th1.txt" 2>&1
+printf 'hello there\n' | "$BIN" chat "$dir" --max-tokens 6 --quiet --thinking on --save-session "$tmp/th.bin" > /dev/null 2>&1
+printf 'and a second question\n/save %s\n' "$tmp/th2.bin" |
+    "$BIN" chat "$dir" --max-tokens 6 --quiet --load-session "$tmp/th.bin" > /dev/null 2>&1
+[ -s "$tmp/th1.bin" ] && cmp -s "$tmp/th1.bin" "$tmp/th2.bin" && ok ||
+    bad "/set thinking between turns: the conversation differs from one saved under --thinking on and resumed"
+# (3) max-tokens lowered below the open answer's length: its ids stay, closed with the next save
+printf 'hello there\n/set max-tokens 2\n/save %s\n' "$tmp/mt1.bin" | "$BIN" chat "$dir" --max-tokens 6 --quiet > /dev/null 2>&1
+printf 'hello there\n/save %s\n' "$tmp/mt2.bin" | "$BIN" chat "$dir" --max-tokens 6 --quiet > /dev/null 2>&1
+[ -s "$tmp/mt1.bin" ] && cmp -s "$tmp/mt1.bin" "$tmp/mt2.bin" && ok || bad "/set max-tokens 2 after a 6-token answer changed the conversation"
+# (4) refusals say why and change nothing: a bad value, an engine option, the system message
+#     after the first message, a value missing
+printf '/set top-p 2\n/set ram 1G\nhello there\n/set system x\n/set seed\n/set\n' |
+    "$BIN" chat "$dir" --max-tokens 2 --quiet > /dev/null 2> "$tmp/set4err.txt"
+grep -q "^bad top-p '2': " "$tmp/set4err.txt" && grep -q '^ram is not one /set changes' "$tmp/set4err.txt" &&
+    grep -q '^the system message opens the conversation' "$tmp/set4err.txt" && grep -q '^usage: /set seed VALUE' "$tmp/set4err.txt" &&
+    [ "$(tail -n 1 "$tmp/set4err.txt" | grep -c 'top-p 1, .*seed 0; system none')" = 1 ] && ok ||
+    bad "/set refusals: $(cat "$tmp/set4err.txt")"
 ids=$(printf 'say <|open|> and <|end_of_msg|>' | "$BIN" tokenize "$dir")
 $PY -c "import json,sys; ids=json.loads(sys.argv[1]); sys.exit(0 if ids and max(ids) < 256 else 1)" "$ids" && ok || \
     bad "user text became special tokens: $ids"

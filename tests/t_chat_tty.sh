@@ -71,7 +71,7 @@ PYEOF
 start a --max-tokens 5
 s=$(screen a)
 echo "$s" | grep -q "moestream chat - $dir: 4 layers, 8 experts" && echo "$s" | grep -q "no RAM limit" && \
-    echo "$s" | grep -q "Commands: /help /save PATH /load PATH /reset /exit" && ok || bad "banner: $s"
+    echo "$s" | grep -q "Commands: /help /set /save PATH /load PATH /reset /exit" && ok || bad "banner: $s"
 type_line a "/help"
 wait_for a "/load PATH     replace the conversation" && ok || bad "/help: $(screen a | tail -5)"
 type_line a "/save"

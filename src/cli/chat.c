@@ -4,7 +4,7 @@
  * Owns:        the conversation's state between turns: whether anything was
  *              fed yet (the first turn renders the whole preamble), and the
  *              last answer's ids until their closing is fed; the commands
- *              (/help /save /load /reset /exit) and multi-line input.
+ *              (/help /set /save /load /reset /exit) and multi-line input.
  * Invariants:  (1) the session keeps its KDA state and MLA cache between
  *              turns: a turn feeds only the ids that close the previous answer
  *              plus the new user message (ms_chat_close +
@@ -21,7 +21,9 @@
  *              answer shown would; its closing is fed with the next message
  *              or before a save (a saved session is always closed: /load and
  *              --load-session append the next message to it).
- *              (3) a command is never sent to the model.
+ *              (3) a command is never sent to the model; /set changes what the
+ *              next answers use as the flag would have (an answer is closed with
+ *              the --thinking it was picked under).
  *              (4) from a pipe, lines are read one by one as at a terminal,
  *              with no banner and no prompt; stdout holds only the answers
  *              (confirmations and the banner go to stderr).
@@ -109,8 +111,11 @@ typedef struct chat {
     cli_le *le;
     int32_t *gen;               /* the last answer's ids */
     int64_t n_gen;
+    int gen_thinking;           /* --thinking when gen was picked: its closing follows it */
     int first;                  /* nothing fed yet: the next turn renders the preamble */
     int open_turn;              /* gen's closing is not fed yet */
+    char **owned;               /* values /set gave text options (they point into these) */
+    int n_owned;
 } chat;
 
 static const char HELP[] =
@@ -118,6 +123,11 @@ static const char HELP[] =
     "  /save PATH     save the conversation (a session file; chat --load-session or /load resume it)\n"
     "  /load PATH     replace the conversation with a saved one\n"
     "  /reset         forget the conversation\n"
+    "  /set           what the next answers use; /set NAME VALUE changes it: thinking on|off,\n"
+    "                 effort, show-reasoning, hide-reasoning, max-tokens, the sampling options\n"
+    "                 (temperature, top-k, top-p, min-p, repeat-penalty, frequency-penalty,\n"
+    "                 presence-penalty, seed: the sampler starts again from the seed), and\n"
+    "                 system before the first message (or after /reset)\n"
     "  /exit          quit (as do Ctrl-D, and Ctrl-C twice at an empty prompt)\n"
     "  \"\"\"            on a line of its own starts a multi-line message, and ends it;\n"
     "                 a line ending in \\ goes on on the next line\n"
@@ -134,7 +144,7 @@ static void banner(const chat *ch) {
             ch->o.c.model_dir, (long long)in->n_layer, (long long)in->n_expert, (long long)in->n_expert_used,
             (long long)in->n_vocab, budget, (long long)in->max_context, (long long)in->prefill_chunk, in->kernels,
             (long long)ch->o.max_tokens);
-    fprintf(stderr, "Commands: /help /save PATH /load PATH /reset /exit. \"\"\" for multi-line input. "
+    fprintf(stderr, "Commands: /help /set /save PATH /load PATH /reset /exit. \"\"\" for multi-line input. "
             "Ctrl-C stops an answer, Ctrl-D exits.\n");
 }
 
@@ -144,7 +154,7 @@ static ms_status close_turn(chat *ch) {
     if (!ch->open_turn) return MS_OK;
     int32_t *ids = NULL;
     int64_t n = 0;
-    ms_status st = ms_chat_close(ch->e, ch->gen, ch->n_gen, ch->o.thinking, &ids, &n);
+    ms_status st = ms_chat_close(ch->e, ch->gen, ch->n_gen, ch->gen_thinking, &ids, &n);
     if (st == MS_OK && n > 0) st = ms_session_feed(ch->s, ids, n, NULL);
     free(ids);
     if (st == MS_OK) ch->open_turn = 0;
@@ -175,6 +185,67 @@ static ms_status load(chat *ch, const char *path) {
     return MS_OK;
 }
 
+/* /set: what the next answers use. */
+static void show_settings(const chat *ch) {
+    const chat_opts *o = &ch->o;
+    const ms_sample_params *p = &o->sp;
+    fprintf(stderr, "thinking %s, effort %s, %s reasoning, max-tokens %lld; temperature %g, top-k %d, top-p %g, "
+            "min-p %g, repeat-penalty %g, frequency-penalty %g, presence-penalty %g, seed %llu; system %s\n",
+            o->thinking ? "on" : "off", o->effort ? o->effort : "(the model's)", o->show_reasoning ? "shown" : "hidden",
+            (long long)o->max_tokens, (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p,
+            (double)p->repeat_penalty, (double)p->frequency_penalty, (double)p->presence_penalty,
+            (unsigned long long)p->seed, o->system ? "set" : "none");
+}
+
+/* /set NAME VALUE through the option tables (the flags' own checks and
+ * messages): the chat's options but the sessions, and the sampling ones (the
+ * sampler opened again: it starts from the seed). The system message only
+ * while nothing is fed: it is the conversation's first message. */
+static void set_option(chat *ch, const char *arg) {
+    if (!arg) { show_settings(ch); return; }
+    char name[64];
+    const char *nm = strncmp(arg, "--", 2) ? arg : arg + 2;     /* "temperature" or "--temperature" */
+    const char *v = strchr(nm, ' ');
+    snprintf(name, sizeof name, "--%.*s", (int)(v ? v - nm : (ptrdiff_t)strlen(nm)), nm);
+    while (v && *v == ' ') v++;
+    const cli_opt *o = cli_opt_find(chat_table, name);
+    void *base = &ch->o;
+    if (!o) { o = cli_opt_find(cli_sample_opts, name); base = &ch->o.sp; }
+    if (!o || !strcmp(o->name, "--load-session") || !strcmp(o->name, "--save-session")) {
+        fprintf(stderr, "%s is not one /set changes; /set lists what it does (the engine's options are chosen when "
+                "chat starts: moestream chat --help)\n", name + 2);
+        return;
+    }
+    if (!strcmp(o->name, "--system") && !ch->first) {
+        fprintf(stderr, "the system message opens the conversation: /reset, then /set system\n");
+        return;
+    }
+    if (o->kind != CLI_FLAG && (!v || !*v)) { fprintf(stderr, "usage: /set %s VALUE\n", name + 2); return; }
+    /* text values point into their own copy (the line is freed) */
+    char *keep = o->kind == CLI_FLAG ? NULL : strdup(v);
+    char **more = keep ? realloc(ch->owned, (size_t)(ch->n_owned + 1) * sizeof *more) : NULL;
+    if (keep && !more) { free(keep); fprintf(stderr, "moestream: out of memory\n"); return; }
+    if (more) { ch->owned = more; ch->owned[ch->n_owned++] = keep; }
+    const chat_opts before = ch->o;
+    char why[160];
+    if (cli_opt_set(o, base, keep, why, sizeof why) != 0) { fprintf(stderr, "bad %s '%s': %s\n", name + 2, v, why); return; }
+    if (base == &ch->o.sp) {
+        char msg[256];
+        ms_sampler *smp = ms_sampler_open(&ch->o.sp, ch->info.n_vocab, msg, sizeof msg);
+        if (!smp) { ch->o = before; fprintf(stderr, "moestream: %s\n", msg); return; }
+        ms_sampler_close(ch->smp);
+        ch->smp = smp;
+    }
+    if (ch->o.max_tokens != before.max_tokens) {
+        /* never below the open answer's ids: its closing is fed with the next message */
+        const int64_t n = ch->o.max_tokens > ch->n_gen ? ch->o.max_tokens : ch->n_gen;
+        int32_t *g = realloc(ch->gen, (size_t)(n + 1) * sizeof *g);
+        if (!g) { ch->o = before; fprintf(stderr, "moestream: out of memory\n"); return; }
+        ch->gen = g;
+    }
+    show_settings(ch);
+}
+
 /* A command line ("/..."): 1 handled, 2 exit. Never sent to the model. */
 static int command(chat *ch, const char *line) {
     const char *arg = strchr(line, ' ');
@@ -189,6 +260,8 @@ static int command(chat *ch, const char *line) {
         ch->first = 1;
         ch->open_turn = 0;
         fprintf(stderr, "the conversation was reset\n");
+    } else if (IS("/set")) {
+        set_option(ch, arg);
     } else if (IS("/save") || IS("/load")) {
         if (!arg) fprintf(stderr, "usage: %.5s PATH\n", line);
         else if (line[1] == 's') save(ch, arg);
@@ -274,7 +347,7 @@ static ms_status feed_message(chat *ch, const char *text) {
     int64_t n_close = 0, n_ids = 0;
     char msg[512];
     ms_status st = MS_OK;
-    if (ch->open_turn && (st = ms_chat_close(ch->e, ch->gen, ch->n_gen, ch->o.thinking, &close_ids, &n_close)) != MS_OK)
+    if (ch->open_turn && (st = ms_chat_close(ch->e, ch->gen, ch->n_gen, ch->gen_thinking, &close_ids, &n_close)) != MS_OK)
         fprintf(stderr, "moestream: cannot close the previous turn\n");
     if (st == MS_OK && (st = ms_chat_tokens(ch->e, msgs, n_msgs, &fmt, !ch->first, &ids, &n_ids, msg, sizeof msg)) != MS_OK)
         fprintf(stderr, "moestream: %s\n", msg);
@@ -340,6 +413,7 @@ static ms_status turn(chat *ch, const char *text) {
         cli_progress_gen(cp.n_gen, max, t0);
     }
     ch->n_gen = cp.n_gen;
+    ch->gen_thinking = ch->o.thinking;
     ch->open_turn = 1;
     /* the last token picked and not fed (the limit, Ctrl-C) is fed now, as the
        one-token loop would have; an EOS too: the answer is complete */
@@ -434,6 +508,8 @@ int cmd_chat(int argc, char **argv) {
         cli_progress_gen_summary(stderr, &stt, ch.o.max_tokens);
     }
     free(ch.gen);
+    for (int i = 0; i < ch.n_owned; i++) free(ch.owned[i]);
+    free(ch.owned);
     ms_session_close(ch.s);
     ms_sampler_close(ch.smp);
     if (ch.e) ms_engine_close(ch.e);
