@@ -122,11 +122,12 @@ printf 'hello there\n/save %s\n' "$tmp/mt2.bin" | "$BIN" chat "$dir" --max-token
 [ -s "$tmp/mt1.bin" ] && cmp -s "$tmp/mt1.bin" "$tmp/mt2.bin" && ok || bad "/set max-tokens 2 after a 6-token answer changed the conversation"
 # (4) refusals say why and change nothing: a bad value, an engine option, the system message
 #     after the first message, a value missing
-printf '/set top-p 2\n/set ram 1G\nhello there\n/set system x\n/set seed\n/set\n' |
+printf '/set top-p 2\n/set ram 1G\nhello there\n/set system x\n/set seed\n/set show-reasoning off\n/set\n' |
     "$BIN" chat "$dir" --max-tokens 2 --quiet > /dev/null 2> "$tmp/set4err.txt"
 grep -q "^bad top-p '2': " "$tmp/set4err.txt" && grep -q '^ram is not one /set changes' "$tmp/set4err.txt" &&
     grep -q '^the system message opens the conversation' "$tmp/set4err.txt" && grep -q '^usage: /set seed VALUE' "$tmp/set4err.txt" &&
-    [ "$(tail -n 1 "$tmp/set4err.txt" | grep -c 'top-p 1, .*seed 0; system none')" = 1 ] && ok ||
+    grep -q '^show-reasoning takes no value' "$tmp/set4err.txt" &&
+    [ "$(tail -n 1 "$tmp/set4err.txt" | grep -c 'hidden reasoning, .*top-p 1, .*seed 0; system none')" = 1 ] && ok ||
     bad "/set refusals: $(cat "$tmp/set4err.txt")"
 ids=$(printf 'say <|open|> and <|end_of_msg|>' | "$BIN" tokenize "$dir")
 $PY -c "import json,sys; ids=json.loads(sys.argv[1]); sys.exit(0 if ids and max(ids) < 256 else 1)" "$ids" && ok || \

@@ -221,6 +221,7 @@ static void set_option(chat *ch, const char *arg) {
         return;
     }
     if (o->kind != CLI_FLAG && (!v || !*v)) { fprintf(stderr, "usage: /set %s VALUE\n", name + 2); return; }
+    if (o->kind == CLI_FLAG && v && *v) { fprintf(stderr, "%s takes no value: /set %s\n", name + 2, name + 2); return; }
     /* text values point into their own copy (the line is freed) */
     char *keep = o->kind == CLI_FLAG ? NULL : strdup(v);
     char **more = keep ? realloc(ch->owned, (size_t)(ch->n_owned + 1) * sizeof *more) : NULL;
