@@ -11,7 +11,7 @@
 #   - plan --ram min prints the plan run --ram min opens with, and a refusal once;
 #   - small frictions: --prompt-file names the reason, tokenize --decode ends its line and
 #     names a bad id, tokenize FILE... prints a line per file (and stops at an unreadable
-#     one), trace prints no table before an error.
+#     one), --count their lengths, trace prints no table before an error.
 # Last line: "t_opts: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -185,6 +185,11 @@ printf 'Hello, world.\n' > "$tmp/t1"; printf 'Second file\n\nwith two lines' > "
 { "$BIN" tokenize $M < "$tmp/t1"; "$BIN" tokenize $M < "$tmp/t2"; } > "$tmp/want"
 [ $rc -eq 0 ] && [ "$(wc -l < "$tmp/out")" -eq 2 ] && cmp -s "$tmp/out" "$tmp/want" && ok ||
     bad "tokenize of two files: exit $rc: $(head -c 300 "$tmp/out") against $(head -c 300 "$tmp/want")"
+counts=$("$BIN" tokenize $M "$tmp/t1" "$tmp/t2" --count | tr '\n' ' ')
+wantc=$(/usr/bin/python3 -c 'import json,sys; print(" ".join(str(len(json.loads(l))) for l in open(sys.argv[1])) + " ")' "$tmp/want")
+[ "$counts" = "$wantc" ] && ok || bad "tokenize --count: '$counts', the arrays hold '$wantc'"
+printf 'x' | "$BIN" tokenize $M --count --decode > /dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok || bad "tokenize --count --decode: exit $rc"
 "$BIN" tokenize $M "$tmp/t1" "$tmp/nonexistent" "$tmp/t2" > "$tmp/out" 2> "$tmp/err"; rc=$?
 [ $rc -eq 2 ] && [ "$(cat "$tmp/out")" = "$(head -n 1 "$tmp/want")" ] && grep -q "nonexistent: No such file" "$tmp/err" &&
     ok || bad "tokenize of a missing file: exit $rc: $(cat "$tmp/out" "$tmp/err" | head -c 300)"

@@ -392,15 +392,16 @@ static int detokenize(ms_engine *e, char *in) {
     return rc;
 }
 
-/* One text -> its ids as a JSON array on a line of stdout. */
-static int tokenize_text(ms_engine *e, const char *what, const char *text, size_t len) {
+/* One text -> its ids as a JSON array (count: their number) on a line of stdout. */
+static int tokenize_text(ms_engine *e, const char *what, const char *text, size_t len, int count) {
     int32_t *ids;
     int64_t n;
     if (ms_tokenize(e, text, len, &ids, &n) != MS_OK) {
         fprintf(stderr, "moestream tokenize: %s: tokenize failed\n", what);
         return EXIT_RUNTIME;
     }
-    cli_print_ids(stdout, ids, n);
+    if (count) printf("%lld", (long long)n);
+    else cli_print_ids(stdout, ids, n);
     printf("\n");
     free(ids);
     return EXIT_OK;
@@ -408,29 +409,41 @@ static int tokenize_text(ms_engine *e, const char *what, const char *text, size_
 
 enum { TOKENIZE_MAX_FILES = 1024 };
 
+typedef struct tok_flags {
+    int decode, count;
+} tok_flags;
+
 static int cmd_tokenize(int argc, char **argv) {
     cli_opts c;
     memset(&c, 0, sizeof c);
-    int decode = 0;
+    tok_flags f = { 0, 0 };
     const cli_opt table[] = {
-        { "--decode", CLI_FLAG, 0, NULL, 0, 0, NULL, "ids (a JSON array) on stdin -> the text, one line", 1, NULL, NULL },
+        { "--decode", CLI_FLAG, offsetof(tok_flags, decode), NULL, 0, 0, NULL, "ids (a JSON array) on stdin -> the text, one line",
+          1, NULL, NULL },
+        { "--count", CLI_FLAG, offsetof(tok_flags, count), NULL, 0, 0, NULL, "print how many ids instead of the ids", 1, NULL,
+          NULL },
         { NULL, 0, 0, NULL, 0, 0, NULL, NULL, 0, NULL, NULL } };
     /* pos[0] the model, then the files in order */
     const char *pos[1 + TOKENIZE_MAX_FILES] = { NULL };
-    const cli_cmd cmd = { "tokenize", "MODEL_DIR [FILE...] [--decode] [< INPUT]",
+    const cli_cmd cmd = { "tokenize", "MODEL_DIR [FILE...] [--count | --decode] [< INPUT]",
                           "Text on stdin -> a JSON array of token ids on stdout (--decode: the reverse).\n"
                           "With FILEs (up to 1024): each file's ids as a JSON array, a line per file, in order;\n"
                           "the model opens once.\n",
                           pos, 1 + TOKENIZE_MAX_FILES,
-                          { { "options", table, &decode }, { "engine", cli_common_opts, &c }, { NULL, NULL, NULL } } };
+                          { { "options", table, &f }, { "engine", cli_common_opts, &c }, { NULL, NULL, NULL } } };
     int r = cli_parse(&cmd, argc, argv);
     if (r != 0) return r > 0 ? EXIT_OK : EXIT_USAGE;
+    const int decode = f.decode;
     c.model_dir = pos[0];
     const char **files = pos + 1;
     int n_files = 0;
     while (n_files < TOKENIZE_MAX_FILES && files[n_files]) n_files++;
     if (decode && n_files > 0) {
         fprintf(stderr, "moestream tokenize: --decode reads its ids on stdin, not from files\n");
+        return EXIT_USAGE;
+    }
+    if (decode && f.count) {
+        fprintf(stderr, "moestream tokenize: --count counts the ids of a text, not with --decode\n");
         return EXIT_USAGE;
     }
     c.quiet = 1;
@@ -451,7 +464,7 @@ static int cmd_tokenize(int argc, char **argv) {
     } else if (decode) {
         rc = detokenize(e, in);
     } else if (n_files == 0) {
-        rc = tokenize_text(e, "stdin", in, len);
+        rc = tokenize_text(e, "stdin", in, len, f.count);
     } else {
         /* a file that cannot be read ends the output there (the lines before
            it are the files before it), with run --prompt-file's exit code */
@@ -459,7 +472,7 @@ static int cmd_tokenize(int argc, char **argv) {
             char *text;
             size_t tl;
             if (read_text("file", files[i], &text, &tl) != 0) { rc = EXIT_USAGE; break; }
-            rc = tokenize_text(e, files[i], text, tl);
+            rc = tokenize_text(e, files[i], text, tl, f.count);
             free(text);
         }
     }
