@@ -1,6 +1,7 @@
 // tests/page/page.mjs - the chat page of `moestream serve` in a real headless chromium
 // (run by tests/t_page.sh): open the page, type the key, send a message at temperature 0,
-// wait for the streamed reply, compare its text with the API's answer to the same request,
+// wait for the streamed reply, compare its text with the API's answer to the same request
+// (and the prompt count shown under the box, from /v1/tokenize, with its prompt tokens),
 // regenerate (the same text again), a follow-up (cached prompt tokens), stop a long reply,
 // a thinking reply (reasoning folded in <details>), check that
 // every request the page made went to the server itself, and save screenshots.
@@ -49,6 +50,9 @@ try {
   await page.$eval('#temperature', (el) => { el.value = '0'; });
   await page.$eval('#max-tokens', (el, m) => { el.value = String(m); }, MAX);
   await page.type('#msg', MSG);
+  // the count under the box is the prompt the message makes: the reply's prompt_tokens
+  await page.waitForFunction((m) => document.querySelector('#count').dataset.for === m, { timeout: 20000 }, MSG);
+  const counted = await page.$eval('#count', (el) => Number(el.dataset.count));
   await page.click('#send');
   await page.waitForSelector('.msg.assistant[data-done="1"]', { timeout: 60000 });
   const got = await page.$eval('.msg.assistant .content', (el) => el.textContent);
@@ -56,6 +60,8 @@ try {
   check(got.length > 0 && got === want, `page reply ${JSON.stringify(got)} != API ${JSON.stringify(want)}`);
   const stats = await page.$eval('.msg.assistant .stats', (el) => el.textContent);
   check(/tok\/s/.test(stats) && /cached/.test(stats), 'stats line: ' + stats);
+  const pt = /prompt (\d+) /.exec(stats);
+  check(counted > 0 && pt && Number(pt[1]) === counted, `the count under the box ${counted} != the reply's prompt tokens (${stats})`);
   check(await page.$eval('.msg.assistant details', (el) => el.hidden && el.tagName === 'DETAILS'),
         'reasoning <details> present, hidden while empty');
   await page.screenshot({ path: path.join(outDir, 'chat.png'), fullPage: true });
