@@ -441,6 +441,14 @@ ms_status ms_tok_load(const char *model_dir, int64_t n_vocab, ms_tok **out, ms_e
         snprintf(p1, dl + 32, "%s/tokenizer.json", model_dir);
         st = ms_file_read(p1, TOK_MAX_HF_BYTES, &ranks, &rn, err);
         if (st == MS_OK) st = tok_load_hf_mem(ranks, rn, n_vocab, out, err);
+        free(ranks);
+        ranks = NULL;
+        /* The file's text and its parse tree are freed: about 8x the file (150 MB
+           of gpt-oss's 27 MB) that malloc would otherwise keep in the process,
+           where the memory plan does not count it. (tiktoken.model's load frees
+           a few MB: left to malloc, whose reuse keeps the process's measured
+           size steady from one engine to the next.) */
+        malloc_trim(0);
         goto done;
     }
     snprintf(p1, dl + 32, "%s/tiktoken.model", model_dir);
@@ -453,10 +461,6 @@ done:
     free(p2);
     free(ranks);
     free(cfg);
-    /* The file's text and a tokenizer.json's parse tree are freed: about 8x
-       the file (150 MB of gpt-oss's 27 MB) that malloc would otherwise keep
-       in the process, where the memory plan does not count it. */
-    malloc_trim(0);
     return st;
 }
 
