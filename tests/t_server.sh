@@ -186,23 +186,23 @@ req 400 invalid_value POST $L "{$M,\"prompt\":\"a\",\"logprobs\":21}"
 # `moestream tokenize` gives them (llama.cpp's "content" too); a chat's as
 # /v1/chat/completions feeds them (count = its usage.prompt_tokens, with tools and thinking);
 # a chat past the context still counted (count > max_model_len); detokenize inverts; errors
-tok() { curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$1" -d "$2"; }
+lpreq() { curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$1" -d "$2"; }
 want=$(printf 'Hello world' | "$BIN" tokenize "$MODEL" | tr -d ' ')
-got=$(tok /tokenize '{"prompt":"Hello world"}' | $PY -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["tokens"]).replace(" ",""), d["count"], d["max_model_len"])')
+got=$(lpreq /tokenize '{"prompt":"Hello world"}' | $PY -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["tokens"]).replace(" ",""), d["count"], d["max_model_len"])')
 [ "$got" = "$want $(($(printf '%s' "$want" | tr -cd ',' | wc -c) + 1)) 65536" ] && ok || bad "/tokenize 'Hello world': '$got', want '$want' and context 65536"
-got2=$(tok /v1/tokenize "{$M,\"content\":\"Hello world\"}" | $PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tokens"]).replace(" ",""))')
+got2=$(lpreq /v1/tokenize "{$M,\"content\":\"Hello world\"}" | $PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tokens"]).replace(" ",""))')
 [ "$got2" = "$want" ] && ok || bad "/v1/tokenize with content: '$got2', want '$want'"
 TOOLS='"tools":[{"type":"function","function":{"name":"weather","description":"the weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
 for body in "$HI" "$HI,\"thinking\":true,$TOOLS" \
             '"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Who made the light?"}],"reasoning_effort":"low"'; do
-    n=$(tok /v1/tokenize "{$body}" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["count"] == len(d["tokens"]); print(d["count"])')
-    u=$(tok $C "{$M,$body,\"max_tokens\":1,\"temperature\":0}" | $PY -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
+    n=$(lpreq /v1/tokenize "{$body}" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["count"] == len(d["tokens"]); print(d["count"])')
+    u=$(lpreq $C "{$M,$body,\"max_tokens\":1,\"temperature\":0}" | $PY -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])')
     [ -n "$n" ] && [ "$n" = "$u" ] && ok || bad "/v1/tokenize of a chat counted '$n', the chat's usage.prompt_tokens '$u' ({$body})"
 done
 $PY -c "import json,random; r=random.Random(1); print(json.dumps({'messages':[{'role':'user','content':' '.join(''.join(r.choice('qxzjkv') for _ in range(3)) for _ in range(30000))}]}))" > "$tmp/longtok.json"
-tok /tokenize @"$tmp/longtok.json" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["count"] > d["max_model_len"] == 65536, d["count"]' && ok ||
+lpreq /tokenize @"$tmp/longtok.json" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["count"] > d["max_model_len"] == 65536, d["count"]' && ok ||
     bad "/tokenize of a chat past the context is not counted"
-back=$(tok /detokenize "{\"tokens\":$want}" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["prompt"] == d["content"]; print(d["prompt"])')
+back=$(lpreq /detokenize "{\"tokens\":$want}" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["prompt"] == d["content"]; print(d["prompt"])')
 [ "$back" = "Hello world" ] && ok || bad "/detokenize of $want: '$back'"
 req 400 missing_required_parameter POST /tokenize '{}'
 req 400 invalid_value POST /tokenize "{\"prompt\":\"a\",$HI}"
@@ -227,7 +227,6 @@ case "$mid" in *,*|'') bad "' Moses' is not one token: '$mid'" ;; *) [ "$got5" =
 # perplexity` on the same text, to every digit printed; (4) chat: one entry per token of
 # the answer (none for reasoning), the chosen one first of its top 2 (greedy), bytes = the
 # token's UTF-8; (5) below
-lpreq() { curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$U$1" -d "$2"; }
 lpreq $L "{$M,\"prompt\":\"The king said unto\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":3,\"echo\":true}" > "$tmp/lp1.json"
 $PY - "$tmp/lp1.json" > "$tmp/lp1.txt" <<'EOF' && ok || bad "completion logprobs (1): $(cat "$tmp/lp1.txt") $(head -c 600 "$tmp/lp1.json")"
 import json, sys

@@ -433,16 +433,15 @@ static int cmd_tokenize(int argc, char **argv) {
                           { { "options", table, &f }, { "engine", cli_common_opts, &c }, { NULL, NULL, NULL } } };
     int r = cli_parse(&cmd, argc, argv);
     if (r != 0) return r > 0 ? EXIT_OK : EXIT_USAGE;
-    const int decode = f.decode;
     c.model_dir = pos[0];
     const char **files = pos + 1;
     int n_files = 0;
     while (n_files < TOKENIZE_MAX_FILES && files[n_files]) n_files++;
-    if (decode && n_files > 0) {
+    if (f.decode && n_files > 0) {
         fprintf(stderr, "moestream tokenize: --decode reads its ids on stdin, not from files\n");
         return EXIT_USAGE;
     }
-    if (decode && f.count) {
+    if (f.decode && f.count) {
         fprintf(stderr, "moestream tokenize: --count counts the ids of a text, not with --decode\n");
         return EXIT_USAGE;
     }
@@ -461,7 +460,7 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!ms_engine_has_tokenizer(e)) {
         fprintf(stderr, "moestream: %s has no tokenizer (tiktoken.model)\n", c.model_dir);
         rc = EXIT_USAGE;
-    } else if (decode) {
+    } else if (f.decode) {
         rc = detokenize(e, in);
     } else if (n_files == 0) {
         rc = tokenize_text(e, "stdin", in, len, f.count);

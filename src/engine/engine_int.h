@@ -96,8 +96,9 @@ typedef struct ms_chunk_budget {
  * chunks) and `plan` shows what the engine does. */
 int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b);
 /* The process overhead `plan` and the chunk choice assume: MS_BASE_OVERHEAD
- * plus ~200 bytes per tensor for the checkpoint's name table. */
-int64_t ms_overhead_estimate(const ms_model *dry);
+ * plus ~200 bytes per tensor for the checkpoint's name table, plus tok_bytes,
+ * the tokenizer's (ms_tok_bytes; it is loaded before the budget). */
+int64_t ms_overhead_estimate(const ms_model *dry, int64_t tok_bytes);
 /* The store's share of `ram` (0 = no limit), -1 when nothing is left. */
 int64_t ms_store_budget(int64_t ram, int64_t session, int64_t overhead);
 

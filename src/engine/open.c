@@ -239,9 +239,8 @@ static ms_status plan_budget(ms_engine *e, const ms_engine_params *p, int64_t *s
     }
     const int64_t rss = rss_bytes();        /* once: the choice checks its chunk against what the store gets */
     if (p->prefill_chunk == 0) {
-        const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry) + ms_tok_bytes(e->tok), e->p.max_context,
-                                    e->p.max_draft,
-                                    e->p.n_seq + e->p.draft_tree, p->trunk_bytes, p->expert_bytes, rss };
+        const ms_chunk_budget b = { p->ram_bytes, ms_overhead_estimate(&dry, ms_tok_bytes(e->tok)), e->p.max_context,
+                                    e->p.max_draft, e->p.n_seq + e->p.draft_tree, p->trunk_bytes, p->expert_bytes, rss };
         e->p.prefill_chunk = ms_auto_chunk(&dry, &b);
     }
     /* draft_tree: the second branch's session is one more */

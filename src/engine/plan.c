@@ -99,10 +99,10 @@ static ms_status chunk_plan(const ms_model *dry, const ms_chunk_budget *b, int64
                       b->expert_bytes, out, &err);
 }
 
-int64_t ms_overhead_estimate(const ms_model *dry) {
+int64_t ms_overhead_estimate(const ms_model *dry, int64_t tok_bytes) {
     int64_t n_tensors = 0;
     for (int i = 0; i < dry->n_plan_regions; i++) n_tensors += dry->plan_regions[i].cls == MS_REGION_EXPERT ? 6 : 20;
-    return MS_BASE_OVERHEAD + 200 * n_tensors;
+    return MS_BASE_OVERHEAD + 200 * n_tensors + tok_bytes;
 }
 
 int64_t ms_auto_chunk(const ms_model *dry, const ms_chunk_budget *b) {
@@ -151,7 +151,7 @@ ms_status ms_draft_model_bytes(const char *dir, int64_t max_ctx, int max_draft, 
     *rest = ms_session_bytes(&m, max_ctx, 0, MS_DEFAULT_CHUNK, n_seq) +
             seq * (ms_state_bytes(&m, max_ctx, max_draft) - ms_state_bytes(&m, max_ctx, 0)) +
             seq * ((int64_t)max_draft * ms_dm_mark_floats(&m) * (int64_t)sizeof(float) + max_ctx * (int64_t)sizeof(int32_t)) +
-            ms_overhead_estimate(&m) - MS_BASE_OVERHEAD;
+            ms_overhead_estimate(&m, 0) - MS_BASE_OVERHEAD;
     ms_model_free(&m);
     return MS_OK;
 }
@@ -238,8 +238,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     for (int r = 0; r < n_stages && st == MS_OK; r++, bound++) {
         st = ms_model_bind_part(&part[r], cfg, NULL, NULL, start[r], start[r + 1], r == 0, &err);
         if (st == MS_OK && prefill_chunk == 0) {
-            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r]) + tok, max_context, max_draft, n_seq,
-                                         0, 0, 0 };
+            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r], tok), max_context, max_draft, n_seq, 0, 0, 0 };
             const int64_t c = ms_auto_chunk(&part[r], &cb);
             if (chunk == 0 || c < chunk) chunk = c;
         }
@@ -264,7 +263,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     ms_status ret = MS_OK;
     for (int r = 0; r < n_stages; r++) {
         const ms_model *pm = &part[r];
-        const int64_t overhead = ms_overhead_estimate(pm) + tok;       /* every stage loads the tokenizer */
+        const int64_t overhead = ms_overhead_estimate(pm, tok);        /* every stage loads the tokenizer */
         const int64_t session = ms_session_bytes(pm, max_context, max_draft, chunk, n_seq) + (r == 0 ? draft : 0);
         ms_plan plan;
         ms_err pe;
@@ -399,7 +398,7 @@ ms_status ms_plan_describe_tree(const char *path, const char *draft_model, int64
         ms_model_free(&m);
         return st;
     }
-    const int64_t overhead = ms_overhead_estimate(&m) + tok;
+    const int64_t overhead = ms_overhead_estimate(&m, tok);
     if (prefill_chunk == 0) {
         const ms_chunk_budget cb = { ram_bytes, overhead, max_context, max_draft, n_seq + draft_tree, 0, 0, 0 };
         chunk = ms_auto_chunk(&m, &cb);

@@ -92,8 +92,9 @@ static int get_int(const json_t *req, const char *key, int64_t lo, int64_t hi, i
     return 1;
 }
 
-static int check_model(srv *s, const json_t *req, srv_err *e) {
+int srv_api_check_model(srv *s, const json_t *req, int required, srv_err *e) {
     const json_t *m = json_object_get(req, "model");
+    if (!m && !required) return 0;
     if (!m) return srv_err_set(e, 400, INVALID, "model", "missing_required_parameter",
                                "you must provide a model parameter ('%s')", s->o.model_name);
     if (!json_is_string(m)) return bad_type(e, "model", "a string");
@@ -649,7 +650,7 @@ static int tool_params(const json_t *req, const srv_job *j, tool_req *tc_out, sr
 }
 
 int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
-    if (check_model(s, req, e) < 0) return -1;
+    if (srv_api_check_model(s, req, 1, e) < 0) return -1;
     if (common_params(s, req, j, s->o.default_max_tokens, e) < 0) return -1;
     int want_lp = 0;
     int64_t top = -1;
@@ -728,23 +729,23 @@ int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e) {
 
 /* ---- completions ------------------------------------------------------------ */
 
-static int ids_from_array(srv *s, const json_t *a, srv_job *j, srv_err *e) {
+int srv_api_ids(srv *s, const json_t *a, const char *param, int32_t **ids, int64_t *n_ids, srv_err *e) {
     size_t n = json_array_size(a);
-    j->prompt = malloc((n ? n : 1) * sizeof *j->prompt);
-    if (!j->prompt) return srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    *ids = malloc((n ? n : 1) * sizeof **ids);
+    if (!*ids) return srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(a, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->info.n_vocab)
-            return srv_err_set(e, 400, INVALID, "prompt", "invalid_value", "prompt[%zu] is not a token id in [0, %lld)",
-                               i, (long long)s->info.n_vocab);
-        j->prompt[i] = (int32_t)json_integer_value(v);
+            return srv_err_set(e, 400, INVALID, param, "invalid_value", "%s[%zu] is not a token id in [0, %lld)",
+                               param, i, (long long)s->info.n_vocab);
+        (*ids)[i] = (int32_t)json_integer_value(v);
     }
-    j->n_prompt = (int64_t)n;
+    *n_ids = (int64_t)n;
     return 0;
 }
 
 int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e) {
-    if (check_model(s, req, e) < 0) return -1;
+    if (srv_api_check_model(s, req, 1, e) < 0) return -1;
     if (common_params(s, req, j, 16, e) < 0) return -1;
     int b = 0;
     if (get_bool(req, "echo", &b, e) < 0) return -1;
@@ -768,7 +769,7 @@ int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e) {
         if (j->echo && !(j->echo_text = strndup(text, json_string_length(p))))
             return srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
     } else if (json_is_array(p) && (json_array_size(p) == 0 || json_is_integer(json_array_get(p, 0)))) {
-        if (ids_from_array(s, p, j, e) < 0) return -1;
+        if (srv_api_ids(s, p, "prompt", &j->prompt, &j->n_prompt, e) < 0) return -1;
         if (j->echo && j->n_prompt > 0) {
             size_t len;
             if (ms_detokenize(s->e, j->prompt, j->n_prompt, &j->echo_text, &len) != MS_OK)

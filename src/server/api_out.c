@@ -1,6 +1,6 @@
 /* server/api_out.c - every JSON object the server sends: completions and
  * chat completions (whole and as stream chunks), logprobs, errors at the end
- * of a stream, models and health.
+ * of a stream, models, health, and the tokenize / detokenize answers.
  *
  * Owns: the shapes of OpenAI's response objects and the order of the events
  *   of a stream (start, deltas, tool calls, finish, [DONE]).
@@ -355,6 +355,23 @@ static char *dump(json_t *o) {
 char *srv_api_models(srv *s) { return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s))); }
 
 char *srv_api_model(srv *s) { return dump(model_json(s)); }
+
+char *srv_api_tokenized(srv *s, const int32_t *ids, int64_t n) {
+    json_t *a = json_array();
+    for (int64_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer(ids[i])) != 0) { json_decref(a); a = NULL; }
+    if (!a) return NULL;
+    return dump(json_pack("{s:I, s:I, s:o}", "count", (json_int_t)n, "max_model_len", (json_int_t)s->info.max_context,
+                          "tokens", a));
+}
+
+char *srv_api_detokenized(const char *text, size_t len) {
+    srv_buf clean;
+    memset(&clean, 0, sizeof clean);
+    json_t *t = srv_utf8_clean(&clean, text ? text : "", len) == 0 ? str_n(clean.p ? clean.p : "", clean.n) : NULL;
+    srv_buf_free(&clean);
+    return t ? dump(json_pack("{s:O, s:o}", "prompt", t, "content", t)) : NULL;
+}
 
 char *srv_api_health(srv *s) {
     int draining = atomic_load(&s->draining);

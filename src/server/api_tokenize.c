@@ -1,7 +1,8 @@
 /* server/api_tokenize.c - POST /tokenize and /detokenize (also under /v1/):
  * a prompt's ids without generating anything.
  *
- * Owns: validating those two bodies and producing their answers.
+ * Owns: validating those two bodies and producing their ids / text (the
+ *   JSON answers are api_out.c's).
  *   /tokenize {"prompt": TEXT} (or llama.cpp's "content"): the ids
  *     /v1/completions feeds for that text. {"messages": [...], with any chat
  *     parameter (tools, tool_choice, reasoning_effort, thinking, ...)}: the ids
@@ -24,32 +25,6 @@
 
 static const char *const INVALID = "invalid_request_error";
 
-static int model_ok(srv *s, const json_t *req, srv_err *e) {
-    const json_t *m = json_object_get(req, "model");
-    if (!m) return 0;
-    if (!json_is_string(m)) return srv_err_set(e, 400, INVALID, "model", "invalid_type", "'model' must be a string");
-    if (strcmp(json_string_value(m), s->o.model_name) != 0)
-        return srv_err_set(e, 404, INVALID, "model", "model_not_found",
-                           "the model '%.200s' does not exist; this server serves '%s'", json_string_value(m),
-                           s->o.model_name);
-    return 0;
-}
-
-static char *dump(json_t *o) {
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return t;
-}
-
-static char *tokenized(srv *s, const int32_t *ids, int64_t n) {
-    json_t *a = json_array();
-    for (int64_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_integer(ids[i])) != 0) { json_decref(a); a = NULL; }
-    if (!a) return NULL;
-    return dump(json_pack("{s:I, s:I, s:o}", "count", (json_int_t)n, "max_model_len", (json_int_t)s->info.max_context,
-                          "tokens", a));
-}
-
 /* The chat prompt's ids, as /v1/chat/completions builds them: the body
  * (with the model named when it was left out) through srv_api_chat on a job
  * that is never queued. A prompt past the context is counted all the same. */
@@ -71,14 +46,14 @@ static int chat_ids(srv *s, const json_t *req, char **body, srv_err *e) {
         srv_job_unref(j);
         return -1;
     }
-    *body = tokenized(s, j->prompt, j->n_prompt);
+    *body = srv_api_tokenized(s, j->prompt, j->n_prompt);
     srv_job_unref(j);
     return *body ? 0 : srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 int srv_api_tokenize(srv *s, const json_t *req, char **body, srv_err *e) {
     *body = NULL;
-    if (model_ok(s, req, e) < 0) return -1;
+    if (srv_api_check_model(s, req, 0, e) < 0) return -1;
     const json_t *msgs = json_object_get(req, "messages");
     const char *key = json_object_get(req, "prompt") ? "prompt" : "content";
     const json_t *p = json_object_get(req, key);
@@ -94,40 +69,26 @@ int srv_api_tokenize(srv *s, const json_t *req, char **body, srv_err *e) {
     int64_t n = 0;
     if (json_string_length(p) > 0 && ms_tokenize(s->e, json_string_value(p), json_string_length(p), &ids, &n) != MS_OK)
         return srv_err_set(e, 500, "server_error", NULL, NULL, "cannot tokenize the prompt");
-    *body = tokenized(s, ids, n);
+    *body = srv_api_tokenized(s, ids, n);
     free(ids);
     return *body ? 0 : srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 int srv_api_detokenize(srv *s, const json_t *req, char **body, srv_err *e) {
     *body = NULL;
-    if (model_ok(s, req, e) < 0) return -1;
+    if (srv_api_check_model(s, req, 0, e) < 0) return -1;
     const json_t *a = json_object_get(req, "tokens");
     if (!a) return srv_err_set(e, 400, INVALID, "tokens", "missing_required_parameter", "'tokens' is required");
     if (!json_is_array(a)) return srv_err_set(e, 400, INVALID, "tokens", "invalid_type", "'tokens' must be an array of token ids");
-    const size_t n = json_array_size(a);
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-    if (!ids) return srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(a, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->info.n_vocab) {
-            free(ids);
-            return srv_err_set(e, 400, INVALID, "tokens", "invalid_value", "tokens[%zu] is not a token id in [0, %lld)", i,
-                               (long long)s->info.n_vocab);
-        }
-        ids[i] = (int32_t)json_integer_value(v);
-    }
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    if (srv_api_ids(s, a, "tokens", &ids, &n, e) < 0) { free(ids); return -1; }
     char *text = NULL;
     size_t len = 0;
-    const ms_status st = n > 0 ? ms_detokenize(s->e, ids, (int64_t)n, &text, &len) : MS_OK;
+    const ms_status st = n > 0 ? ms_detokenize(s->e, ids, n, &text, &len) : MS_OK;
     free(ids);
     if (st != MS_OK) return srv_err_set(e, 500, "server_error", NULL, NULL, "cannot decode the tokens");
-    srv_buf clean;
-    memset(&clean, 0, sizeof clean);
-    const int bad = srv_utf8_clean(&clean, text ? text : "", len) != 0;
+    *body = srv_api_detokenized(text, len);
     free(text);
-    json_t *t = bad ? NULL : json_stringn(clean.p ? clean.p : "", clean.n);
-    srv_buf_free(&clean);
-    if (t) *body = dump(json_pack("{s:O, s:o}", "prompt", t, "content", t));
     return *body ? 0 : srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }

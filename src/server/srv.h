@@ -259,6 +259,12 @@ void srv_cancel_all(srv *s, int reason);
  * limits). 0, or -1 with e set (a 4xx; 500 only when out of memory). */
 int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e);
 int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e);
+/* The body's "model" names the served model (required: it must be there).
+ * 0, or -1 with e set. */
+int srv_api_check_model(srv *s, const json_t *req, int required, srv_err *e);
+/* The array a (of the body's param) as token ids of the vocabulary: *ids
+ * malloc'd (the caller frees it, also after an error), *n_ids. 0, or -1. */
+int srv_api_ids(srv *s, const json_t *a, const char *param, int32_t **ids, int64_t *n_ids, srv_err *e);
 /* api_tokenize.c: POST /tokenize and /detokenize, answered at once (never
  * queued). 0 with *body (malloc'd JSON), or -1 with e set. */
 int srv_api_tokenize(srv *s, const json_t *req, char **body, srv_err *e);
@@ -266,6 +272,11 @@ int srv_api_detokenize(srv *s, const json_t *req, char **body, srv_err *e);
 /* GET /v1/models and /v1/models/{id} bodies (malloc'd). */
 char *srv_api_models(srv *s);
 char *srv_api_model(srv *s);
+/* The /tokenize answer {"count", "max_model_len", "tokens"} and the
+ * /detokenize one {"prompt", "content"} (text cleaned to UTF-8); malloc'd,
+ * NULL when out of memory. */
+char *srv_api_tokenized(srv *s, const int32_t *ids, int64_t n);
+char *srv_api_detokenized(const char *text, size_t len);
 char *srv_api_health(srv *s);
 
 /* api.c: output, called by the worker */
