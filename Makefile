@@ -47,7 +47,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libmoestream.a
 BIN      := $(BUILD)/moestream
 
-.PHONY: all test tests setup demo help clean asan ubsan tsan sanitize bench fuzz
+.PHONY: all test tests setup demo help clean clean-testdata asan ubsan tsan sanitize bench fuzz
 all: $(BIN) $(TEST_BIN)
 
 help:
@@ -61,6 +61,7 @@ help:
 	@echo "make bench      full-width benchmark ladder -> docs/PERFORMANCE.md (BENCH_QUICK=1: short)"
 	@echo "make bench-kernels / bench-device   kernel and device benchmarks only"
 	@echo "make clean      remove build directories"
+	@echo "make clean-testdata   remove what the tests generated in BUILD (models, npm trees)"
 
 setup:
 	@bash scripts/setup.sh
@@ -125,6 +126,12 @@ tsan:
 
 clean:
 	rm -rf build build-asan build-tsan build-nompi
+
+# what the tests generated in $(BUILD) (models, npm trees, logits), keeping what
+# make built: CI clears each suite's data before the next suite makes its own
+clean-testdata:
+	@find $(BUILD) -mindepth 1 -maxdepth 1 ! -name obj ! -name gen ! -name bench ! -name tests \
+	  ! -name moestream ! -name libmoestream.a ! -name commit.h -exec rm -rf {} +
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 -include tests/fuzz/fuzz.mk
