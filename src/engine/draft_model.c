@@ -232,7 +232,7 @@ int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, int share, ms_
         const float *lg = ds->logits;
         const int32_t id = ms_argmax(lg, V);
         o->ids[i] = id;
-        o->q[i] = exp(ms_logprob(lg, V, id));
+        o->q[i] = ms_exp_d(ms_logprob(lg, V, id));
         o->n = i + 1;
         if (i + 1 == want || i + 1 > e->p.max_draft - 1 || !ms_drafter_model_more(e->draft, o->q, i + 1, share)) break;
         d->mpos[d->n_marks] = ds->st.n_past;

@@ -53,6 +53,15 @@ float ms_siluf(float x);        /* x * sigmoid(x) */
 void ms_expf_n(float *y, const float *x, int64_t n);
 void ms_sigmoidf_n(float *y, const float *x, int64_t n);
 void ms_siluf_n(float *y, const float *x, int64_t n);
+/* The same rules in double, for what is computed once per position or row
+ * (gpt-oss's RoPE table, log-probabilities), where libm's bits could follow
+ * the CPU or the libc release. Within 1 ulp of the true value (ms_pow_d: 2 ulp
+ * while |y log b| < 8); special values as C's exp, log, pow (b >= 0). */
+double ms_exp_d(double y);
+double ms_log_d(double x);
+double ms_pow_d(double b, double y);
+/* *s = sin x, *c = cos x for |x| <= 2^30; NaN both beyond (and for NaN, inf). */
+void ms_sincos_d(double x, double *s, double *c);
 
 typedef struct ms_kern {
     const char *name;           /* "ref", "avx2", "avx512", "avx512-l2" */

@@ -26,10 +26,10 @@ void ms_lse_fold(ms_lse *s, const float *x, int64_t n, int64_t id0) {
     for (int64_t i = 0; i < n; i++) {
         const double v = x[i];
         if (v > mm) {
-            zz = zz * exp(mm - v) + 1.0;
+            zz = zz * ms_exp_d(mm - v) + 1.0;
             mm = v;
         } else {
-            zz += exp(v - mm);
+            zz += ms_exp_d(v - mm);
         }
         /* top k: x enters when it beats the k-th (strictly: an equal later id
            stays out), after every kept value >= it */
@@ -48,7 +48,7 @@ void ms_lse_fold(ms_lse *s, const float *x, int64_t n, int64_t id0) {
 }
 
 double ms_lse_logprob(const ms_lse *s, float x) {
-    return ((double)x - s->m) - log(s->z);
+    return ((double)x - s->m) - ms_log_d(s->z);
 }
 
 void ms_lse_top(const ms_lse *s, int k, int32_t *ids, double *logprobs) {

@@ -1,4 +1,5 @@
-/* kernels/ref/math.c - portable expf, tanhf, sigmoidf, siluf with fixed bits.
+/* kernels/ref/math.c - portable expf, tanhf, sigmoidf, siluf with fixed bits,
+ * and exp, log, pow, sin/cos in double (the second half of the file).
  *
  * Owns: the transcendental functions of the model (kernels.h).
  * Idea: evaluate in DOUBLE with explicit operations only - a Cody-Waite
@@ -145,4 +146,222 @@ void ms_sigmoidf_n(float *y, const float *x, int64_t n) {
 
 void ms_siluf_n(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = ms_siluf(x[i]);
+}
+
+/* ---- double precision: RoPE tables and log-probabilities ----------------
+ * The same rules in double: explicit IEEE operations only, so the bits are
+ * the same on every CPU, libc and compiler. Each function carries what a
+ * rounding would lose as a second double (an exact two-sum or product error)
+ * until its last add, so the result is within 1 ulp of the true value
+ * (tests/test_dmath.c measures them against long double libm and pins a
+ * digest of their bits). */
+
+/* 2^k as a double for k in [-1022, 1023]. */
+static double pow2_d(int64_t k) {
+    union { uint64_t u; double d; } v;
+    v.u = (uint64_t)(k + 1023) << 52;
+    return v.d;
+}
+
+/* *hi + *lo += v, exactly (Knuth's two-sum into hi, its error into lo). */
+static void acc_d(double *hi, double *lo, double v) {
+    const double s = *hi + v, bb = s - *hi;
+    *lo += (*hi - (s - bb)) + (v - bb);
+    *hi = s;
+}
+
+/* a = hi + lo with hi holding the upper 26 bits (Veltkamp's split; |a| < 2^995). */
+static void split_d(double a, double *hi, double *lo) {
+    const double c = 134217729.0 * a;               /* 2^27 + 1 */
+    *hi = c - (c - a);
+    *lo = a - *hi;
+}
+
+/* a b - p exactly, for p = a * b rounded (Dekker's product; no overflow). */
+static double prod_err(double a, double b, double p) {
+    double ah, al, bh, bl;
+    split_d(a, &ah, &al);
+    split_d(b, &bh, &bl);
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+}
+
+/* e^(y + yl) for y in [-745.2, 709.79]: y = k ln2 + r + rl (r's rounding
+ * kept in rl), e^r = 1 + r + r^2 P(r) with P the Taylor tail from 1/2 (to
+ * r^13: < 2e-17), 1 + r two-summed; 2^k applied last, through 2^-200 when the
+ * result is subnormal so that it rounds once. */
+static double exp_dd(double y, double yl) {
+    const double kd = (y * INV_LN2 + ROUND_MAGIC) - ROUND_MAGIC;
+    const double rh = y - kd * LN2_HI;             /* exact: k ln2_hi has 43 bits, near y */
+    const double q = kd * LN2_LO, r = rh - q;
+    const double rl = ((rh - r) - q) + yl;         /* q's own rounding: < 2^-75, left out */
+    /* P = C2 + C3 r + ... + C13 r^11 in Estrin's form (pairs, then pairs of
+       pairs): four dependent steps instead of eleven, the same sum to 2^-55 */
+    const double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    const double a0 = C2 + C3 * r, a1 = C4 + C5 * r, a2 = C6 + C7 * r;
+    const double a3 = C8 + C9 * r, a4 = C10 + C11 * r, a5 = C12 + C13 * r;
+    const double P = ((a0 + a1 * r2) + (a2 + a3 * r2) * r4) + (a4 + a5 * r2) * r8;
+    const double s1 = 1.0 + r, e1 = (1.0 - s1) + r;  /* exact: |r| < 1 */
+    const double w = r2 * P;                        /* e^(r + rl) = (s1 + e1 + w)(1 + rl) */
+    const double p = s1 + (e1 + (w + (s1 + w) * rl));
+    const int64_t k = (int64_t)kd;
+    if (k > 1023) return p * pow2_d(1023) * 2.0;    /* k = 1024: p < 1 there */
+    if (k < -1022) return (p * pow2_d(k + 200)) * pow2_d(-200);
+    return p * pow2_d(k);
+}
+
+/* See kernels.h. */
+double ms_exp_d(double y) {
+    if (y != y) return y + y;
+    if (y > 709.782712893384) return INFINITY;      /* e^y > DBL_MAX */
+    if (y < -745.2) return 0.0;                     /* e^y < 2^-1075 */
+    return exp_dd(y, 0.0);
+}
+
+/* 2/(2n+1) for n = 1..10: the series of log(1+f) below, in s^2. */
+static const double L1 = 2.0 / 3.0, L2 = 2.0 / 5.0, L3 = 2.0 / 7.0, L4 = 2.0 / 9.0, L5 = 2.0 / 11.0;
+static const double L1_LO = 0x1.5555555555555p-55;   /* 2/3 - L1 */
+static const double L6 = 2.0 / 13.0, L7 = 2.0 / 15.0, L8 = 2.0 / 17.0, L9 = 2.0 / 19.0, L10 = 2.0 / 21.0;
+
+/* log x = *hi + *lo for finite x > 0. x = 2^e m with m in [sqrt(1/2),
+ * sqrt(2)), f = m - 1 (exact); with s = f / (2 + f), log(1 + f) = 2 atanh(s)
+ * = 2s + s R(s^2), R = 2s^2/3 + 2s^4/5 + ... (|s| <= 0.172: ten terms leave
+ * < 1e-19), and as 2s = f - s f, log(1 + f) = f - (h - s (h + R)) with h =
+ * f^2/2. e ln2_hi (exact) + f (exact) are two-summed, the small rest added to
+ * the low part: its rounding is ~2^-53 of at most 0.1, not of the result. */
+static void log_dd(double x, double *hi, double *lo) {
+    union { uint64_t u; double d; } v = { .d = x };
+    int64_t e = 0;
+    if ((v.u >> 52) == 0) {                         /* subnormal: scale to normal */
+        v.d = x * 0x1p54;
+        e = -54;
+    }
+    e += (int64_t)(v.u >> 52) - 1023;
+    v.u = (v.u & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull;   /* m in [1, 2) */
+    if (v.d > 1.4142135623730951) {                 /* to [sqrt(1/2), sqrt(2)) */
+        v.d = v.d * 0.5;
+        e += 1;
+    }
+    const double f = v.d - 1.0, d = 2.0 + f, dl = (2.0 - d) + f;   /* 2 + f = d + dl, exact */
+    const double s = f / d, sp = s * d;                               /* s + sl = f / (d + dl) */
+    const double sl = (((f - sp) - prod_err(s, d, sp)) - s * dl) / d;
+    const double z = s * s, zl = prod_err(s, s, z) + 2.0 * s * sl;    /* s^2 = z + zl */
+    const double ff = f * f, h = 0.5 * ff, hl = 0.5 * prod_err(f, f, ff);
+    double W = L10;                                 /* R = (z + zl) (L1 + z W) */
+    W = W * z + L9;
+    W = W * z + L8;
+    W = W * z + L7;
+    W = W * z + L6;
+    W = W * z + L5;
+    W = W * z + L4;
+    W = W * z + L3;
+    W = W * z + L2;
+    double q = L1, ql = L1_LO;
+    acc_d(&q, &ql, z * W);
+    const double R = z * q, Rl = prod_err(z, q, R) + (z * ql + zl * q);
+    double g = h, gl = hl + Rl;                     /* s (h + R) = (s + sl) (g + gl) */
+    acc_d(&g, &gl, R);
+    const double t = s * g, tl = prod_err(s, g, t) + (s * gl + sl * g);
+    const double ed = (double)e;
+    *hi = ed * LN2_HI;
+    *lo = 0.0;
+    acc_d(hi, lo, f);
+    acc_d(hi, lo, -h);
+    acc_d(hi, lo, t);
+    *lo += (tl - hl) + ed * LN2_LO;
+}
+
+/* See kernels.h. */
+double ms_log_d(double x) {
+    if (x != x) return x + x;
+    if (x < 0.0) return NAN;
+    if (x == 0.0) return -INFINITY;
+    if (x == INFINITY) return x;
+    double hi, lo;
+    log_dd(x, &hi, &lo);
+    return hi + lo;
+}
+
+/* See kernels.h: b^y = e^(y log b), y log b carried as two doubles. */
+double ms_pow_d(double b, double y) {
+    if (b != b || y != y || b < 0.0) return NAN;
+    if (y == 0.0 || b == 1.0) return 1.0;
+    if (b == 0.0 || b == INFINITY) return (y > 0) == (b == 0.0) ? 0.0 : INFINITY;
+    double lh, ll;
+    log_dd(b, &lh, &ll);
+    const double t = y * lh;
+    if (t != t || t > 709.79 || t < -745.3) return ms_exp_d(t);
+    const double tl = prod_err(y, lh, t) + y * ll;
+    const double th = t + tl;
+    if (th > 709.782712893384) return INFINITY;
+    if (th < -745.2) return 0.0;
+    return exp_dd(th, tl - (th - t));
+}
+
+/* pi/2 as three doubles (their sum is pi/2 to ~2^-160) and 2/pi. */
+static const double PIO2_1 = 0x1.921fb54442d18p+0;
+static const double PIO2_2 = 0x1.1a62633145c07p-54;
+static const double PIO2_3 = -0x1.f1976b7ed8fbcp-110;
+static const double INV_PIO2 = 0x1.45f306dc9c883p-1;
+
+/* 1 / (n (n + 1)): the ratios of consecutive Taylor terms of sin and cos. */
+static const double R2 = 1.0 / 2.0, R6 = 1.0 / 6.0, R12 = 1.0 / 12.0, R20 = 1.0 / 20.0, R30 = 1.0 / 30.0;
+static const double R42 = 1.0 / 42.0, R56 = 1.0 / 56.0, R72 = 1.0 / 72.0, R90 = 1.0 / 90.0, R110 = 1.0 / 110.0;
+static const double R132 = 1.0 / 132.0, R156 = 1.0 / 156.0, R182 = 1.0 / 182.0, R210 = 1.0 / 210.0;
+static const double R240 = 1.0 / 240.0, R272 = 1.0 / 272.0, R306 = 1.0 / 306.0, R342 = 1.0 / 342.0;
+static const double R380 = 1.0 / 380.0, R420 = 1.0 / 420.0, R462 = 1.0 / 462.0;
+
+/* See kernels.h. x = k pi/2 + r: k rounded from x 2/pi, r = x - k pi/2 as
+ * r + rl from the three parts of pi/2 (the products' errors exact, the sum
+ * two-summed, so r keeps ~100 bits however close x is to a multiple of
+ * pi/2 while |k| < 2^31). On |r| <= pi/4 sin and cos are their Taylor series
+ * to r^21 and r^22 (truncation < 2e-22) in nested form: sin = r + (small),
+ * cos = (1 - r^2/2, two-summed) + (small), the tail rl added to first order;
+ * k mod 4 picks the signs and which is which. */
+void ms_sincos_d(double x, double *sn, double *cs) {
+    if (!(x >= -0x1p30 && x <= 0x1p30)) {           /* NaN, inf, or too large */
+        *sn = *cs = NAN;
+        return;
+    }
+    if (x == 0.0) {                                 /* sin keeps the sign of zero */
+        *sn = x;
+        *cs = 1.0;
+        return;
+    }
+    const double kd = (x * INV_PIO2 + ROUND_MAGIC) - ROUND_MAGIC;
+    const double p1 = kd * PIO2_1, p2 = kd * PIO2_2;
+    double r = x - p1, rl = 0.0;                    /* exact: x and p1 are within a factor 2 */
+    acc_d(&r, &rl, -prod_err(kd, PIO2_1, p1));
+    acc_d(&r, &rl, -p2);
+    acc_d(&r, &rl, -(prod_err(kd, PIO2_2, p2) + kd * PIO2_3));
+    const double rh = r + rl;                       /* renormalized: |rl| <= ulp(rh) / 2 */
+    rl = rl - (rh - r);
+    r = rh;
+    const double z = r * r, zl = prod_err(r, r, z);
+    double u = 1.0 - z * R420;                      /* sin r = r (1 - z/6 (1 - z/20 (...))) */
+    u = 1.0 - z * R342 * u;
+    u = 1.0 - z * R272 * u;
+    u = 1.0 - z * R210 * u;
+    u = 1.0 - z * R156 * u;
+    u = 1.0 - z * R110 * u;
+    u = 1.0 - z * R72 * u;
+    u = 1.0 - z * R42 * u;
+    u = 1.0 - z * R20 * u;
+    const double s = r + (rl * (1.0 - z * R2) - r * (z * R6 * u));
+    double v = 1.0 - z * R462;                      /* cos r = 1 - z/2 + z/2 z/12 (1 - z/30 (...)) */
+    v = 1.0 - z * R380 * v;
+    v = 1.0 - z * R306 * v;
+    v = 1.0 - z * R240 * v;
+    v = 1.0 - z * R182 * v;
+    v = 1.0 - z * R132 * v;
+    v = 1.0 - z * R90 * v;
+    v = 1.0 - z * R56 * v;
+    v = 1.0 - z * R30 * v;
+    const double hz = z * R2, c1 = 1.0 - hz, e1 = (1.0 - c1) - hz;   /* exact: hz <= 0.31 */
+    const double c = c1 + (e1 + (hz * (z * R12 * v) - (zl * R2 + rl * r)));
+    switch ((int64_t)kd & 3) {
+    case 0: *sn = s; *cs = c; break;
+    case 1: *sn = c; *cs = -s; break;
+    case 2: *sn = -s; *cs = -c; break;
+    default: *sn = -c; *cs = s; break;
+    }
 }

@@ -14,7 +14,8 @@
  *     blended by a linear ramp between the correction dims of beta_fast and
  *     beta_slow, not truncated unless the config says so); per position p,
  *     cos_i = (float)(cos(p inv_freq[i]) * mscale), sin_i likewise, mscale =
- *     0.1 ln(factor) + 1, cos/sin in double (libm). A pair (x_i, x_{i+d/2})
+ *     0.1 ln(factor) + 1; log, pow, cos and sin in double, the engine's own
+ *     (ms_log_d, ms_pow_d, ms_sincos_d: kernels.h), not libm's. A pair (x_i, x_{i+d/2})
  *     becomes (x_i cos_i - x_{i+d/2} sin_i, x_{i+d/2} cos_i + x_i sin_i).
  *   - score of key j: (float)(acc / sqrt(head_dim)), acc the double sum in
  *     index order of q[i] k_j[i] (as ms_att_scores).
@@ -38,14 +39,15 @@ void ms_oss_rope_freqs(const ms_config *c, double *inv_freq) {
     const int64_t d = c->head_dim, half = d / 2;
     const double base = c->rope_theta, factor = c->rope_factor, two_pi = 2.0 * 3.14159265358979323846;
     /* the dimension whose wavelength makes n rotations over the original context */
-    double lo = (double)d * log((double)c->rope_original_max / (c->rope_beta_fast * two_pi)) / (2.0 * log(base));
-    double hi = (double)d * log((double)c->rope_original_max / (c->rope_beta_slow * two_pi)) / (2.0 * log(base));
+    const double lb = ms_log_d(base);
+    double lo = (double)d * ms_log_d((double)c->rope_original_max / (c->rope_beta_fast * two_pi)) / (2.0 * lb);
+    double hi = (double)d * ms_log_d((double)c->rope_original_max / (c->rope_beta_slow * two_pi)) / (2.0 * lb);
     if (c->rope_truncate) { lo = floor(lo); hi = ceil(hi); }
     if (lo < 0) lo = 0;
     if (hi > (double)(d - 1)) hi = (double)(d - 1);
     if (lo == hi) hi += 0.001;
     for (int64_t i = 0; i < half; i++) {
-        const double pos_freq = pow(base, (double)(2 * i) / (double)d);
+        const double pos_freq = ms_pow_d(base, (double)(2 * i) / (double)d);
         double ramp = ((double)i - lo) / (hi - lo);
         ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
         const double extrap = 1.0 - ramp;   /* weight of the extrapolated frequency */
@@ -64,11 +66,12 @@ static void rotate(float *x, const float *cs, int64_t half) {
 
 static void rope_table(const ms_config *c, const double *inv_freq, int64_t pos, float *cs) {
     const int64_t half = c->head_dim / 2;
-    const double mscale = 0.1 * log(c->rope_factor) + 1.0;
+    const double mscale = 0.1 * ms_log_d(c->rope_factor) + 1.0;
     for (int64_t i = 0; i < half; i++) {
-        const double a = (double)pos * inv_freq[i];
-        cs[i] = (float)(cos(a) * mscale);
-        cs[half + i] = (float)(sin(a) * mscale);
+        double sn, co;
+        ms_sincos_d((double)pos * inv_freq[i], &sn, &co);
+        cs[i] = (float)(co * mscale);
+        cs[half + i] = (float)(sn * mscale);
     }
 }
 
