@@ -303,12 +303,20 @@ static const double PIO2_2 = 0x1.1a62633145c07p-54;
 static const double PIO2_3 = -0x1.f1976b7ed8fbcp-110;
 static const double INV_PIO2 = 0x1.45f306dc9c883p-1;
 
-/* 1 / (n (n + 1)): the ratios of consecutive Taylor terms of sin and cos. */
-static const double R2 = 1.0 / 2.0, R6 = 1.0 / 6.0, R12 = 1.0 / 12.0, R20 = 1.0 / 20.0, R30 = 1.0 / 30.0;
-static const double R42 = 1.0 / 42.0, R56 = 1.0 / 56.0, R72 = 1.0 / 72.0, R90 = 1.0 / 90.0, R110 = 1.0 / 110.0;
-static const double R132 = 1.0 / 132.0, R156 = 1.0 / 156.0, R182 = 1.0 / 182.0, R210 = 1.0 / 210.0;
-static const double R240 = 1.0 / 240.0, R272 = 1.0 / 272.0, R306 = 1.0 / 306.0, R342 = 1.0 / 342.0;
-static const double R380 = 1.0 / 380.0, R420 = 1.0 / 420.0, R462 = 1.0 / 462.0;
+/* 1 / (n (n + 1)): the ratios of consecutive Taylor terms, innermost first:
+ * sin r = r (1 - z/6 (1 - z/20 (... (1 - z/420)))) and cos r = 1 - z/2 (1 -
+ * z/12 (... (1 - z/462))), z = r^2 (the outer 1/6 and 1/2 are applied apart). */
+static const double SIN_RATIOS[] = { 1.0 / 420, 1.0 / 342, 1.0 / 272, 1.0 / 210, 1.0 / 156,
+                                     1.0 / 110, 1.0 / 72, 1.0 / 42, 1.0 / 20 };
+static const double COS_RATIOS[] = { 1.0 / 462, 1.0 / 380, 1.0 / 306, 1.0 / 240, 1.0 / 182,
+                                     1.0 / 132, 1.0 / 90, 1.0 / 56, 1.0 / 30 };
+
+/* 1 - z q[n-1] (1 - z q[n-2] (... (1 - z q[0]))): the nested series above. */
+static double nested(double z, const double *q, int n) {
+    double u = 1.0 - z * q[0];
+    for (int i = 1; i < n; i++) u = 1.0 - z * q[i] * u;
+    return u;
+}
 
 /* See kernels.h. x = k pi/2 + r: k rounded from x 2/pi, r = x - k pi/2 as
  * r + rl from the three parts of pi/2 (the products' errors exact, the sum
@@ -337,27 +345,11 @@ void ms_sincos_d(double x, double *sn, double *cs) {
     rl = rl - (rh - r);
     r = rh;
     const double z = r * r, zl = prod_err(r, r, z);
-    double u = 1.0 - z * R420;                      /* sin r = r (1 - z/6 (1 - z/20 (...))) */
-    u = 1.0 - z * R342 * u;
-    u = 1.0 - z * R272 * u;
-    u = 1.0 - z * R210 * u;
-    u = 1.0 - z * R156 * u;
-    u = 1.0 - z * R110 * u;
-    u = 1.0 - z * R72 * u;
-    u = 1.0 - z * R42 * u;
-    u = 1.0 - z * R20 * u;
-    const double s = r + (rl * (1.0 - z * R2) - r * (z * R6 * u));
-    double v = 1.0 - z * R462;                      /* cos r = 1 - z/2 + z/2 z/12 (1 - z/30 (...)) */
-    v = 1.0 - z * R380 * v;
-    v = 1.0 - z * R306 * v;
-    v = 1.0 - z * R240 * v;
-    v = 1.0 - z * R182 * v;
-    v = 1.0 - z * R132 * v;
-    v = 1.0 - z * R90 * v;
-    v = 1.0 - z * R56 * v;
-    v = 1.0 - z * R30 * v;
-    const double hz = z * R2, c1 = 1.0 - hz, e1 = (1.0 - c1) - hz;   /* exact: hz <= 0.31 */
-    const double c = c1 + (e1 + (hz * (z * R12 * v) - (zl * R2 + rl * r)));
+    const double u = nested(z, SIN_RATIOS, (int)(sizeof SIN_RATIOS / sizeof *SIN_RATIOS));
+    const double s = r + (rl * (1.0 - z * 0.5) - r * (z * (1.0 / 6) * u));
+    const double v = nested(z, COS_RATIOS, (int)(sizeof COS_RATIOS / sizeof *COS_RATIOS));
+    const double hz = z * 0.5, c1 = 1.0 - hz, e1 = (1.0 - c1) - hz;   /* exact: hz <= 0.31 */
+    const double c = c1 + (e1 + (hz * (z * (1.0 / 12) * v) - (zl * 0.5 + rl * r)));
     switch ((int64_t)kd & 3) {
     case 0: *sn = s; *cs = c; break;
     case 1: *sn = c; *cs = -s; break;
