@@ -273,7 +273,8 @@ static void expect_refused(const char *dir, const char *draft, const char *why) 
 }
 
 /* a copy of models/k3-tiny-draft in dir (shards linked) with its tokenizer
-   file: 0 none, 1 as it is, 2 with two ranks' bytes swapped */
+   file: 0 none, 1 as it is, 2 with two ranks' bytes swapped, 3 as it is with
+   tokenizer_config.json's bytes changed but not its JSON (a space added) */
 static int tiny_copy(const char *dir, int tokenizer) {
     char cmd[4096], cwd[1024], dst[1024];
     if (!getcwd(cwd, sizeof cwd)) return -1;
@@ -301,11 +302,16 @@ static int tiny_copy(const char *dir, int tokenizer) {
     }
     fclose(in);
     fclose(out);
+    if (tokenizer == 3) {
+        snprintf(cmd, sizeof cmd, "rm -f '%s/tokenizer_config.json' && { cat models/k3-tiny-draft/tokenizer_config.json; "
+                 "echo ' '; } > '%s/tokenizer_config.json'", dir, dir);
+        if (system(cmd) != 0) return -1;
+    }
     return 0;
 }
 
 static void check_refused(const char *td) {
-    char a[1024], c[1024], oss[1024], d0[1024], d1[1024], d2[1024];
+    char a[1024], c[1024], oss[1024], d0[1024], d1[1024], d2[1024], d3[1024];
     snprintf(a, sizeof a, "%s/a", td);
     snprintf(c, sizeof c, "%s/c", td);
     snprintf(oss, sizeof oss, "%s/oss_a", td);
@@ -314,13 +320,19 @@ static void check_refused(const char *td) {
     snprintf(d0, sizeof d0, "%s/test_dmodel_notok", build_dir());
     snprintf(d1, sizeof d1, "%s/test_dmodel_sametok", build_dir());
     snprintf(d2, sizeof d2, "%s/test_dmodel_othertok", build_dir());
-    CHECK(tiny_copy(d0, 0) == 0 && tiny_copy(d1, 1) == 0 && tiny_copy(d2, 2) == 0, "copies of k3-tiny-draft");
+    snprintf(d3, sizeof d3, "%s/test_dmodel_samevocab", build_dir());
+    CHECK(tiny_copy(d0, 0) == 0 && tiny_copy(d1, 1) == 0 && tiny_copy(d2, 2) == 0 && tiny_copy(d3, 3) == 0,
+          "copies of k3-tiny-draft");
     expect_refused("models/k3-tiny", d0, "no tokenizer against one");
     expect_refused("models/k3-tiny", d2, "the same size, another tokenizer");
     /* the copy with the same tokenizer file is accepted (the check is not of paths) */
     char msg[512];
     ms_engine *e = open_engine("models/k3-tiny", d1, 0, 1, 4, 0, NULL, msg, sizeof msg);
     CHECK(e != NULL, "the same tokenizer in another directory: %s", msg);
+    ms_engine_close(e);
+    /* other files, the same bytes for every id: loaded and compared, accepted */
+    e = open_engine("models/k3-tiny", d3, 0, 1, 4, 0, NULL, msg, sizeof msg);
+    CHECK(e != NULL, "the same tokenizer from other files: %s", msg);
     ms_engine_close(e);
     /* without speculation a draft model has nothing to do */
     ms_status st;

@@ -2,9 +2,12 @@
  * second, resident engine run greedily ahead of the model, with one session
  * of it per session of the model.
  *
- * Owns: opening the draft engine (one process, no budget: every weight
+ * Owns: refusing a draft model whose vocabulary is not the model's (its
+ *   size when the config is read, then its tokenizer: the same files, or
+ *   the same bytes for every id, compared before the budget is split);
+ *   opening the draft engine (one process, no budget: every weight
  *   resident; the model's kernels, threads, I/O backend and checksum
- *   choices) and refusing one whose vocabulary is not the model's; per
+ *   choices; no tokenizer of its own: it is fed ids only); per
  *   session, its state of the draft model and the marks it goes back to; the
  *   greedy draft of a pass and each drafted id's probability.
  * Idea: a session's draft state holds a prefix of the ids the session holds.
@@ -97,12 +100,12 @@ ms_status ms_dm_check_config(const ms_engine *e, ms_err *err) {
 }
 
 /* A digest of every id's bytes (0: no tokenizer). */
-static uint64_t vocab_digest(const ms_engine *e) {
-    if (!e->tok) return 0;
+static uint64_t vocab_digest(const ms_tok *t, int64_t n_vocab) {
+    if (!t) return 0;
     uint64_t h = MS_FNV_INIT;
-    for (int64_t id = 0; id < e->cfg.vocab_size; id++) {
+    for (int64_t id = 0; id < n_vocab; id++) {
         const char *b = NULL;
-        const int64_t n = ms_token_bytes(e, (int32_t)id, &b);
+        const int64_t n = ms_tok_token_bytes(t, (int32_t)id, &b);
         h = ms_fnv1a(h, &n, sizeof n);
         if (n > 0) h = ms_fnv1a(h, b, (size_t)n);
     }
@@ -113,6 +116,24 @@ static const char *digest_str(uint64_t h, char *buf, size_t n) {
     if (h == 0) snprintf(buf, n, "none");
     else snprintf(buf, n, "%016llx", (unsigned long long)h);
     return buf;
+}
+
+ms_status ms_dm_check_tokenizer(const ms_engine *e, ms_err *err) {
+    const char *dir = e->p.draft_model;
+    if (ms_tok_same_files(e->p.model_dir, dir)) return MS_OK;
+    ms_tok *t = NULL;
+    ms_err te;
+    ms_err_clear(&te);
+    if (ms_tok_find(dir) != MS_TOK_NONE && ms_tok_load(dir, e->cfg.vocab_size, &t, &te) != MS_OK)
+        return ms_err_set(err, MS_E_USAGE, "--draft-model %s: %s", dir, te.msg);
+    const uint64_t mine = vocab_digest(e->tok, e->cfg.vocab_size), its = vocab_digest(t, e->cfg.vocab_size);
+    ms_tok_free(t);
+    if (mine == its) return MS_OK;
+    char a[24], b[24];
+    return ms_err_set(err, MS_E_USAGE, "--draft-model %s: its tokenizer (%s, %lld ids) is not the model's (%s: %s,"
+                      " %lld ids): a draft model needs the model's vocabulary and tokenizer", dir,
+                      digest_str(its, a, sizeof a), (long long)e->cfg.vocab_size, e->p.model_dir,
+                      digest_str(mine, b, sizeof b), (long long)e->cfg.vocab_size);
 }
 
 ms_status ms_dm_open(ms_engine *e, ms_err *err) {
@@ -130,20 +151,10 @@ ms_status ms_dm_open(ms_engine *e, ms_err *err) {
     dp.log_user = e;
     dp.log_level = e->p.log_level;
     char msg[512];
-    ms_status st = ms_engine_open_alone(&dp, e->pool, &e->dm, msg, sizeof msg);   /* the model's threads */
+    /* the model's threads; no tokenizer (ms_dm_check_tokenizer compared it) */
+    ms_status st = ms_engine_open_alone(&dp, e->pool, 0, &e->dm, msg, sizeof msg);
     if (st != MS_OK) return ms_err_set(err, st, "--draft-model %s: %s", e->p.draft_model, msg);
     e->dm->state_back = e->p.max_draft;    /* its sessions go back to marks (go_back) */
-    const uint64_t mine = vocab_digest(e), its = vocab_digest(e->dm);
-    if (mine != its || e->dm->cfg.vocab_size != e->cfg.vocab_size) {
-        char a[24], b[24];
-        st = ms_err_set(err, MS_E_USAGE, "--draft-model %s: its tokenizer (%s, %lld ids) is not the model's (%s: %s,"
-                        " %lld ids): a draft model needs the model's vocabulary and tokenizer", e->p.draft_model,
-                        digest_str(its, a, sizeof a), (long long)e->dm->cfg.vocab_size, e->p.model_dir,
-                        digest_str(mine, b, sizeof b), (long long)e->cfg.vocab_size);
-        ms_engine_close(e->dm);
-        e->dm = NULL;
-        return st;
-    }
     e->dm_mark_floats = ms_dm_mark_floats(&e->dm->model);
     ms_log(&e->log, MS_LOG_INFO, "draft model %s: %lld layers, hidden %lld, resident; drafts up to %d ids a pass",
            e->p.draft_model, (long long)e->dm->cfg.num_hidden_layers, (long long)e->dm->cfg.hidden_size,

@@ -241,9 +241,14 @@ typedef struct ms_dm_sess ms_dm_sess;
 /* Before the model's weights are read: MS_E_USAGE naming both directories when
  * the draft's config.json cannot be read or its vocab_size is not e's. */
 ms_status ms_dm_check_config(const ms_engine *e, ms_err *err);
-/* Open e->p.draft_model as e->dm (resident, e's kernels and threads), after
- * e's tokenizer: MS_E_USAGE naming both when their tokenizers differ (a
- * digest of every id's bytes; both without one: equal). */
+/* After e's tokenizer, before the budget is split: MS_E_USAGE naming both
+ * when the draft's tokenizer is not e's. The same files are the same; else
+ * the draft's is loaded, a digest of every id's bytes compared (both without
+ * one: equal), and freed, so that its parse's peak comes before anything is
+ * pinned and nothing of it stays. */
+ms_status ms_dm_check_tokenizer(const ms_engine *e, ms_err *err);
+/* Open e->p.draft_model as e->dm (resident, e's kernels and threads; no
+ * tokenizer: ms_dm_check_tokenizer checked it). */
 ms_status ms_dm_open(ms_engine *e, ms_err *err);
 void ms_dm_close(ms_engine *e);
 /* Floats of one mark: the recurrent state (KDA S and conv history) of m. */
@@ -264,10 +269,11 @@ int64_t ms_dm_draft(ms_session *s, int32_t pending, int64_t want, int share, ms_
 ms_status ms_draft_model_bytes(const char *dir, int64_t max_ctx, int max_draft, int n_seq, int64_t *weights,
                                int64_t *rest, ms_err *err);
 /* ms_engine_open for one process, whatever pipeline this process runs in, on
- * the threads of `pool` (NULL: its own; else it must outlive the engine): the
- * draft model's engine. */
-ms_status ms_engine_open_alone(const ms_engine_params *p, ms_pool *pool, ms_engine **out, char *errbuf,
-                               size_t errbuf_len);
+ * the threads of `pool` (NULL: its own; else it must outlive the engine),
+ * loading the model's tokenizer or not (`tokenizer` 0: the engine takes ids
+ * only, as the draft model's engine). */
+ms_status ms_engine_open_alone(const ms_engine_params *p, ms_pool *pool, int tokenizer, ms_engine **out,
+                               char *errbuf, size_t errbuf_len);
 
 /* FNV-1a 64 over bytes, continuing from h (start with MS_FNV_INIT). */
 #define MS_FNV_INIT 0xcbf29ce484222325ull

@@ -8,7 +8,8 @@
  *                       checksum sidecar and the metadata files it covers,
  *                       then the packed trunk (only with the sidecar: a pack
  *                       is only as good as the check of what it decodes to),
- *                       then the tokenizer (when the model ships one);
+ *                       then the tokenizer (when the model ships one) and
+ *                       the draft model's checked against it;
  *   4. plan_budget      the store's share of --ram once the sessions and the
  *                       process are counted, and the automatic prompt chunk;
  *   5. open_store       the I/O options, the store, the model bound to it
@@ -17,8 +18,8 @@
  *                       checks, the thread pool, the forward scratch, the
  *                       draft sources and the draft model (a
  *                       second engine on this one's thread pool, whose
- *                       vocabulary step 2 checked and whose bytes step 4
- *                       counted).
+ *                       vocabulary steps 2 and 3 checked and whose bytes
+ *                       step 4 counted).
  * A failure at any step closes what the earlier ones opened (ms_engine_close
  * takes a partly opened engine). The sidecars and the tokenizer come before
  * the budget because they are part of the process's resident size.
@@ -210,12 +211,15 @@ static ms_status open_pack(ms_engine *e, ms_err *err) {
 }
 
 /* 3c. The tokenizer, when the model ships one (tiktoken.model, else
- * tokenizer.json: ms_tok_find). Before the budget: what it holds (30 MB for
- * o200k's tokenizer.json) is part of the process's resident size, and the
- * parse's transient peak (~8x the file) comes before anything is pinned. */
+ * tokenizer.json: ms_tok_find), and the draft model's checked against it.
+ * Before the budget: what it holds (30 MB for o200k's tokenizer.json) is part
+ * of the process's resident size, and the parse's transient peak (~8x the
+ * file) comes before anything is pinned. */
 static ms_status open_tokenizer(ms_engine *e, ms_err *err) {
-    if (ms_tok_find(e->p.model_dir) == MS_TOK_NONE) return MS_OK;
-    return ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err);
+    ms_status st = MS_OK;
+    if (ms_tok_find(e->p.model_dir) != MS_TOK_NONE) st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err);
+    if (st == MS_OK && e->p.draft_model && e->stage == 0) st = ms_dm_check_tokenizer(e, err);
+    return st;
 }
 
 /* 4. *store_ram: the budget left for weights once the sessions and the
@@ -395,8 +399,8 @@ static void log_opened(const ms_engine *e, const ms_engine_params *p) {
 
 /* pipe: the pipeline the engine is a stage of (NULL: one process); pool: the
  * thread pool it computes on (NULL: its own) */
-static ms_status engine_open(const ms_engine_params *p, const ms_pipe_hooks *pipe, ms_pool *pool, ms_engine **out,
-                             char *errbuf, size_t errbuf_len) {
+static ms_status engine_open(const ms_engine_params *p, const ms_pipe_hooks *pipe, ms_pool *pool, int tokenizer,
+                             ms_engine **out, char *errbuf, size_t errbuf_len) {
     *out = NULL;
     ms_engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -413,7 +417,7 @@ static ms_status engine_open(const ms_engine_params *p, const ms_pipe_hooks *pip
     if (st == MS_OK) st = open_checkpoint(e, &err);
     if (st == MS_OK) st = open_sums(e, &err);
     if (st == MS_OK) st = open_pack(e, &err);
-    if (st == MS_OK) st = open_tokenizer(e, &err);
+    if (st == MS_OK && tokenizer) st = open_tokenizer(e, &err);
     if (st == MS_OK) st = plan_budget(e, p, &store_ram, &err);
     if (st == MS_OK) st = open_store(e, store_ram, &err);
     if (st == MS_OK) st = start_runtime(e, &err);
@@ -430,7 +434,7 @@ static ms_status engine_open(const ms_engine_params *p, const ms_pipe_hooks *pip
 
 ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbuf, size_t errbuf_len) {
     char msg[512] = "";
-    ms_status st = engine_open(p, registered, NULL, out, msg, sizeof msg);
+    ms_status st = engine_open(p, registered, NULL, 1, out, msg, sizeof msg);
     if (registered) {
         /* every stage opened, or none stays */
         st = registered->meet(*out, st, msg, sizeof msg);
@@ -440,9 +444,9 @@ ms_status ms_engine_open(const ms_engine_params *p, ms_engine **out, char *errbu
     return st;
 }
 
-ms_status ms_engine_open_alone(const ms_engine_params *p, ms_pool *pool, ms_engine **out, char *errbuf,
-                               size_t errbuf_len) {
-    return engine_open(p, NULL, pool, out, errbuf, errbuf_len);
+ms_status ms_engine_open_alone(const ms_engine_params *p, ms_pool *pool, int tokenizer, ms_engine **out,
+                               char *errbuf, size_t errbuf_len) {
+    return engine_open(p, NULL, pool, tokenizer, out, errbuf, errbuf_len);
 }
 
 void ms_engine_close(ms_engine *e) {

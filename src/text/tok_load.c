@@ -4,6 +4,7 @@
  * Face tokenizer.json: tok_hf.c).
  *
  * Owns: reading MODEL_DIR/tiktoken.model and MODEL_DIR/tokenizer_config.json
+ *   (or tokenizer.json; whether two directories hold the same such files)
  *   (checked regular files, bounded sizes: base/file.h), parsing the ranks
  *   (strict canonical base64, dense unique ranks, unique bytes, every single
  *   byte present), the special-token names, the rank hash table, and compiling
@@ -426,6 +427,45 @@ ms_tok_kind ms_tok_find(const char *model_dir) {
     }
     free(p);
     return k;
+}
+
+/* 1: DIR_A/NAME and DIR_B/NAME can be read and hold the same bytes. Read in
+ * blocks: whole-file buffers of tens of MB would stay in malloc's heap (its
+ * threshold for mapping them moves up after the loader's) and be counted as
+ * the process's size when the budget is split. */
+static int same_file(const char *dir_a, const char *dir_b, const char *name, int64_t max_bytes) {
+    char pa[4200], pb[4200];
+    snprintf(pa, sizeof pa, "%s/%s", dir_a, name);
+    snprintf(pb, sizeof pb, "%s/%s", dir_b, name);
+    int fa = -1, fb = -1;
+    int64_t na = 0, nb = 0;
+    ms_err e;
+    ms_err_clear(&e);
+    int same = ms_file_open(pa, max_bytes, &fa, &na, &e) == MS_OK && ms_file_open(pb, max_bytes, &fb, &nb, &e) == MS_OK &&
+               na == nb;
+    enum { BLOCK = 1 << 16 };
+    char *ba = same ? malloc(2 * BLOCK) : NULL;
+    char *bb = ba ? ba + BLOCK : NULL;
+    same = same && ba;
+    for (int64_t off = 0; same && off < na; off += BLOCK) {
+        const size_t n = (size_t)(na - off < BLOCK ? na - off : BLOCK);
+        same = ms_file_pread_full(fa, ba, n, off, pa, &e) == MS_OK && ms_file_pread_full(fb, bb, n, off, pb, &e) == MS_OK &&
+               memcmp(ba, bb, n) == 0;
+    }
+    free(ba);
+    if (fa >= 0) close(fa);
+    if (fb >= 0) close(fb);
+    return same;
+}
+
+int ms_tok_same_files(const char *dir_a, const char *dir_b) {
+    const ms_tok_kind k = ms_tok_find(dir_a);
+    if (k != ms_tok_find(dir_b)) return 0;
+    if (k == MS_TOK_HF_JSON) return same_file(dir_a, dir_b, "tokenizer.json", TOK_MAX_HF_BYTES);
+    if (k == MS_TOK_TIKTOKEN)
+        return same_file(dir_a, dir_b, "tiktoken.model", TOK_MAX_RANKS_BYTES) &&
+               same_file(dir_a, dir_b, "tokenizer_config.json", TOK_MAX_CONFIG_BYTES);
+    return 1;
 }
 
 ms_status ms_tok_load(const char *model_dir, int64_t n_vocab, ms_tok **out, ms_err *err) {

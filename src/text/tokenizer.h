@@ -36,6 +36,11 @@ typedef struct ms_tok ms_tok;
  * sane is ms_tok_load's business. */
 typedef enum ms_tok_kind { MS_TOK_NONE = 0, MS_TOK_TIKTOKEN = 1, MS_TOK_HF_JSON = 2 } ms_tok_kind;
 ms_tok_kind ms_tok_find(const char *model_dir);
+/* 1 when DIR_A and DIR_B hold the same kind of tokenizer in files of the same
+ * bytes (both none included), so that ms_tok_load gives both the same
+ * tokenizer for the same n_vocab; 0 otherwise or when a file cannot be read.
+ * Reads the files (tens of MB at most), parses nothing. */
+int ms_tok_same_files(const char *dir_a, const char *dir_b);
 
 /* Load the tokenizer of MODEL_DIR chosen by ms_tok_find: tiktoken.model +
  * tokenizer_config.json, or tokenizer.json (docs/TOKENIZER.md).
