@@ -55,8 +55,8 @@ void ms_sigmoidf_n(float *y, const float *x, int64_t n);
 void ms_siluf_n(float *y, const float *x, int64_t n);
 /* The same rules in double, for what is computed once per position or row
  * (gpt-oss's RoPE table, log-probabilities), where libm's bits could follow
- * the CPU or the libc release. Within 1 ulp of the true value (ms_pow_d: 2 ulp
- * while |y log b| < 8); special values as C's exp, log, pow (b >= 0). */
+ * the CPU or the libc release. Within 1 ulp of the true value; special values
+ * as C's exp, log, pow (b >= 0). */
 double ms_exp_d(double y);
 double ms_log_d(double x);
 double ms_pow_d(double b, double y);

@@ -259,8 +259,8 @@ void srv_cancel_all(srv *s, int reason);
  * limits). 0, or -1 with e set (a 4xx; 500 only when out of memory). */
 int srv_api_chat(srv *s, const json_t *req, srv_job *j, srv_err *e);
 int srv_api_completion(srv *s, const json_t *req, srv_job *j, srv_err *e);
-/* The body's "model" names the served model (required: it must be there).
- * 0, or -1 with e set. */
+/* The body's "model", when there, names the served model; with `required` it
+ * must be there. 0, or -1 with e set. */
 int srv_api_check_model(srv *s, const json_t *req, int required, srv_err *e);
 /* The array a (of the body's param) as token ids of the vocabulary: *ids
  * malloc'd (the caller frees it, also after an error), *n_ids. 0, or -1. */

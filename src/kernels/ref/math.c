@@ -67,14 +67,20 @@ static double expm1_small(double r) {
     return p * r;
 }
 
-/* e^y in double for y in [-200, 200] (callers clamp): relative error < 1e-15. */
+/* 2^k as a double for k in [-1022, 1023]. */
+static double pow2_d(int64_t k) {
+    union { uint64_t u; double d; } v;
+    v.u = (uint64_t)(k + 1023) << 52;
+    return v.d;
+}
+
+/* e^y in double for y in [-200, 200] (callers clamp): relative error < 1e-15.
+ * The float functions' core, whose operations the vector tables repeat
+ * (kernels/x86/vmath_body.h): exp_dd below is the double functions' own. */
 static double exp_d(double y) {
     double kd = (y * INV_LN2 + ROUND_MAGIC) - ROUND_MAGIC;
     double r = (y - kd * LN2_HI) - kd * LN2_LO;     /* |r| <= ln2/2 + tiny */
-    int64_t k = (int64_t)kd;
-    union { uint64_t u; double d; } two_k;
-    two_k.u = (uint64_t)(k + 1023) << 52;           /* 2^k, k in [-289, 289] */
-    return (1.0 + expm1_small(r)) * two_k.d;
+    return (1.0 + expm1_small(r)) * pow2_d((int64_t)kd);   /* k in [-289, 289] */
 }
 
 /* e^y - 1 for y in [0, 40], relative error < 1e-15 (no cancellation for
@@ -156,13 +162,6 @@ void ms_siluf_n(float *y, const float *x, int64_t n) {
  * (tests/test_dmath.c measures them against long double libm and pins a
  * digest of their bits). */
 
-/* 2^k as a double for k in [-1022, 1023]. */
-static double pow2_d(int64_t k) {
-    union { uint64_t u; double d; } v;
-    v.u = (uint64_t)(k + 1023) << 52;
-    return v.d;
-}
-
 /* *hi + *lo += v, exactly (Knuth's two-sum into hi, its error into lo). */
 static void acc_d(double *hi, double *lo, double v) {
     const double s = *hi + v, bb = s - *hi;
@@ -219,8 +218,8 @@ double ms_exp_d(double y) {
 
 /* 2/(2n+1) for n = 1..10: the series of log(1+f) below, in s^2. */
 static const double L1 = 2.0 / 3.0, L2 = 2.0 / 5.0, L3 = 2.0 / 7.0, L4 = 2.0 / 9.0, L5 = 2.0 / 11.0;
-static const double L1_LO = 0x1.5555555555555p-55;   /* 2/3 - L1 */
 static const double L6 = 2.0 / 13.0, L7 = 2.0 / 15.0, L8 = 2.0 / 17.0, L9 = 2.0 / 19.0, L10 = 2.0 / 21.0;
+static const double L1_LO = 0x1.5555555555555p-55;   /* 2/3 - L1: L1 as two doubles */
 
 /* log x = *hi + *lo for finite x > 0. x = 2^e m with m in [sqrt(1/2),
  * sqrt(2)), f = m - 1 (exact); with s = f / (2 + f), log(1 + f) = 2 atanh(s)
