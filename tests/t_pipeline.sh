@@ -19,7 +19,9 @@
 #     prints;
 #  3. refusals: a bad --stages, a command that does not pipeline (verify),
 #     stages started with another --speculate; each exits non-zero with its
-#     reason; stages with their own --ram (MPMD) give the same ids;
+#     reason; stages with their own --ram (MPMD) give the same ids; a stage 1
+#     given a copy of the model with a damaged tokenizer runs (only stage 0
+#     loads it), and `plan --pipeline` counts the tokenizer on stage 0 only;
 #  4. saved sessions: saved by 2 or 3 stages, byte-identical to one
 #     process's file; loaded by 3 stages, the same continuation;
 #  5. `plan --pipeline N`: one row per stage, the layers covering the model
@@ -139,6 +141,28 @@ $MPI -np 1 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --json --quie
      -np 1 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --json --quiet --ram min > "$tmp/r3.json" 2>/dev/null
 c=$(ids "$tmp/r3.json")
 [ -n "$c" ] && [ "$a" = "$c" ] && ok || bad "a stage at its floor, the other resident: ids '$c', want '$a'"
+
+# only stage 0 tokenizes: a later stage opens without the tokenizer (given a copy of the
+# model whose tiktoken.model is damaged, and no checksum sidecar, which would refuse that
+# file, it still runs, with the same ids), and the plan counts the tokenizer on stage 0
+# alone (a stage 1 without one needs the same)
+mkdir -p "$tmp/badtok" "$tmp/notok"
+for f in models/k3-tiny/*; do
+    case $f in
+        */tiktoken.model) ;;
+        */moestream.sums) ln -sf "$PWD/$f" "$tmp/notok/" ;;
+        *) ln -sf "$PWD/$f" "$tmp/badtok/"; ln -sf "$PWD/$f" "$tmp/notok/" ;;
+    esac
+done
+printf 'not a tokenizer\n' > "$tmp/badtok/tiktoken.model"
+$MPI -np 1 "$BIN" run models/k3-tiny --prompt "$P" --max-tokens 16 --json --quiet : \
+     -np 1 "$BIN" run "$tmp/badtok" --prompt "$P" --max-tokens 16 --json --quiet > "$tmp/r4.json" 2> "$tmp/r4.err"
+c=$(ids "$tmp/r4.json")
+[ -n "$c" ] && [ "$a" = "$c" ] && ok || bad "stage 1 with a damaged tokenizer: ids '$c', want '$a' ($(head -c 300 "$tmp/r4.err"))"
+need() { "$BIN" plan "$1" --ram 1M --pipeline 2 2>/dev/null | grep -E "^ +$2 " | grep -o 'needs [0-9.]* [KMG]iB'; }
+n0=$(need models/k3-tiny 0); n1=$(need models/k3-tiny 1); m0=$(need "$tmp/notok" 0); m1=$(need "$tmp/notok" 1)
+[ -n "$n1" ] && [ "$n1" = "$m1" ] && [ -n "$n0" ] && [ "$n0" != "$m0" ] && ok ||
+    bad "plan --pipeline 2: stage 0 needs '$n0' ('$m0' without a tokenizer), stage 1 '$n1' ('$m1')"
 
 # saved sessions: a file saved by a pipeline is byte for byte the one-process file, and
 # loading it (in one process or a pipeline) goes on with the same ids

@@ -238,7 +238,8 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     for (int r = 0; r < n_stages && st == MS_OK; r++, bound++) {
         st = ms_model_bind_part(&part[r], cfg, NULL, NULL, start[r], start[r + 1], r == 0, &err);
         if (st == MS_OK && prefill_chunk == 0) {
-            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r], tok), max_context, max_draft, n_seq, 0, 0, 0 };
+            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r], r == 0 ? tok : 0), max_context, max_draft,
+                                         n_seq, 0, 0, 0 };
             const int64_t c = ms_auto_chunk(&part[r], &cb);
             if (chunk == 0 || c < chunk) chunk = c;
         }
@@ -263,7 +264,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     ms_status ret = MS_OK;
     for (int r = 0; r < n_stages; r++) {
         const ms_model *pm = &part[r];
-        const int64_t overhead = ms_overhead_estimate(pm, tok);        /* every stage loads the tokenizer */
+        const int64_t overhead = ms_overhead_estimate(pm, r == 0 ? tok : 0);   /* stage 0 alone tokenizes */
         const int64_t session = ms_session_bytes(pm, max_context, max_draft, chunk, n_seq) + (r == 0 ? draft : 0);
         ms_plan plan;
         ms_err pe;
