@@ -220,7 +220,7 @@ static ms_status open_pack(ms_engine *e, ms_err *err) {
 static ms_status open_tokenizer(ms_engine *e, ms_err *err) {
     ms_status st = MS_OK;
     if (ms_tok_find(e->p.model_dir) != MS_TOK_NONE) st = ms_tok_load(e->p.model_dir, e->cfg.vocab_size, &e->tok, err);
-    if (st == MS_OK && e->p.draft_model && e->stage == 0) st = ms_dm_check_tokenizer(e, err);
+    if (st == MS_OK && e->p.draft_model) st = ms_dm_check_tokenizer(e, err);
     return st;
 }
 

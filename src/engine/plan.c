@@ -220,6 +220,12 @@ static size_t draft_line(const char *dir, int64_t weights, int64_t rest, const c
 
 /* A pipeline of n_stages machines, each with ram_bytes: every stage's plan,
  * and the bytes each reads per decode token (ms_plan_describe_stages). */
+/* Stage r's process overhead (ms_overhead_estimate): the tokenizer's tok
+ * bytes on stage 0 alone, the one that tokenizes (engine/open.c, 3c). */
+static int64_t stage_overhead(const ms_model *part, int r, int64_t tok) {
+    return ms_overhead_estimate(part, r == 0 ? tok : 0);
+}
+
 static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_t ram_bytes, int64_t max_context,
                                  int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *spec,
                                  const char *draft_dir, int64_t draft_weights, int64_t draft_rest, int64_t tok,
@@ -238,8 +244,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     for (int r = 0; r < n_stages && st == MS_OK; r++, bound++) {
         st = ms_model_bind_part(&part[r], cfg, NULL, NULL, start[r], start[r + 1], r == 0, &err);
         if (st == MS_OK && prefill_chunk == 0) {
-            const ms_chunk_budget cb = { ram_bytes, ms_overhead_estimate(&part[r], r == 0 ? tok : 0), max_context, max_draft,
-                                         n_seq, 0, 0, 0 };
+            const ms_chunk_budget cb = { ram_bytes, stage_overhead(&part[r], r, tok), max_context, max_draft, n_seq, 0, 0, 0 };
             const int64_t c = ms_auto_chunk(&part[r], &cb);
             if (chunk == 0 || c < chunk) chunk = c;
         }
@@ -264,7 +269,7 @@ static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_
     ms_status ret = MS_OK;
     for (int r = 0; r < n_stages; r++) {
         const ms_model *pm = &part[r];
-        const int64_t overhead = ms_overhead_estimate(pm, r == 0 ? tok : 0);   /* stage 0 alone tokenizes */
+        const int64_t overhead = stage_overhead(pm, r, tok);
         const int64_t session = ms_session_bytes(pm, max_context, max_draft, chunk, n_seq) + (r == 0 ? draft : 0);
         ms_plan plan;
         ms_err pe;
