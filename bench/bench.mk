@@ -11,6 +11,9 @@
 #   make bench-kernels  memory read bandwidth (bench/membw.c), then the matvec
 #                       kernels at the real shapes (bench/bench_kernels.c)
 #   make bench-render   re-derive the table, plot and projection from results.json
+#   make bench-oss      the gpt-oss ladder (bench/oss_ladder.py): the 20b-shaped checkpoint
+#                       (~13.8 GB, generated once under $(BUILD)/bench-oss20b), rounds of the
+#                       floor, trunk pinned and resident, probes around every run (~6 min)
 #   build/bench/batchbench MODEL_DIR (--ids ... | --prompts FILE) --parallel 1,2,4 [--ram S] [--rounds R]
 #                       [--speculate K|auto] [--draft-model DIR]
 #                       sequences decoded together: s/step, tokens/s, bytes/token, tokens/pass per P
@@ -35,7 +38,7 @@ BENCH_PROGS := $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench
 BENCH_PY    := /usr/bin/python3 bench/bench.py
 
 .PHONY: bench bench-device bench-kernels bench-render bench-progs bench-hash bench-kernel-ab \
-        bench-mx-bound bench-sample
+        bench-mx-bound bench-sample bench-oss
 
 bench-progs: $(BENCH_PROGS)
 
@@ -93,6 +96,9 @@ bench-kernels: $(BUILD)/bench/bench_kernels $(BUILD)/bench/membw
 
 bench-render:
 	BUILD=$(BUILD) $(BENCH_PY) render
+
+bench-oss: $(BIN) $(BUILD)/bench/devbench $(BUILD)/bench/decodebench $(BUILD)/bench/membw
+	BUILD=$(BUILD) /usr/bin/python3 bench/oss_ladder.py run
 
 AB_OLD    ?= HEAD
 AB_ISA    ?= avx512
