@@ -13,7 +13,8 @@
 #   make bench-render   re-derive the table, plot and projection from results.json
 #   make bench-oss      the gpt-oss ladder (bench/oss_ladder.py): the 20b-shaped checkpoint
 #                       (~13.8 GB, generated once under $(BUILD)/bench-oss20b), rounds of the
-#                       floor, trunk pinned and resident, probes around every run (~6 min)
+#                       floor, trunk pinned and resident, probes around every run (~8 min);
+#                       OSS_PRESET=120b: the 120b-shaped one (65.2 GB), the floor, 4G and 8G
 #   build/bench/batchbench MODEL_DIR (--ids ... | --prompts FILE) --parallel 1,2,4 [--ram S] [--rounds R]
 #                       [--speculate K|auto] [--draft-model DIR]
 #                       sequences decoded together: s/step, tokens/s, bytes/token, tokens/pass per P

@@ -3,8 +3,8 @@
 
 Owns: the run behind `make bench-oss`: it generates (or reuses) the 20b-shaped
   checkpoint (tools/ossgen.py --preset 20b: 24 layers x 32 experts at the
-  real widths, ~13.8 GB), then runs rounds of the rungs - the floor, trunk
-  pinned, resident - in turn, so that a slow minute of the disk or the memory
+  real widths, ~13.8 GB; or the 120b-shaped one, 65.2 GB), then runs rounds of
+  the rungs - the floor, trunk pinned, resident - in turn, so that a slow minute of the disk or the memory
   falls on one run of each rung, not on every run of one. Each streamed run
   sits between two device probes (build/bench/devbench: expert batches and
   layer-sized reads) and each resident run between two samples of the memory
@@ -24,10 +24,14 @@ Usage:  /usr/bin/python3 bench/oss_ladder.py [run | render FILE]
 Exit status: 1 when the runs generated different ids (every rung must give the same).
 Environment (all optional):
   BUILD        build directory (default build)
-  OSS_DIR      checkpoint (default $BUILD/bench-oss20b; generated when it has no config.json)
-  OSS_BUDGETS  the rungs, a comma list of --ram values (default min,3G,16G: the floor,
-               trunk pinned and resident for the 20b's shapes); a rung whose plan keeps
-               every expert resident is measured against the memory, the rest against the disk
+  OSS_PRESET   20b (default) or 120b: the shapes of the checkpoint generated
+  OSS_DIR      checkpoint (default $BUILD/bench-oss$OSS_PRESET; generated when it has no
+               config.json)
+  OSS_BUDGETS  the rungs, a comma list of --ram values (default for the 20b min,3G,16G:
+               the floor, trunk pinned and resident; for the 120b min,4G,8G: the floor,
+               trunk pinned, and an 8 GB machine's budget, where the cache keeps 363 of the
+               4,608 experts); a rung whose plan keeps every expert resident is measured
+               against the memory, the rest against the disk
   OSS_ROUNDS   rounds of all the rungs (default 3)
   OSS_GEN      tokens generated per run: at the floor 5, elsewhere 10 unless set
   OSS_OUT      JSON lines (default $BUILD/bench/oss-ladder.jsonl)
@@ -51,8 +55,9 @@ def env(name, default):
 
 
 BUILD = env("BUILD", "build")
-MODEL = env("OSS_DIR", os.path.join(BUILD, "bench-oss20b"))
-BUDGETS = env("OSS_BUDGETS", "min,3G,16G").split(",")
+PRESET = env("OSS_PRESET", "20b")
+MODEL = env("OSS_DIR", os.path.join(BUILD, "bench-oss" + PRESET))
+BUDGETS = env("OSS_BUDGETS", {"20b": "min,3G,16G", "120b": "min,4G,8G"}.get(PRESET, "min")).split(",")
 ROUNDS = int(env("OSS_ROUNDS", "3"))
 OUT = env("OSS_OUT", os.path.join(BUILD, "bench", "oss-ladder.jsonl"))
 # the 32 bench ids of every ladder in docs/PERFORMANCE.md
@@ -132,6 +137,7 @@ def one_run(rnd, ram, is_res, touched):
                 ratio_busy=None if is_res else round(statistics.median(t["s"] / t["io_busy_s"] for t in toks), 3),
                 trunk_gb=round(per("trunk_bytes") / GB, 3), expert_gb=round(per("expert_bytes") / GB, 3),
                 guesses=[sum(t["guess_issued"] for t in toks), sum(t["guess_hits"] for t in toks)],
+                hits=[sum(t["expert_hits"] for t in toks), sum(t["expert_requests"] for t in toks)],
                 tokens=len(toks), touched_gb=round(touched / GB, 3), ids=d["generated_ids"],
                 before=before, after=after, kernels=d["kernels"],
                 load=open("/proc/loadavg").read().split()[:3])
@@ -143,11 +149,19 @@ def io_floor(r):
     return r["trunk_gb"] / rate("layer") + r["expert_gb"] / rate("expert")
 
 
+def hits(rs):
+    """Expert cache hits a decode token, and its expert requests (runs before the field: -)."""
+    if any("hits" not in r for r in rs):
+        return "-"
+    tok = sum(r["tokens"] for r in rs)
+    return f"{sum(r['hits'][0] for r in rs) / tok:.1f} ({sum(r['hits'][1] for r in rs) / tok:.0f})"
+
+
 def render(runs):
     lines = ["| --ram | s/token (each round) | read per token (trunk / experts) | ratio to the I/O floor "
              "| against busy time | read rate while busy / the probes', GB/s | guesses a token (right) "
-             "| share of the memory rate |",
-             "|---|---|---|---|---|---|---:|---|"]
+             "| cache hits a token (of) | share of the memory rate |",
+             "|---|---|---|---|---|---|---:|---:|---|"]
     fmt = lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}"
     for ram in dict.fromkeys(r["ram"] for r in runs):
         rs = [r for r in runs if r["ram"] == ram]
@@ -155,7 +169,7 @@ def render(runs):
         read = f"{statistics.mean(r['trunk_gb'] for r in rs):.3f} / {statistics.mean(r['expert_gb'] for r in rs):.3f} GB"
         if rs[0]["resident"]:
             share = ", ".join(f"{r['touched_gb'] / r['s_med'] / ((r['before'] + r['after']) / 2):.2f}" for r in rs)
-            lines.append(f"| {ram} | {secs} | {read} | - | - | - | - | {share} |")
+            lines.append(f"| {ram} | {secs} | {read} | - | - | - | - | {hits(rs)} | {share} |")
             continue
         floor = ", ".join(f"{r['s_med'] / io_floor(r):.2f}" for r in rs)
         busy = ", ".join(f"{r['ratio_busy']:.2f}" for r in rs)
@@ -164,7 +178,7 @@ def render(runs):
         g = [r["guesses"] for r in rs]
         tok = sum(r["tokens"] for r in rs)
         guess = f"{sum(x[0] for x in g) / tok:.0f} ({sum(x[1] for x in g) / tok:.0f})"
-        lines.append(f"| {ram} | {secs} | {read} | {floor} | {busy} | {rate} | {guess} | - |")
+        lines.append(f"| {ram} | {secs} | {read} | {floor} | {busy} | {rate} | {guess} | {hits(rs)} | - |")
     return "\n".join(lines)
 
 
@@ -191,7 +205,7 @@ def main():
     if mode != "run":
         sys.exit(__doc__)
     if not os.path.exists(os.path.join(MODEL, "config.json")):
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "ossgen.py"), MODEL, "--preset", "20b"],
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "ossgen.py"), MODEL, "--preset", PRESET],
                        check=True)
     touched = touched_bytes()
     kinds = {ram: resident(ram) for ram in BUDGETS}

@@ -8,6 +8,8 @@
 #      MiB, each at its page offset), no trunk ring (the whole always-read part
 #      pinned from 4G up), the session's keys and values (a sliding layer's ring:
 #      the window of 128 and the default 8 a rollback may go back);
+#      the bench checkpoints tools/ossgen.py plans for --preset 20b and 120b: the
+#      release's shard files (3, 15) and its bytes (13,761,264,768, 65,248,815,744);
 #   2. run --ids at every budget (everything, 96M, min), --threads 1 and 2, --chunk
 #      1 and 32, --kernels ref: the reference's greedy ids, and the first logits
 #      bits equal to the resident run's;
@@ -58,6 +60,16 @@ for cfg in 120b 20b; do
            grep -q "keys and values at 4096 positions, 136 in a sliding layer" "$tmp/plan"; then ok
         else bad "plan $cfg --ram $r: $(head -c 1500 "$tmp/plan")"; fi
     done
+done
+
+# the full-width bench checkpoints (tools/ossgen.py --preset 20b / 120b, planned only):
+# the release's shard files and its bytes to the byte (spec/gpt-oss.md, section 1)
+for want in "20b 3 00002 13761264768" "120b 15 00014 65248815744"; do
+    set -- $want
+    if $PY tools/ossgen.py "$tmp/gen-$1" --preset "$1" --dry-run > "$tmp/dry" 2>&1 &&
+       [ "$(grep -c "^model-[0-9]*-of-$3.safetensors: " "$tmp/dry")" = "$2" ] &&
+       grep -qx "total $4 bytes" "$tmp/dry" && [ ! -e "$tmp/gen-$1" ]; then ok
+    else bad "ossgen --preset $1 --dry-run: $(tail -n 3 "$tmp/dry")"; fi
 done
 
 # 2. budgets, threads, chunks, kernels: the reference's ids, the same first logits bits

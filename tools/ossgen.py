@@ -2,12 +2,13 @@
 """tools/ossgen.py - random gpt-oss checkpoints in the Hugging Face release layout.
 
 Owns: the tiny gpt-oss test models (presets oa, ob), the trap fixtures (--trap NAME),
-  and a full-width random checkpoint shaped like gpt-oss-20b for I/O benchmarks
-  (preset 20b; --layers / --experts shrink it for a dry run).
+  and full-width random checkpoints shaped like gpt-oss-20b and gpt-oss-120b for I/O
+  benchmarks (presets 20b and 120b: the released configs, shard counts and tensor
+  layout; --layers / --experts shrink them for a dry run).
 Idea: as msgen.py: a checkpoint is planned first (config, tensor names / shapes /
   dtypes in data order, the shard of every layer: spec/gpt-oss.md section 2), then
   each tensor is filled from its own random stream seeded by (seed, tensor number),
-  whole (tiny presets) or block by block (20b), with the same layout either way.
+  whole (tiny presets) or block by block (20b, 120b), with the same layout either way.
 
   shard 0:  [8-byte LE header length][JSON header, space-padded to 8][data ...]
             data = model.embed_tokens.weight, then whole layers
@@ -38,10 +39,10 @@ Invariants:
 Does not: compute the model (ossref.py does), read checkpoints, lay out the bytes of
   a shard or the index (stwrite.py does, for msgen.py too).
 
-Usage: ossgen.py OUT_DIR --preset oa|ob|20b [--seed N] [--trap NAME] [--check-template]
+Usage: ossgen.py OUT_DIR --preset oa|ob|20b|120b [--seed N] [--trap NAME] [--check-template]
        ossgen.py OUT_DIR --preset oa|ob --vocab N  (the preset with N vocabulary ids)
        ossgen.py OUT_DIR --trap NAME          (the trap's fixture on its base preset)
-       ossgen.py OUT_DIR --preset 20b [--layers N] [--experts N] [--dry-run]
+       ossgen.py OUT_DIR --preset 20b|120b [--layers N] [--experts N] [--dry-run]
 """
 
 import argparse
@@ -118,6 +119,10 @@ nbytes, split_items, to_bf16_bits, write_json = (stwrite.nbytes, stwrite.split_i
                                                  stwrite.to_bf16_bits, stwrite.write_json)
 
 
+# the release's shard files: gpt-oss-20b model-00000-of-00002 .. (3), 120b .. -of-00014 (15)
+RELEASED_SHARDS = {"20b": 3, "120b": 15}
+
+
 def released_params(name):
     """The preset of a released model, from its config.json."""
     c = osslib.load_released_config(name)
@@ -126,11 +131,11 @@ def released_params(name):
                 heads=c["num_attention_heads"], kv_heads=c["num_key_value_heads"],
                 head_dim=c["head_dim"], experts=c["num_local_experts"],
                 topk=c["num_experts_per_tok"], inter=c["intermediate_size"],
-                vocab=c["vocab_size"], window=c["sliding_window"], shards=3,
+                vocab=c["vocab_size"], window=c["sliding_window"],
                 limit=c["swiglu_limit"], theta=c["rope_theta"], factor=rs["factor"],
                 beta_fast=rs["beta_fast"], beta_slow=rs["beta_slow"],
                 orig_ctx=rs["original_max_position_embeddings"], eps=c["rms_norm_eps"],
-                seed=2020, released=name)
+                seed=2020, released=name, shards=RELEASED_SHARDS[name])
 
 
 # ---------------------------------------------------------------------------
@@ -448,7 +453,7 @@ def write_tokenizer(out_dir, p, rng):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--preset", choices=sorted(PRESETS) + ["20b"],
+    ap.add_argument("--preset", choices=sorted(PRESETS) + sorted(RELEASED_SHARDS),
                     help="required unless --trap is given (then: the fixture's base preset)")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--trap", choices=osslib.TRAPS)
@@ -476,10 +481,10 @@ def main(argv):
             raise SystemExit("ossgen: --preset is required without --trap")
         a.preset = TRAP_FIXTURES[a.trap][0]
     p = dict(KNOBS)
-    if a.preset == "20b":
+    if a.preset in RELEASED_SHARDS:
         if a.vocab:
-            raise SystemExit("ossgen: --vocab is for the tiny presets (20b has the released one)")
-        p.update(released_params("20b"))
+            raise SystemExit("ossgen: --vocab is for the tiny presets (%s has the released one)" % a.preset)
+        p.update(released_params(a.preset))
         if a.layers:
             p["layers"] = a.layers
         if a.experts:
@@ -487,7 +492,7 @@ def main(argv):
             p["topk"] = min(p["topk"], a.experts)
     else:
         if a.layers or a.experts:
-            raise SystemExit("ossgen: --layers / --experts are for --preset 20b")
+            raise SystemExit("ossgen: --layers / --experts are for --preset 20b or 120b")
         p.update(PRESETS[a.preset])
         if a.vocab:
             p["vocab"] = a.vocab
@@ -504,7 +509,7 @@ def main(argv):
     t0 = time.time()
     cfg = make_config(p)
     if p.get("released") and (a.layers or a.experts) is None:
-        assert cfg == osslib.load_released_config(p["released"]), "20b plan != released config"
+        assert cfg == osslib.load_released_config(p["released"]), "%s plan != released config" % p["released"]
     shards = split_items(plan_checkpoint(p), p["shards"])
     total = sum(nbytes(t) for s in shards for t in s)
     if a.dry_run:
