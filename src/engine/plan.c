@@ -218,14 +218,14 @@ static size_t draft_line(const char *dir, int64_t weights, int64_t rest, const c
                             dir, b, c, a, where ? " " : "", where ? where : "");
 }
 
-/* A pipeline of n_stages machines, each with ram_bytes: every stage's plan,
- * and the bytes each reads per decode token (ms_plan_describe_stages). */
 /* Stage r's process overhead (ms_overhead_estimate): the tokenizer's tok
  * bytes on stage 0 alone, the one that tokenizes (engine/open.c, 3c). */
 static int64_t stage_overhead(const ms_model *part, int r, int64_t tok) {
     return ms_overhead_estimate(part, r == 0 ? tok : 0);
 }
 
+/* A pipeline of n_stages machines, each with ram_bytes: every stage's plan,
+ * and the bytes each reads per decode token (ms_plan_describe_stages). */
 static ms_status describe_stages(const ms_model *m, const char *cfg_path, int64_t ram_bytes, int64_t max_context,
                                  int max_draft, int64_t prefill_chunk, int n_seq, int n_stages, const char *spec,
                                  const char *draft_dir, int64_t draft_weights, int64_t draft_rest, int64_t tok,
